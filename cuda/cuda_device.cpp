@@ -1,0 +1,282 @@
+// The cuda backend: htp::device over the CUDA runtime. Every call is checked (HTP_CUDA_TRY) and
+// made with this device's ordinal current, so any host thread may use it.
+#include <htp/detail/check.hpp>
+#include <htp/detail/cuda_backend.hpp>
+
+#include "cuda_kernels.hpp"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace htp {
+namespace {
+
+struct allocation {
+  std::size_t bytes;
+  memory_kind kind;
+};
+
+cudaMemcpyKind to_cuda(copy_direction d) {
+  switch (d) {
+    case copy_direction::host_to_device: return cudaMemcpyHostToDevice;
+    case copy_direction::device_to_host: return cudaMemcpyDeviceToHost;
+    case copy_direction::device_to_device: return cudaMemcpyDeviceToDevice;
+    case copy_direction::host_to_host: return cudaMemcpyHostToHost;
+  }
+  return cudaMemcpyDefault;
+}
+
+cudaStream_t native(stream_ref s) { return static_cast<cudaStream_t>(s.native); }
+cudaEvent_t native(event_ref e) { return static_cast<cudaEvent_t>(e.native); }
+
+class cuda_device final : public device {
+ public:
+  explicit cuda_device(int ordinal) : ordinal_(ordinal) {
+    HTP_CUDA_TRY(cudaSetDevice(ordinal_));
+    cudaDeviceProp p{};
+    HTP_CUDA_TRY(cudaGetDeviceProperties(&p, ordinal_));
+    props_.kind = backend::cuda;
+    props_.ordinal = ordinal_;
+    props_.name = p.name;
+    props_.total_memory = p.totalGlobalMem;
+    props_.copy_engines = p.asyncEngineCount;
+    props_.compute_capability_major = p.major;
+    props_.compute_capability_minor = p.minor;
+    props_.can_map_host_memory = p.canMapHostMemory != 0;
+    HTP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
+  }
+
+  ~cuda_device() override {
+    // Tolerate the CUDA runtime shutting down first: ignore every status here.
+    std::lock_guard lock(memory_mutex_);
+    for (auto& [p, a] : allocations_) {
+      if (a.kind == memory_kind::device) {
+        (void)cudaFree(p);
+      } else {
+        (void)cudaFreeHost(p);
+      }
+    }
+  }
+
+  const device_properties& properties() const noexcept override { return props_; }
+
+  memory_info memory() const override {
+    current();
+    memory_info m;
+    HTP_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+    return m;
+  }
+
+  void* allocate(memory_kind kind, std::size_t bytes) override {
+    HTP_EXPECTS(bytes > 0, invalid_argument, "allocate(", to_string(kind),
+                ", 0 bytes): a request must be at least one byte");
+    current();
+    void* p = nullptr;
+    cudaError_t e = kind == memory_kind::device
+                        ? cudaMalloc(&p, bytes)
+                        : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      throw out_of_memory(
+          detail::concat("cuda device ", ordinal_, ": cannot allocate ", bytes, " bytes of ",
+                         to_string(kind), " memory (GPU reports ", free_b, " of ", total_b,
+                         " bytes free). Lower the budget or free memory held by other processes."),
+          bytes);
+    }
+    HTP_CUDA_TRY(e);
+    std::lock_guard lock(memory_mutex_);
+    allocations_.emplace(p, allocation{bytes, kind});
+    return p;
+  }
+
+  void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
+    {
+      std::lock_guard lock(memory_mutex_);
+      auto it = allocations_.find(ptr);
+      HTP_EXPECTS(it != allocations_.end(), invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, ", ", bytes,
+                  "): the pointer was not returned by allocate on this device (or was already "
+                  "freed)");
+      HTP_EXPECTS(it->second.kind == kind, invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, "): the pointer is ", to_string(it->second.kind),
+                  " memory; pass the kind it was allocated with");
+      HTP_EXPECTS(it->second.bytes == bytes, invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, ", ", bytes, "): it was allocated with ", it->second.bytes,
+                  " bytes; pass the same size");
+      allocations_.erase(it);
+    }
+    current();
+    if (kind == memory_kind::device) {
+      HTP_CUDA_TRY(cudaFree(ptr));
+    } else {
+      HTP_CUDA_TRY(cudaFreeHost(ptr));
+    }
+  }
+
+  void* mapped_device_pointer(void* pinned_host_ptr) const override {
+    {
+      std::lock_guard lock(memory_mutex_);
+      auto it = allocations_.upper_bound(pinned_host_ptr);
+      const bool inside =
+          it != allocations_.begin() && (--it, it->second.kind == memory_kind::pinned_host) &&
+          static_cast<char*>(pinned_host_ptr) < static_cast<char*>(it->first) + it->second.bytes;
+      HTP_EXPECTS(inside, invalid_argument, "mapped_device_pointer(", pinned_host_ptr,
+                  "): not inside pinned host memory allocated from this device");
+    }
+    current();
+    void* d = nullptr;
+    HTP_CUDA_TRY(cudaHostGetDevicePointer(&d, pinned_host_ptr, 0));
+    return d;
+  }
+
+  stream_ref create_stream(stream_priority priority) override {
+    current();
+    cudaStream_t s = nullptr;
+    const int prio = priority == stream_priority::high ? greatest_priority_ : lowest_priority_;
+    HTP_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, prio));
+    return stream_ref{s};
+  }
+
+  void destroy_stream(stream_ref s) noexcept override {
+    if (!s) return;
+    (void)cudaSetDevice(ordinal_);
+    (void)cudaStreamSynchronize(native(s));
+    (void)cudaStreamDestroy(native(s));
+  }
+
+  void synchronize(stream_ref s) override {
+    current();
+    HTP_CUDA_TRY(cudaStreamSynchronize(native(s)));
+  }
+
+  event_ref create_event() override {
+    current();
+    cudaEvent_t e = nullptr;
+    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return event_ref{e};
+  }
+
+  void destroy_event(event_ref e) noexcept override {
+    if (e) (void)cudaEventDestroy(native(e));
+  }
+
+  void record(event_ref e, stream_ref s) override {
+    current();
+    HTP_CUDA_TRY(cudaEventRecord(native(e), native(s)));
+  }
+
+  void wait(event_ref e, stream_ref s) override {
+    current();
+    HTP_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
+  }
+
+  bool query(event_ref e) override {
+    const cudaError_t status = cudaEventQuery(native(e));
+    if (status == cudaErrorNotReady) return false;
+    HTP_CUDA_TRY(status);
+    return true;
+  }
+
+  void synchronize(event_ref e) override { HTP_CUDA_TRY(cudaEventSynchronize(native(e))); }
+
+  void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                  stream_ref s) override {
+    HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
+                ", ", bytes, ", ", to_string(direction),
+                "): source and destination must be non-null");
+    HTP_EXPECTS(bytes > 0, invalid_argument, "copy_async(", dst, ", ", src,
+                ", 0 bytes): a copy must move at least one byte");
+    const auto* a = static_cast<const char*>(dst);
+    const auto* b = static_cast<const char*>(src);
+    HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
+                ", ", bytes, "): source and destination overlap");
+    current();
+    HTP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));
+  }
+
+  void launch_host_func(std::function<void()> fn, stream_ref s) override {
+    HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
+    current();
+    auto owned = std::make_unique<std::function<void()>>(std::move(fn));
+    HTP_CUDA_TRY(cudaLaunchHostFunc(native(s), &cuda_device::trampoline, owned.get()));
+    owned.release();  // the trampoline deletes it after running
+  }
+
+  void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
+                      stream_ref s) override {
+    HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
+                "checksum_async(", ptr, ", ", bytes, ", ", result,
+                "): pointers must be non-null and bytes positive");
+    current();
+    HTP_CUDA_TRY(cuda::launch_checksum(ptr, bytes, result, native(s)));
+  }
+
+  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
+                          stream_ref s) override {
+    HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
+                bytes, "): pointer must be non-null and bytes positive");
+    current();
+    HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
+  }
+
+  void synchronize_all() override {
+    current();
+    HTP_CUDA_TRY(cudaDeviceSynchronize());
+  }
+
+ private:
+  static void CUDART_CB trampoline(void* user) {
+    std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user));
+    try {
+      (*fn)();
+    } catch (...) {
+      // A throw cannot cross the CUDA runtime's callback thread; the contract says fn must not.
+    }
+  }
+
+  void current() const { HTP_CUDA_TRY(cudaSetDevice(ordinal_)); }
+
+  int ordinal_;
+  device_properties props_;
+  int lowest_priority_ = 0;
+  int greatest_priority_ = 0;
+  mutable std::mutex memory_mutex_;
+  std::map<void*, allocation> allocations_;
+};
+
+}  // namespace
+
+namespace detail {
+
+std::unique_ptr<device> make_cuda_device(int ordinal) {
+  std::string why;
+  const int n = cuda_device_count(&why);
+  HTP_EXPECTS(ordinal >= 0 && ordinal < n, invalid_argument, "no CUDA GPU with ordinal ", ordinal,
+              ": ", n == 0 ? why : detail::concat(n, " visible"));
+  return std::make_unique<cuda_device>(ordinal);
+}
+
+int cuda_device_count(std::string* why) noexcept {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) {
+      *why = detail::concat("the CUDA runtime found no usable GPU (", cudaGetErrorName(e), ": ",
+                            cudaGetErrorString(e), ")");
+    }
+    return 0;
+  }
+  if (n == 0 && why) *why = "the CUDA runtime reports 0 GPUs";
+  return n;
+}
+
+bool built_with_cuda() noexcept { return true; }
+
+}  // namespace detail
+}  // namespace htp

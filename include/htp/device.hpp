@@ -1,0 +1,225 @@
+// The device interface: the only place htp touches a GPU runtime.
+//
+// Two implementations exist: `cuda` (the CUDA runtime, in cuda/) and `sim` (a CPU emulation of a
+// GPU, in src/sim/, see sim_device.hpp). Everything above this layer — slab allocators, transfer
+// engine, pager — is written against `htp::device` alone.
+//
+// Conventions, the same in every call:
+//  - Argument order is (what, ..., stream): the stream a call is ordered on always comes last.
+//  - Copies take (dst, src, bytes, direction, stream), like memcpy plus direction and stream.
+//  - Memory is returned as raw pointers owned by the device object; every allocation must be
+//    returned with deallocate(kind, ptr, bytes) naming the same kind and size. Allocations are
+//    aligned to at least `device::alignment` (256) bytes.
+//  - Streams and events are referred to by non-owning `stream_ref` / `event_ref` values. The
+//    owning wrappers `htp::stream` and `htp::event` destroy them; a raw ref stays valid until then.
+//  - Thread safety: every member of `device` may be called from any host thread concurrently,
+//    except that a stream or event must not be destroyed while another thread uses it.
+//  - Host functions enqueued with launch_host_func must not call back into the device (CUDA forbids
+//    runtime calls from stream callbacks); they may take locks and signal host threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace htp {
+
+/// Which implementation of the device interface.
+enum class backend { automatic, cuda, sim };
+
+/// The two kinds of memory a device hands out.
+enum class memory_kind {
+  device,       ///< GPU memory (HBM); on sim, host memory standing in for it.
+  pinned_host,  ///< page-locked host memory, mapped into the device's address space.
+};
+
+/// Direction of a copy, named as (source to destination).
+enum class copy_direction { host_to_device, device_to_host, device_to_device, host_to_host };
+
+/// Scheduling hint for a stream. `high` maps to the CUDA runtime's greatest priority.
+enum class stream_priority { normal, high };
+
+/// Returns "cuda", "sim" or "automatic".
+const char* to_string(backend b) noexcept;
+/// Returns "device" or "pinned_host".
+const char* to_string(memory_kind k) noexcept;
+/// Returns "H2D", "D2H", "D2D" or "H2H".
+const char* to_string(copy_direction d) noexcept;
+
+/// Non-owning reference to a stream created by a device. Default-constructed refs are null.
+struct stream_ref {
+  void* native = nullptr;  ///< cudaStream_t on cuda; the sim stream object on sim.
+  explicit operator bool() const noexcept { return native != nullptr; }
+  friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.native == b.native; }
+  friend bool operator!=(stream_ref a, stream_ref b) noexcept { return a.native != b.native; }
+};
+
+/// Non-owning reference to an event created by a device.
+struct event_ref {
+  void* native = nullptr;  ///< cudaEvent_t on cuda; the sim event object on sim.
+  explicit operator bool() const noexcept { return native != nullptr; }
+  friend bool operator==(event_ref a, event_ref b) noexcept { return a.native == b.native; }
+  friend bool operator!=(event_ref a, event_ref b) noexcept { return a.native != b.native; }
+};
+
+/// Facts about the device, fixed for its lifetime.
+struct device_properties {
+  backend kind = backend::sim;
+  int ordinal = 0;
+  std::string name;                  ///< e.g. "NVIDIA H200" or "htp sim device".
+  std::size_t total_memory = 0;      ///< bytes of device memory.
+  int copy_engines = 1;              ///< asynchronous copy engines (cudaDeviceProp::asyncEngineCount).
+  int compute_capability_major = 0;  ///< 0 on sim.
+  int compute_capability_minor = 0;
+  bool can_map_host_memory = true;   ///< pinned host memory has a device address (zero-copy).
+};
+
+/// Free and total device memory, as cudaMemGetInfo reports them.
+struct memory_info {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
+/// The device interface. See the file comment for the conventions every member follows.
+class device {
+ public:
+  /// Alignment in bytes of every allocation a device returns.
+  static constexpr std::size_t alignment = 256;
+
+  virtual ~device() = default;
+  device() = default;
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+
+  /// Facts about the device. Thread-safe, no stream order.
+  virtual const device_properties& properties() const noexcept = 0;
+  /// Free and total device memory now. Thread-safe.
+  virtual memory_info memory() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  /// Allocates `bytes` of `kind`, aligned to `alignment`. Synchronous and slow on real hardware
+  /// (cudaMalloc may synchronize the device; pinning host pages costs ~0.1-1 s/GiB), so call it
+  /// at set-up, not on a request path.
+  /// @throws htp::invalid_argument if bytes == 0; htp::out_of_memory if the memory is not there.
+  virtual void* allocate(memory_kind kind, std::size_t bytes) = 0;
+  /// Returns memory from allocate(kind, bytes). The caller guarantees no queued work still uses
+  /// it (synchronize first). @throws htp::invalid_argument if `ptr` was not returned by
+  /// allocate with this kind, or `bytes` differs from the allocated size; nothing is freed then.
+  virtual void deallocate(memory_kind kind, void* ptr, std::size_t bytes) = 0;
+  /// Device-side address of pinned host memory (zero-copy access from kernels). On sim it is the
+  /// host address itself. @throws htp::invalid_argument if ptr is not inside a pinned allocation.
+  virtual void* mapped_device_pointer(void* pinned_host_ptr) const = 0;
+
+  // ---- streams -------------------------------------------------------------------------------
+  /// Creates a stream that runs its work in order and concurrently with other streams.
+  virtual stream_ref create_stream(stream_priority priority = stream_priority::normal) = 0;
+  /// Waits for the stream's queued work, then destroys it. Never throws.
+  virtual void destroy_stream(stream_ref s) noexcept = 0;
+  /// Blocks the calling host thread until all work queued on `s` so far has completed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if that work failed.
+  virtual void synchronize(stream_ref s) = 0;
+
+  // ---- events --------------------------------------------------------------------------------
+  /// Creates an event (timing disabled, as cudaEventDisableTiming). A never-recorded event counts
+  /// as complete.
+  virtual event_ref create_event() = 0;
+  /// Destroys an event. Work already queued that waits on it still sees its recorded state.
+  virtual void destroy_event(event_ref e) noexcept = 0;
+  /// Captures the work queued on `s` so far into `e`; `e` completes when that work has. Recording
+  /// again replaces the previous capture, as cudaEventRecord does.
+  virtual void record(event_ref e, stream_ref s) = 0;
+  /// Makes all work queued on `s` after this call wait until the capture `e` holds now completes.
+  /// Does not block the host. Waiting on a never-recorded event is a no-op.
+  virtual void wait(event_ref e, stream_ref s) = 0;
+  /// True when the work captured in `e` has completed. Never blocks.
+  virtual bool query(event_ref e) = 0;
+  /// Blocks the calling host thread until the work captured in `e` has completed.
+  virtual void synchronize(event_ref e) = 0;
+
+  // ---- work ----------------------------------------------------------------------------------
+  /// Queues a copy of `bytes` from `src` to `dst` on `s`. Both ranges must stay valid until the
+  /// copy completes (record an event after it). `direction` names the memory on each side; on
+  /// cuda a pageable host pointer is allowed but makes the copy synchronous with respect to the host.
+  /// @throws htp::invalid_argument if a pointer is null, bytes == 0, or the ranges overlap.
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                          stream_ref s) = 0;
+  /// Queues `fn` to run on a host thread once all earlier work on `s` has completed; later work
+  /// on `s` waits for it to return. `fn` must not call into the device and should not throw (on
+  /// sim a throw becomes a sticky htp::logic_error reported by the next synchronize).
+  virtual void launch_host_func(std::function<void()> fn, stream_ref s) = 0;
+  /// Queues a computation of htp::checksum over `bytes` of device memory at `ptr` (a kernel on
+  /// cuda); the result is written to `*result`, which must be pinned host memory from this device
+  /// and is valid once the work completes (synchronize or an event).
+  /// @throws htp::invalid_argument on a null pointer or zero bytes.
+  virtual void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
+                              stream_ref s) = 0;
+  /// Queues filling `bytes` of device memory at `ptr` with htp::fill_pattern(seed) (a kernel on
+  /// cuda), so tests and benchmarks make payloads in place. @throws htp::invalid_argument on a null
+  /// pointer or zero bytes.
+  virtual void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
+                                  stream_ref s) = 0;
+  /// Blocks until all work on every stream of this device has completed.
+  virtual void synchronize_all() = 0;
+};
+
+/// Owning stream: destroys the stream (after its queued work) on destruction. Movable.
+class stream {
+ public:
+  stream() = default;
+  /// Creates a stream on `dev`, which must outlive this object.
+  explicit stream(device& dev, stream_priority priority = stream_priority::normal);
+  ~stream();
+  stream(stream&& other) noexcept;
+  stream& operator=(stream&& other) noexcept;
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  stream_ref ref() const noexcept { return ref_; }
+  operator stream_ref() const noexcept { return ref_; }  // NOLINT: a stream is usable as a ref
+  /// Blocks until the stream's queued work has completed.
+  void synchronize() const;
+
+ private:
+  device* dev_ = nullptr;
+  stream_ref ref_{};
+};
+
+/// Owning event: destroys the event on destruction. Movable.
+class event {
+ public:
+  event() = default;
+  /// Creates an event on `dev`, which must outlive this object.
+  explicit event(device& dev);
+  ~event();
+  event(event&& other) noexcept;
+  event& operator=(event&& other) noexcept;
+  event(const event&) = delete;
+  event& operator=(const event&) = delete;
+
+  event_ref ref() const noexcept { return ref_; }
+  operator event_ref() const noexcept { return ref_; }  // NOLINT: an event is usable as a ref
+  /// record(*this, s) on the owning device.
+  void record(stream_ref s) const;
+  /// True when the captured work has completed.
+  bool query() const;
+  /// Blocks until the captured work has completed.
+  void synchronize() const;
+
+ private:
+  device* dev_ = nullptr;
+  event_ref ref_{};
+};
+
+/// Creates a device. `automatic` picks `cuda` when htp was built with CUDA and a GPU is visible,
+/// otherwise `sim` (with default sim_config), and logs which one and why through spdlog.
+/// @throws htp::invalid_argument for `cuda` when htp was built without CUDA or no GPU is present,
+/// naming the reason; htp::cuda_error if the CUDA runtime fails to start.
+std::unique_ptr<device> make_device(backend which = backend::automatic, int ordinal = 0);
+
+/// Number of CUDA devices visible, 0 when htp was built without CUDA or no driver is present.
+/// `why`, if given, receives a sentence saying why there is none. Thread-safe.
+int cuda_device_count(std::string* why = nullptr) noexcept;
+
+}  // namespace htp

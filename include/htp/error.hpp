@@ -1,0 +1,61 @@
+// htp's exception types. Every error htp reports is one of these; each message says what was wrong
+// and what the caller can do about it.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace htp {
+
+/// A memory tier (HBM or pinned host) could not satisfy a request. Derives from std::bad_alloc so
+/// callers that already catch allocation failures keep working; what() carries the full diagnostic
+/// (bytes requested, tier, used/free, fragmentation, largest free extent, remedy).
+class out_of_memory : public std::bad_alloc {
+ public:
+  /// @param message the full diagnostic; @param requested_bytes the request that failed.
+  out_of_memory(std::string message, std::size_t requested_bytes);
+  const char* what() const noexcept override { return message_.c_str(); }
+  /// Bytes of the request that failed.
+  std::size_t requested_bytes() const noexcept { return requested_bytes_; }
+
+ private:
+  std::string message_;
+  std::size_t requested_bytes_;
+};
+
+/// A call into the CUDA runtime failed. Carries the CUDA error code and name, the call and where it
+/// was made. A sticky error (illegal address, launch failure) leaves the CUDA context unusable; the
+/// error says so via is_sticky().
+class cuda_error : public std::runtime_error {
+ public:
+  cuda_error(int code, std::string name, std::string call, std::string file, int line,
+             std::string detail);
+  /// The cudaError_t value.
+  int code() const noexcept { return code_; }
+  /// Symbolic name, e.g. "cudaErrorInvalidValue".
+  const std::string& name() const noexcept { return name_; }
+  /// True for errors after which the CUDA context cannot be used again.
+  bool is_sticky() const noexcept;
+
+ private:
+  int code_;
+  std::string name_;
+};
+
+/// The caller passed a value that breaks a documented rule (zero bytes, unknown pointer, stale
+/// handle, ...). The object the call was made on is unchanged.
+class invalid_argument : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// htp itself broke an invariant or was used in a state where the call makes no sense (e.g. a host
+/// function on a sim stream threw). Indicates a bug in htp or in how it is driven.
+class logic_error : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+}  // namespace htp

@@ -1,0 +1,47 @@
+// The sim backend: a CPU emulation of a GPU behind the htp::device interface.
+//
+// It exists so that every line of htp's scheduling logic runs in CI on machines without a GPU, and
+// as a laptop fallback. It is a test double, never the product.
+//
+// What it emulates:
+//  - Device memory comes from the host (lazily committed), with a capacity limit standing in for
+//    HBM, so out-of-memory paths are real. Pinned host memory is ordinary host memory, optionally
+//    limited too.
+//  - Every stream is a worker thread running its queue strictly in order. Two streams with no
+//    event between them really run concurrently — the same ordering hazards as on a GPU.
+//  - Events are completion flags with CUDA's semantics (record captures the queue so far; wait on
+//    a never-recorded event is a no-op; re-recording replaces the capture).
+//  - Optionally, a modelled link: host-to-device and device-to-host each move at most
+//    `*_bytes_per_second`, copies in one direction share that link in order (as the copy engines
+//    of a real GPU do), and every copy pays `copy_latency_ns` first. Device-to-device and
+//    host-to-host copies run at memcpy speed.
+//  - "Kernels" are host functions run on a stream (device::launch_host_func).
+#pragma once
+
+#include <htp/device.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace htp {
+
+/// Configuration of a sim device. Defaults: 4 GiB of "HBM", unlimited pinned memory, no modelled
+/// link (copies run at memcpy speed).
+struct sim_config {
+  std::size_t device_memory_bytes = std::size_t{4} << 30;  ///< capacity of device memory.
+  std::size_t pinned_memory_bytes = 0;                     ///< capacity of pinned memory; 0 = no limit.
+  std::uint64_t h2d_bytes_per_second = 0;                  ///< modelled H2D link; 0 = unmodelled.
+  std::uint64_t d2h_bytes_per_second = 0;                  ///< modelled D2H link; 0 = unmodelled.
+  std::uint64_t copy_latency_ns = 0;                       ///< fixed cost of each modelled copy.
+  int copy_engines = 2;                                    ///< reported in device_properties.
+  /// Fill freshly allocated device memory with this byte (0xA5 by default) so a read of memory
+  /// nothing wrote shows up in checksums instead of reading zeros by luck. -1 leaves it as is.
+  int poison_byte = 0xA5;
+};
+
+/// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0 or
+/// copy_engines < 1.
+std::unique_ptr<device> make_sim_device(const sim_config& config = {});
+
+}  // namespace htp

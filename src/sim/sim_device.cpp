@@ -1,0 +1,309 @@
+// The sim backend's device: memory from the host with capacity limits, streams as worker threads,
+// events as completion signals, copies through a modelled link. See include/htp/sim_device.hpp.
+#include <htp/checksum.hpp>
+#include <htp/detail/check.hpp>
+#include <htp/sim_device.hpp>
+
+#include "sim/sim_link.hpp"
+#include "sim/sim_stream.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace htp {
+namespace {
+
+constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+struct allocation {
+  std::size_t bytes;
+  memory_kind kind;
+};
+
+class sim_device final : public device {
+ public:
+  explicit sim_device(const sim_config& config)
+      : config_(config),
+        h2d_(config.h2d_bytes_per_second, config.copy_latency_ns),
+        d2h_(config.d2h_bytes_per_second, config.copy_latency_ns) {
+    HTP_EXPECTS(config.device_memory_bytes > 0, invalid_argument,
+                "sim_config.device_memory_bytes is 0; give the simulated HBM a capacity");
+    HTP_EXPECTS(config.copy_engines >= 1, invalid_argument, "sim_config.copy_engines is ",
+                config.copy_engines, "; it must be at least 1");
+    props_.kind = backend::sim;
+    props_.name = "htp sim device";
+    props_.total_memory = config.device_memory_bytes;
+    props_.copy_engines = config.copy_engines;
+  }
+
+  ~sim_device() override {
+    // Streams and events the caller leaked die with the device; their threads must be joined.
+    std::lock_guard lock(objects_mutex_);
+    streams_.clear();
+    for (auto& a : allocations_) std::free(a.first);
+  }
+
+  const device_properties& properties() const noexcept override { return props_; }
+
+  memory_info memory() const override {
+    std::lock_guard lock(memory_mutex_);
+    return {config_.device_memory_bytes - used_[0], config_.device_memory_bytes};
+  }
+
+  void* allocate(memory_kind kind, std::size_t bytes) override {
+    HTP_EXPECTS(bytes > 0, invalid_argument, "allocate(", to_string(kind),
+                ", 0 bytes): a request must be at least one byte");
+    const std::size_t rounded = round_up(bytes, alignment);
+    const std::size_t cap = capacity(kind);
+    {
+      std::lock_guard lock(memory_mutex_);
+      const std::size_t used = used_[index(kind)];
+      if (cap != 0 && (rounded > cap || used > cap - rounded)) {
+        throw out_of_memory(
+            detail::concat("sim device: cannot allocate ", bytes, " bytes of ", to_string(kind),
+                           " memory: ", used, " of ", cap, " bytes in use, ", cap - used,
+                           " free. Give the sim device more memory (sim_config) or ask for less."),
+            bytes);
+      }
+      used_[index(kind)] += rounded;
+    }
+    void* p = std::aligned_alloc(alignment, rounded);
+    if (p == nullptr) {
+      std::lock_guard lock(memory_mutex_);
+      used_[index(kind)] -= rounded;
+      throw out_of_memory(detail::concat("sim device: the host could not provide ", bytes,
+                                         " bytes for ", to_string(kind), " memory"),
+                          bytes);
+    }
+    if (kind == memory_kind::device && config_.poison_byte >= 0) {
+      std::memset(p, config_.poison_byte, rounded);
+    }
+    std::lock_guard lock(memory_mutex_);
+    allocations_.emplace(p, allocation{bytes, kind});
+    return p;
+  }
+
+  void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
+    {
+      std::lock_guard lock(memory_mutex_);
+      auto it = allocations_.find(ptr);
+      HTP_EXPECTS(it != allocations_.end(), invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, ", ", bytes,
+                  "): the pointer was not returned by allocate on this device (or was already "
+                  "freed)");
+      HTP_EXPECTS(it->second.kind == kind, invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, "): the pointer is ", to_string(it->second.kind),
+                  " memory; pass the kind it was allocated with");
+      HTP_EXPECTS(it->second.bytes == bytes, invalid_argument, "deallocate(", to_string(kind), ", ",
+                  ptr, ", ", bytes, "): it was allocated with ", it->second.bytes,
+                  " bytes; pass the same size");
+      used_[index(kind)] -= round_up(bytes, alignment);
+      allocations_.erase(it);
+    }
+    std::free(ptr);
+  }
+
+  void* mapped_device_pointer(void* pinned_host_ptr) const override {
+    std::lock_guard lock(memory_mutex_);
+    const allocation* a = find_containing(pinned_host_ptr, 1);
+    HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
+                "mapped_device_pointer(", pinned_host_ptr,
+                "): not inside pinned host memory allocated from this device");
+    return pinned_host_ptr;
+  }
+
+  stream_ref create_stream(stream_priority) override {
+    auto s = std::make_unique<sim::stream>(errors_);
+    stream_ref ref{s.get()};
+    std::lock_guard lock(objects_mutex_);
+    streams_.emplace(s.get(), std::move(s));
+    return ref;
+  }
+
+  void destroy_stream(stream_ref s) noexcept override {
+    std::unique_ptr<sim::stream> owned;
+    {
+      std::lock_guard lock(objects_mutex_);
+      auto it = streams_.find(s.native);
+      if (it == streams_.end()) return;
+      owned = std::move(it->second);
+      streams_.erase(it);
+    }
+    owned.reset();  // drains and joins outside the lock
+  }
+
+  void synchronize(stream_ref s) override {
+    get(s).synchronize();
+    errors_.rethrow();
+  }
+
+  event_ref create_event() override {
+    auto e = std::make_unique<sim::event>();
+    event_ref ref{e.get()};
+    std::lock_guard lock(objects_mutex_);
+    events_.emplace(e.get(), std::move(e));
+    return ref;
+  }
+
+  void destroy_event(event_ref e) noexcept override {
+    std::lock_guard lock(objects_mutex_);
+    events_.erase(e.native);
+  }
+
+  void record(event_ref e, stream_ref s) override {
+    auto& st = get(s);
+    auto sig = get(e).arm();
+    st.enqueue([sig] { sig->set(); });
+  }
+
+  void wait(event_ref e, stream_ref s) override {
+    auto& st = get(s);
+    auto sig = get(e).current();
+    if (!sig) return;  // never recorded: no-op, as in CUDA
+    st.enqueue([sig] { sig->wait(); });
+  }
+
+  bool query(event_ref e) override {
+    auto sig = get(e).current();
+    return !sig || sig->is_set();
+  }
+
+  void synchronize(event_ref e) override {
+    if (auto sig = get(e).current()) sig->wait();
+    errors_.rethrow();
+  }
+
+  void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                  stream_ref s) override {
+    validate_copy(dst, src, bytes, direction);
+    auto& st = get(s);
+    sim::link* l = direction == copy_direction::host_to_device   ? &h2d_
+                   : direction == copy_direction::device_to_host ? &d2h_
+                                                                 : nullptr;
+    st.enqueue([dst, src, bytes, l] {
+      const auto done = l ? l->reserve(bytes) : sim::link::clock::time_point{};
+      std::memcpy(dst, src, bytes);
+      if (l && l->modelled()) std::this_thread::sleep_until(done);  // the modelled link's pace
+    });
+  }
+
+  void launch_host_func(std::function<void()> fn, stream_ref s) override {
+    HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
+    get(s).enqueue(std::move(fn));
+  }
+
+  void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
+                      stream_ref s) override {
+    HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
+                "checksum_async(", ptr, ", ", bytes, ", ", result,
+                "): pointers must be non-null and bytes positive");
+    get(s).enqueue([ptr, bytes, result] { *result = checksum(ptr, bytes); });
+  }
+
+  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
+                          stream_ref s) override {
+    HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
+                bytes, "): pointer must be non-null and bytes positive");
+    get(s).enqueue([ptr, bytes, seed] { fill_pattern(ptr, bytes, seed); });
+  }
+
+  void synchronize_all() override {
+    std::vector<sim::stream*> all;
+    {
+      std::lock_guard lock(objects_mutex_);
+      for (auto& [key, st] : streams_) all.push_back(st.get());
+    }
+    for (auto* st : all) st->synchronize();
+    errors_.rethrow();
+  }
+
+ private:
+  static std::size_t index(memory_kind k) { return k == memory_kind::device ? 0 : 1; }
+  std::size_t capacity(memory_kind k) const {
+    return k == memory_kind::device ? config_.device_memory_bytes : config_.pinned_memory_bytes;
+  }
+
+  sim::stream& get(stream_ref s) {
+    std::lock_guard lock(objects_mutex_);
+    auto it = streams_.find(s.native);
+    HTP_EXPECTS(it != streams_.end(), invalid_argument, "stream ", s.native,
+                " was not created by this sim device (or was destroyed)");
+    return *it->second;
+  }
+
+  sim::event& get(event_ref e) {
+    std::lock_guard lock(objects_mutex_);
+    auto it = events_.find(e.native);
+    HTP_EXPECTS(it != events_.end(), invalid_argument, "event ", e.native,
+                " was not created by this sim device (or was destroyed)");
+    return *it->second;
+  }
+
+  /// The allocation holding [p, p + bytes), or null. Caller holds memory_mutex_.
+  const allocation* find_containing(const void* p, std::size_t bytes) const {
+    auto it = allocations_.upper_bound(const_cast<void*>(p));
+    if (it == allocations_.begin()) return nullptr;
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    const auto* q = static_cast<const char*>(p);
+    if (q < base || q + bytes > base + it->second.bytes) return nullptr;
+    return &it->second;
+  }
+
+  /// Checks what a GPU would reject (and some it would silently corrupt): nulls, zero size,
+  /// overlap, and a device-side range that is not inside one device allocation.
+  void validate_copy(void* dst, const void* src, std::size_t bytes, copy_direction d) const {
+    HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
+                ", ", bytes, ", ", to_string(d), "): source and destination must be non-null");
+    HTP_EXPECTS(bytes > 0, invalid_argument, "copy_async(", dst, ", ", src,
+                ", 0 bytes): a copy must move at least one byte");
+    const auto* a = static_cast<const char*>(dst);
+    const auto* b = static_cast<const char*>(src);
+    HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
+                ", ", bytes, "): source and destination overlap");
+    const bool dst_device = d == copy_direction::host_to_device || d == copy_direction::device_to_device;
+    const bool src_device = d == copy_direction::device_to_host || d == copy_direction::device_to_device;
+    std::lock_guard lock(memory_mutex_);
+    check_side("destination", dst, bytes, dst_device, d);
+    check_side("source", src, bytes, src_device, d);
+  }
+
+  void check_side(const char* side, const void* p, std::size_t bytes, bool must_be_device,
+                  copy_direction d) const {
+    const allocation* a = find_containing(p, bytes);
+    if (must_be_device) {
+      HTP_EXPECTS(a != nullptr && a->kind == memory_kind::device, invalid_argument, "copy_async ",
+                  to_string(d), ": the ", side, " range [", p, ", +", bytes,
+                  ") is not inside one device allocation of this device");
+    } else {
+      HTP_EXPECTS(a == nullptr || a->kind != memory_kind::device, invalid_argument, "copy_async ",
+                  to_string(d), ": the ", side, " ", p,
+                  " is device memory; use a direction whose ", side, " side is the device");
+    }
+  }
+
+  sim_config config_;
+  device_properties props_;
+  sim::link h2d_;
+  sim::link d2h_;
+  sim::error_sink errors_;
+
+  mutable std::mutex memory_mutex_;
+  std::map<void*, allocation> allocations_;
+  std::size_t used_[2] = {0, 0};
+
+  std::mutex objects_mutex_;
+  std::map<void*, std::unique_ptr<sim::stream>> streams_;
+  std::map<void*, std::unique_ptr<sim::event>> events_;
+};
+
+}  // namespace
+
+std::unique_ptr<device> make_sim_device(const sim_config& config) {
+  return std::make_unique<sim_device>(config);
+}
+
+}  // namespace htp

@@ -1,0 +1,101 @@
+#include "sim/sim_stream.hpp"
+
+#include <htp/error.hpp>
+
+#include <exception>
+#include <utility>
+
+namespace htp::sim {
+
+void signal::set() {
+  {
+    std::lock_guard lock(mutex_);
+    set_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool signal::is_set() const {
+  std::lock_guard lock(mutex_);
+  return set_;
+}
+
+void signal::wait() const {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return set_; });
+}
+
+std::shared_ptr<signal> event::arm() {
+  auto s = std::make_shared<signal>();
+  std::lock_guard lock(mutex_);
+  current_ = s;
+  return s;
+}
+
+std::shared_ptr<signal> event::current() const {
+  std::lock_guard lock(mutex_);
+  return current_;
+}
+
+void error_sink::report(const std::string& what) {
+  std::lock_guard lock(mutex_);
+  if (first_.empty()) first_ = what;
+}
+
+void error_sink::rethrow() const {
+  std::lock_guard lock(mutex_);
+  if (!first_.empty()) {
+    throw htp::logic_error("sim device: work queued on a stream failed (sticky, like a CUDA "
+                           "context error): " + first_);
+  }
+}
+
+stream::stream(error_sink& errors) : errors_(errors), worker_([this] { run(); }) {}
+
+stream::~stream() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  worker_.join();
+}
+
+void stream::enqueue(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+    ++enqueued_;
+  }
+  work_cv_.notify_one();
+}
+
+void stream::synchronize() {
+  std::unique_lock lock(mutex_);
+  const std::uint64_t target = enqueued_;
+  done_cv_.wait(lock, [&] { return completed_ >= target; });
+}
+
+void stream::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    try {
+      task();
+    } catch (const std::exception& e) {
+      errors_.report(e.what());
+    } catch (...) {
+      errors_.report("a host function threw a non-standard exception");
+    }
+    task = nullptr;  // release captures before reporting completion
+    lock.lock();
+    ++completed_;
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace htp::sim

@@ -1,0 +1,82 @@
+// The sim backend's streams and events: one worker thread per stream running its queue in order;
+// events as shared completion signals.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace htp::sim {
+
+/// A one-shot completion flag. Set once by the stream that reaches it; waited on by host threads
+/// and by other streams' workers.
+class signal {
+ public:
+  void set();
+  bool is_set() const;
+  void wait() const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool set_ = false;
+};
+
+/// A sim event: the signal of its most recent record (null when never recorded).
+class event {
+ public:
+  /// Replaces the capture with a fresh signal and returns it; the recording stream sets it.
+  std::shared_ptr<signal> arm();
+  /// The current capture, or null when never recorded.
+  std::shared_ptr<signal> current() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<signal> current_;
+};
+
+/// Collects the first error thrown by work on any stream of a device, like CUDA's sticky errors.
+class error_sink {
+ public:
+  void report(const std::string& what);
+  /// Throws htp::logic_error if an error was reported.
+  void rethrow() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::string first_;
+};
+
+/// A stream: a worker thread that runs queued tasks strictly in order.
+class stream {
+ public:
+  explicit stream(error_sink& errors);
+  ~stream();  ///< drains the queue, then joins the worker.
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+
+  /// Queues a task. Thread-safe.
+  void enqueue(std::function<void()> task);
+  /// Blocks until every task queued before this call has run.
+  void synchronize();
+
+ private:
+  void run();
+
+  error_sink& errors_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<void()>> queue_;
+  std::uint64_t enqueued_ = 0;
+  std::uint64_t completed_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace htp::sim

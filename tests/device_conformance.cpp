@@ -1,0 +1,283 @@
+// The device conformance suite: the same behaviour asserted of every backend.
+#include "device_fixture.hpp"
+
+#include <htp/checksum.hpp>
+#include <htp/error.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+using backends = ::testing::Types<sim_backend, cuda_backend>;
+struct backend_names {
+  template <typename T>
+  static std::string GetName(int) { return T::name; }
+};
+
+template <typename B>
+using device_conformance = device_test<B>;
+TYPED_TEST_SUITE(device_conformance, backends, backend_names);
+
+/// RAII for one allocation, so a failing assertion leaks nothing.
+struct buffer {
+  device& dev;
+  memory_kind kind;
+  std::size_t bytes;
+  void* ptr;
+  buffer(device& d, memory_kind k, std::size_t n) : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
+  ~buffer() { dev.deallocate(kind, ptr, bytes); }
+  unsigned char* bytes_at(std::size_t off) const { return static_cast<unsigned char*>(ptr) + off; }
+};
+
+TYPED_TEST(device_conformance, allocates_both_kinds_aligned) {
+  for (auto kind : {memory_kind::device, memory_kind::pinned_host}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{4096}, std::size_t{3} << 20}) {
+      void* p = this->dev->allocate(kind, n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % device::alignment, 0u) << to_string(kind) << " " << n;
+      this->dev->deallocate(kind, p, n);
+    }
+  }
+}
+
+TYPED_TEST(device_conformance, zero_bytes_is_invalid_argument) {
+  EXPECT_THROW(this->dev->allocate(memory_kind::device, 0), invalid_argument);
+  EXPECT_THROW(this->dev->allocate(memory_kind::pinned_host, 0), invalid_argument);
+}
+
+TYPED_TEST(device_conformance, oversize_request_is_out_of_memory) {
+  const std::size_t too_much = this->dev->properties().total_memory * 4;
+  try {
+    this->dev->allocate(memory_kind::device, too_much);
+    FAIL() << "allocating 4x the device's memory succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot allocate"), std::string::npos) << e.what();
+  }
+  // bad_alloc is the base, so generic handlers catch it.
+  EXPECT_THROW(this->dev->allocate(memory_kind::device, too_much), std::bad_alloc);
+  // The device still works afterwards.
+  buffer ok(*this->dev, memory_kind::device, 4096);
+  EXPECT_NE(ok.ptr, nullptr);
+}
+
+TYPED_TEST(device_conformance, releasing_foreign_or_mismatched_memory_is_invalid_argument) {
+  std::vector<unsigned char> foreign(4096);
+  EXPECT_THROW(this->dev->deallocate(memory_kind::device, foreign.data(), foreign.size()), invalid_argument);
+  void* p = this->dev->allocate(memory_kind::device, 4096);
+  EXPECT_THROW(this->dev->deallocate(memory_kind::device, p, 4095), invalid_argument);
+  EXPECT_THROW(this->dev->deallocate(memory_kind::pinned_host, p, 4096), invalid_argument);
+  this->dev->deallocate(memory_kind::device, p, 4096);  // still owned after the failed calls
+  EXPECT_THROW(this->dev->deallocate(memory_kind::device, p, 4096), invalid_argument);  // double
+}
+
+TYPED_TEST(device_conformance, copy_round_trip_preserves_bytes_at_odd_sizes_and_offsets) {
+  auto& d = *this->dev;
+  stream s(d);
+  const std::size_t cap = std::size_t{5} << 20;
+  buffer host_in(d, memory_kind::pinned_host, cap);
+  buffer host_out(d, memory_kind::pinned_host, cap);
+  buffer dmem(d, memory_kind::device, cap);
+  std::vector<unsigned char> pageable(cap);
+  std::uint64_t seed = 1;
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4099}, std::size_t{65537},
+                        (std::size_t{2} << 20) + 3, std::size_t{4} << 20}) {
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4096}}) {
+      if (off + n > cap) continue;
+      fill_pattern(host_in.bytes_at(off), n, ++seed);
+      std::memset(host_out.ptr, 0, cap);
+      d.copy_async(dmem.bytes_at(off), host_in.bytes_at(off), n, copy_direction::host_to_device, s);
+      d.copy_async(host_out.bytes_at(off), dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      // pageable host memory works too
+      d.copy_async(pageable.data() + off, dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      s.synchronize();
+      const auto want = checksum(host_in.bytes_at(off), n);
+      ASSERT_EQ(checksum(host_out.bytes_at(off), n), want) << "n=" << n << " off=" << off;
+      ASSERT_EQ(checksum(pageable.data() + off, n), want) << "pageable n=" << n << " off=" << off;
+    }
+  }
+}
+
+TYPED_TEST(device_conformance, device_to_device_and_host_to_host_copies) {
+  auto& d = *this->dev;
+  stream s(d);
+  const std::size_t n = 100003;
+  buffer a(d, memory_kind::device, n), b(d, memory_kind::device, n);
+  buffer h1(d, memory_kind::pinned_host, n), h2(d, memory_kind::pinned_host, n);
+  fill_pattern(h1.ptr, n, 99);
+  d.copy_async(a.ptr, h1.ptr, n, copy_direction::host_to_device, s);
+  d.copy_async(b.ptr, a.ptr, n, copy_direction::device_to_device, s);
+  d.copy_async(h2.ptr, b.ptr, n, copy_direction::device_to_host, s);
+  std::vector<unsigned char> h3(n);
+  d.copy_async(h3.data(), h2.ptr, n, copy_direction::host_to_host, s);
+  s.synchronize();
+  EXPECT_EQ(checksum(h3.data(), n), checksum(h1.ptr, n));
+}
+
+TYPED_TEST(device_conformance, bad_copies_are_invalid_argument) {
+  auto& d = *this->dev;
+  stream s(d);
+  buffer a(d, memory_kind::device, 4096);
+  buffer h(d, memory_kind::pinned_host, 4096);
+  EXPECT_THROW(d.copy_async(nullptr, h.ptr, 16, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(d.copy_async(a.ptr, nullptr, 16, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(d.copy_async(a.ptr, h.ptr, 0, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(d.copy_async(a.bytes_at(8), a.ptr, 64, copy_direction::device_to_device, s), invalid_argument);
+}
+
+TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
+  auto& d = *this->dev;
+  stream s(d);
+  buffer dmem(d, memory_kind::device, (std::size_t{1} << 20) + 16);
+  buffer result(d, memory_kind::pinned_host, sizeof(std::uint64_t));
+  std::vector<unsigned char> host(dmem.bytes);
+  for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{13}, std::size_t{4096} + 5, std::size_t{1} << 20}) {
+    for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {
+      d.fill_pattern_async(dmem.bytes_at(off), n, 1234 + n, s);
+      d.checksum_async(dmem.bytes_at(off), n, static_cast<std::uint64_t*>(result.ptr), s);
+      d.copy_async(host.data(), dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      s.synchronize();
+      std::vector<unsigned char> want(n);
+      fill_pattern(want.data(), n, 1234 + n);
+      ASSERT_EQ(std::memcmp(host.data(), want.data(), n), 0) << "fill n=" << n << " off=" << off;
+      ASSERT_EQ(*static_cast<std::uint64_t*>(result.ptr), checksum(want.data(), n)) << "n=" << n << " off=" << off;
+    }
+  }
+}
+
+TYPED_TEST(device_conformance, one_stream_runs_in_order) {
+  auto& d = *this->dev;
+  stream s(d);
+  std::vector<int> order;  // written only by host functions of one stream, in order
+  const std::size_t n = 1 << 20;
+  buffer h(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n), back(d, memory_kind::pinned_host, n);
+  for (int i = 0; i < 50; ++i) {
+    d.launch_host_func([&order, i] { order.push_back(i); }, s);
+  }
+  // A host function after a copy sees the copy's result.
+  fill_pattern(h.ptr, n, 5);
+  std::uint64_t seen = 0;
+  d.copy_async(dm.ptr, h.ptr, n, copy_direction::host_to_device, s);
+  d.copy_async(back.ptr, dm.ptr, n, copy_direction::device_to_host, s);
+  d.launch_host_func([&] { seen = checksum(back.ptr, n); }, s);
+  s.synchronize();
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_EQ(seen, checksum(h.ptr, n));
+}
+
+TYPED_TEST(device_conformance, events_order_work_across_streams) {
+  auto& d = *this->dev;
+  stream producer(d), consumer(d);
+  event ready(d);
+  const std::size_t n = 1 << 20;
+  buffer dm(d, memory_kind::device, n), out(d, memory_kind::pinned_host, n);
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  // The producer is held at the gate until the consumer's work is queued, so without the event
+  // the consumer would copy before the fill and see other bytes.
+  d.launch_host_func([opened] { opened.wait(); }, producer);
+  d.fill_pattern_async(dm.ptr, n, 77, producer);
+  ready.record(producer);
+  d.wait(ready, consumer);
+  d.copy_async(out.ptr, dm.ptr, n, copy_direction::device_to_host, consumer);
+  EXPECT_FALSE(ready.query());
+  gate.set_value();
+  consumer.synchronize();
+  EXPECT_TRUE(ready.query());
+  std::vector<unsigned char> want(n);
+  fill_pattern(want.data(), n, 77);
+  EXPECT_EQ(checksum(out.ptr, n), checksum(want.data(), n));
+}
+
+TYPED_TEST(device_conformance, event_query_and_synchronize) {
+  auto& d = *this->dev;
+  stream s(d);
+  event e(d);
+  EXPECT_TRUE(e.query()) << "a never-recorded event counts as complete";
+  d.wait(e, s);  // waiting on a never-recorded event is a no-op
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  d.launch_host_func([opened] { opened.wait(); }, s);
+  e.record(s);
+  EXPECT_FALSE(e.query());
+  gate.set_value();
+  e.synchronize();
+  EXPECT_TRUE(e.query());
+  // Re-recording replaces the capture.
+  std::promise<void> gate2;
+  auto opened2 = gate2.get_future().share();
+  d.launch_host_func([opened2] { opened2.wait(); }, s);
+  e.record(s);
+  EXPECT_FALSE(e.query());
+  gate2.set_value();
+  s.synchronize();
+  EXPECT_TRUE(e.query());
+}
+
+TYPED_TEST(device_conformance, host_functions_complete_in_stream_order_and_signal_events) {
+  auto& d = *this->dev;
+  stream s(d);
+  std::atomic<int> counter{0};
+  std::vector<int> seen(20, -1);
+  for (int i = 0; i < 20; ++i) {
+    d.launch_host_func([&, i] { seen[i] = counter.fetch_add(1); }, s);
+  }
+  event done(d);
+  done.record(s);
+  done.synchronize();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TYPED_TEST(device_conformance, many_threads_submit_copies_at_once) {
+  auto& d = *this->dev;
+  constexpr int threads = 8;
+  std::vector<std::thread> pool;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      stream s(d);
+      const std::size_t n = 64 * 1024 + static_cast<std::size_t>(t) * 17;
+      buffer in(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n), out(d, memory_kind::pinned_host, n);
+      for (int round = 0; round < 20; ++round) {
+        fill_pattern(in.ptr, n, static_cast<std::uint64_t>(t * 1000 + round));
+        d.copy_async(dm.ptr, in.ptr, n, copy_direction::host_to_device, s);
+        d.copy_async(out.ptr, dm.ptr, n, copy_direction::device_to_host, s);
+        s.synchronize();
+        if (checksum(out.ptr, n) != checksum(in.ptr, n)) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TYPED_TEST(device_conformance, memory_info_and_properties_are_consistent) {
+  const auto& p = this->dev->properties();
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GE(p.copy_engines, 1);
+  const auto before = this->dev->memory();
+  EXPECT_EQ(before.total_bytes, p.total_memory);
+  EXPECT_LE(before.free_bytes, before.total_bytes);
+  {
+    buffer b(*this->dev, memory_kind::device, std::size_t{64} << 20);
+    EXPECT_LT(this->dev->memory().free_bytes, before.free_bytes);
+  }
+}
+
+TYPED_TEST(device_conformance, pinned_memory_has_a_device_address) {
+  buffer h(*this->dev, memory_kind::pinned_host, 4096);
+  EXPECT_NE(this->dev->mapped_device_pointer(h.ptr), nullptr);
+  std::vector<unsigned char> foreign(16);
+  EXPECT_THROW(this->dev->mapped_device_pointer(foreign.data()), invalid_argument);
+}
+
+}  // namespace
+}  // namespace htp::test

@@ -1,0 +1,49 @@
+// Per-backend factories for the typed device conformance suite. The cuda instance skips, with the
+// reason, when no GPU is visible.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/sim_device.hpp>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+namespace htp::test {
+
+struct sim_backend {
+  static constexpr const char* name = "sim";
+  static std::unique_ptr<device> make(std::string*) {
+    sim_config c;
+    c.device_memory_bytes = std::size_t{256} << 20;
+    c.pinned_memory_bytes = std::size_t{256} << 20;
+    return make_sim_device(c);
+  }
+};
+
+struct cuda_backend {
+  static constexpr const char* name = "cuda";
+  static std::unique_ptr<device> make(std::string* skip_reason) {
+    std::string why;
+    if (cuda_device_count(&why) == 0) {
+      *skip_reason = "no GPU here (" + why + "); the cuda instance runs on a machine with one";
+      return nullptr;
+    }
+    return make_device(backend::cuda);
+  }
+};
+
+/// Fixture giving each test a fresh device `dev` of the backend, or skipping.
+template <typename Backend>
+class device_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    dev = Backend::make(&reason);
+    if (!dev) GTEST_SKIP() << reason;
+  }
+  std::unique_ptr<device> dev;
+};
+
+}  // namespace htp::test

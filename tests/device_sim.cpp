@@ -1,0 +1,141 @@
+// Behaviour specific to the sim backend: real concurrency between streams, capacity limits,
+// validation of device ranges, poison, sticky errors.
+#include <htp/checksum.hpp>
+#include <htp/error.hpp>
+#include <htp/sim_device.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+TEST(sim_device, streams_without_an_event_run_concurrently) {
+  auto dev = make_sim_device();
+  stream a(*dev), b(*dev);
+  std::promise<void> from_b;
+  auto arrived = from_b.get_future();
+  bool a_saw_b = false;
+  // a's function can only finish early if b's runs while a's is still running. The 60 s bound only
+  // stops a broken (serialising) build from hanging; it is never reached when streams are concurrent.
+  dev->launch_host_func([&] { a_saw_b = arrived.wait_for(std::chrono::seconds(60)) == std::future_status::ready; }, a);
+  dev->launch_host_func([&] { from_b.set_value(); }, b);
+  a.synchronize();
+  b.synchronize();
+  EXPECT_TRUE(a_saw_b);
+}
+
+TEST(sim_device, capacity_limit_gives_out_of_memory_with_numbers) {
+  sim_config c;
+  c.device_memory_bytes = 1 << 20;
+  auto dev = make_sim_device(c);
+  void* p = dev->allocate(memory_kind::device, 768 * 1024);
+  try {
+    dev->allocate(memory_kind::device, 512 * 1024);
+    FAIL() << "over capacity succeeded";
+  } catch (const out_of_memory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("524288"), std::string::npos) << m;  // the request
+    EXPECT_NE(m.find("786432"), std::string::npos) << m;  // what is in use
+    EXPECT_EQ(e.requested_bytes(), 512u * 1024);
+  }
+  EXPECT_EQ(dev->memory().free_bytes, (1u << 20) - 768 * 1024);
+  dev->deallocate(memory_kind::device, p, 768 * 1024);
+  EXPECT_EQ(dev->memory().free_bytes, 1u << 20);
+}
+
+TEST(sim_device, pinned_capacity_limit) {
+  sim_config c;
+  c.pinned_memory_bytes = 1 << 20;
+  auto dev = make_sim_device(c);
+  EXPECT_THROW(dev->allocate(memory_kind::pinned_host, (1 << 20) + 1), out_of_memory);
+  void* p = dev->allocate(memory_kind::pinned_host, 1 << 20);
+  dev->deallocate(memory_kind::pinned_host, p, 1 << 20);
+}
+
+TEST(sim_device, copies_outside_a_device_allocation_are_rejected) {
+  auto dev = make_sim_device();
+  stream s(*dev);
+  void* d = dev->allocate(memory_kind::device, 4096);
+  std::vector<unsigned char> host(8192);
+  // overruns the device allocation by one byte
+  EXPECT_THROW(dev->copy_async(d, host.data(), 4097, copy_direction::host_to_device, s), invalid_argument);
+  // host memory named as device memory
+  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_device, s), invalid_argument);
+  // device memory named as host memory
+  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_host, s), invalid_argument);
+  s.synchronize();
+  dev->deallocate(memory_kind::device, d, 4096);
+}
+
+TEST(sim_device, fresh_device_memory_is_poisoned) {
+  auto dev = make_sim_device();
+  auto* d = static_cast<unsigned char*>(dev->allocate(memory_kind::device, 1000));
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(d[i], 0xA5);
+  dev->deallocate(memory_kind::device, d, 1000);
+}
+
+TEST(sim_device, a_throwing_host_function_is_a_sticky_error) {
+  auto dev = make_sim_device();
+  stream s(*dev);
+  int after = 0;
+  dev->launch_host_func([] { throw std::runtime_error("kernel fault"); }, s);
+  dev->launch_host_func([&] { after = 1; }, s);  // later work still drains: nobody hangs
+  EXPECT_THROW(s.synchronize(), logic_error);
+  EXPECT_EQ(after, 1);
+  EXPECT_THROW(dev->synchronize_all(), logic_error);
+}
+
+TEST(sim_device, modelled_link_moves_correct_bytes) {
+  sim_config c;
+  c.h2d_bytes_per_second = 2'000'000'000;
+  c.d2h_bytes_per_second = 2'000'000'000;
+  c.copy_latency_ns = 1000;
+  auto dev = make_sim_device(c);
+  stream s1(*dev), s2(*dev);
+  const std::size_t n = 1 << 20;
+  std::vector<unsigned char> in(n), out1(n), out2(n);
+  fill_pattern(in.data(), n, 3);
+  void* d = dev->allocate(memory_kind::device, n);
+  dev->copy_async(d, in.data(), n, copy_direction::host_to_device, s1);
+  event e(*dev);
+  e.record(s1);
+  dev->wait(e, s2);
+  dev->copy_async(out1.data(), d, n, copy_direction::device_to_host, s2);
+  dev->copy_async(out2.data(), d, n, copy_direction::device_to_host, s1);
+  dev->synchronize_all();
+  EXPECT_EQ(checksum(out1.data(), n), checksum(in.data(), n));
+  EXPECT_EQ(checksum(out2.data(), n), checksum(in.data(), n));
+  dev->deallocate(memory_kind::device, d, n);
+}
+
+TEST(sim_device, unknown_streams_and_events_are_invalid_argument) {
+  auto dev = make_sim_device();
+  int not_a_stream = 0;
+  EXPECT_THROW(dev->launch_host_func([] {}, stream_ref{&not_a_stream}), invalid_argument);
+  EXPECT_THROW(dev->query(event_ref{&not_a_stream}), invalid_argument);
+}
+
+TEST(sim_device, bad_config_is_invalid_argument) {
+  sim_config c;
+  c.device_memory_bytes = 0;
+  EXPECT_THROW(make_sim_device(c), invalid_argument);
+  sim_config c2;
+  c2.copy_engines = 0;
+  EXPECT_THROW(make_sim_device(c2), invalid_argument);
+}
+
+TEST(make_device, automatic_falls_back_to_sim_without_a_gpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present; automatic picks cuda here";
+  auto dev = make_device(backend::automatic);
+  EXPECT_EQ(dev->properties().kind, backend::sim);
+  EXPECT_THROW(make_device(backend::cuda), invalid_argument);
+}
+
+}  // namespace
+}  // namespace htp::test
