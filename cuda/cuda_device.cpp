@@ -5,6 +5,7 @@
 
 #include "cuda_kernels.hpp"
 
+#include <cuda.h>  // types of the driver entry points only; nothing links libcuda
 #include <cuda_runtime.h>
 
 #include <map>
@@ -47,6 +48,7 @@ class cuda_device final : public device {
     props_.compute_capability_minor = p.minor;
     props_.can_map_host_memory = p.canMapHostMemory != 0;
     HTP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
+    load_stream_memops();
   }
 
   ~cuda_device() override {
@@ -224,6 +226,23 @@ class cuda_device final : public device {
     HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
   }
 
+  void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    current();
+    check_driver(write_value32_(native(s), device_address(word), value, 0 /*DEFAULT*/),
+                 "cuStreamWriteValue32");
+  }
+
+  void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    current();
+    check_driver(wait_value32_(native(s), device_address(word), value, 0 /*GEQ, wrap-safe*/),
+                 "cuStreamWaitValue32");
+  }
+
+  void write_value(std::uint32_t* word, std::uint32_t value) override {
+    // A plain store to mapped pinned memory; the fence makes it visible to the GPU's poll.
+    __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+  }
+
   void synchronize_all() override {
     current();
     HTP_CUDA_TRY(cudaDeviceSynchronize());
@@ -240,6 +259,38 @@ class cuda_device final : public device {
   }
 
   void current() const { HTP_CUDA_TRY(cudaSetDevice(ordinal_)); }
+
+  CUdeviceptr device_address(const std::uint32_t* word) const {
+    void* d = mapped_device_pointer(const_cast<std::uint32_t*>(word));
+    return reinterpret_cast<CUdeviceptr>(d);
+  }
+
+  static void check_driver(CUresult r, const char* call) {
+    if (r != CUDA_SUCCESS) {
+      throw cuda_error(static_cast<int>(r), detail::concat("CUresult ", static_cast<int>(r)), call,
+                       __FILE__, __LINE__, "stream memory operation failed");
+    }
+  }
+
+  /// The driver's stream memory operations, looked up at run time so htp links no libcuda.
+  void load_stream_memops() {
+    cudaDriverEntryPointQueryResult found{};
+    void* fn = nullptr;
+    HTP_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
+                                                  cudaEnableDefault, &found));
+    HTP_EXPECTS(found == cudaDriverEntryPointSuccess && fn != nullptr, invalid_argument,
+                "the CUDA driver has no cuStreamWaitValue32; update the driver to 12.0 or later");
+    wait_value32_ = reinterpret_cast<memop_fn>(fn);
+    HTP_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
+                                                  cudaEnableDefault, &found));
+    HTP_EXPECTS(found == cudaDriverEntryPointSuccess && fn != nullptr, invalid_argument,
+                "the CUDA driver has no cuStreamWriteValue32; update the driver to 12.0 or later");
+    write_value32_ = reinterpret_cast<memop_fn>(fn);
+  }
+
+  using memop_fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  memop_fn wait_value32_ = nullptr;
+  memop_fn write_value32_ = nullptr;
 
   int ordinal_;
   device_properties props_;

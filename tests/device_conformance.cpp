@@ -279,5 +279,34 @@ TYPED_TEST(device_conformance, pinned_memory_has_a_device_address) {
   EXPECT_THROW(this->dev->mapped_device_pointer(foreign.data()), invalid_argument);
 }
 
+TYPED_TEST(device_conformance, a_stream_waits_on_a_value_written_later_by_another_stream) {
+  auto& d = *this->dev;
+  stream writer(d), waiter(d);
+  buffer word(d, memory_kind::pinned_host, sizeof(std::uint32_t));
+  auto* flag = static_cast<std::uint32_t*>(word.ptr);
+  d.write_value(flag, 0);
+  const std::size_t n = 1 << 16;
+  buffer dm(d, memory_kind::device, n), out(d, memory_kind::pinned_host, n);
+  // The waiter's dependency is queued before the producer's work even exists.
+  d.wait_value_async(flag, 1, waiter);
+  d.copy_async(out.ptr, dm.ptr, n, copy_direction::device_to_host, waiter);
+  event copied(d);
+  copied.record(waiter);
+  EXPECT_FALSE(copied.query());
+  d.fill_pattern_async(dm.ptr, n, 31, writer);
+  d.write_value_async(flag, 1, writer);
+  copied.synchronize();
+  std::vector<unsigned char> want(n);
+  fill_pattern(want.data(), n, 31);
+  EXPECT_EQ(checksum(out.ptr, n), checksum(want.data(), n));
+  // A host write also releases a waiting stream; values compare wrap-safely.
+  d.wait_value_async(flag, 3, waiter);
+  event second(d);
+  second.record(waiter);
+  d.write_value(flag, 3);
+  second.synchronize();
+  EXPECT_EQ(*flag, 3u);
+}
+
 }  // namespace
 }  // namespace htp::test

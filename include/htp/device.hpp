@@ -160,6 +160,20 @@ class device {
   /// pointer or zero bytes.
   virtual void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
                                   stream_ref s) = 0;
+  // ---- stream memory operations -----------------------------------------------------------
+  // A 32-bit word of pinned host memory (from allocate(pinned_host, ...)) that streams write and
+  // wait on, so a stream can depend on work that has not been issued yet (an event cannot: waiting
+  // on an event recorded later is a no-op). The transfer engine uses this to order the compute
+  // stream behind a copy the token bucket has not released yet. Comparisons are wrap-safe:
+  // "reached" means (int32_t)(*word - value) >= 0.
+  /// Queues a write of `value` to `*word` on `s` (cuStreamWriteValue32 on cuda).
+  virtual void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) = 0;
+  /// Makes later work on `s` wait until `*word` has reached `value` (cuStreamWaitValue32 on cuda).
+  /// Does not block the host. The word must be written by a stream or by write_value.
+  virtual void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) = 0;
+  /// Stores `value` into `*word` from the host now, waking streams that wait on it. Thread-safe.
+  virtual void write_value(std::uint32_t* word, std::uint32_t value) = 0;
+
   /// Blocks until all work on every stream of this device has completed.
   virtual void synchronize_all() = 0;
 };

@@ -7,6 +7,8 @@
 #include "sim/sim_link.hpp"
 #include "sim/sim_stream.hpp"
 
+#include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -210,6 +212,30 @@ class sim_device final : public device {
     get(s).enqueue([ptr, bytes, seed] { fill_pattern(ptr, bytes, seed); });
   }
 
+  void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    check_word(word);
+    get(s).enqueue([this, word, value] { write_value(word, value); });
+  }
+
+  void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    check_word(word);
+    get(s).enqueue([this, word, value] {
+      std::unique_lock lock(values_mutex_);
+      values_cv_.wait(lock, [&] {
+        return static_cast<std::int32_t>(
+                   __atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0;
+      });
+    });
+  }
+
+  void write_value(std::uint32_t* word, std::uint32_t value) override {
+    {
+      std::lock_guard lock(values_mutex_);
+      __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    }
+    values_cv_.notify_all();
+  }
+
   void synchronize_all() override {
     std::vector<sim::stream*> all;
     {
@@ -240,6 +266,15 @@ class sim_device final : public device {
     HTP_EXPECTS(it != events_.end(), invalid_argument, "event ", e.native,
                 " was not created by this sim device (or was destroyed)");
     return *it->second;
+  }
+
+  void check_word(const std::uint32_t* word) const {
+    std::lock_guard lock(memory_mutex_);
+    const allocation* a = find_containing(word, sizeof(std::uint32_t));
+    HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host &&
+                    reinterpret_cast<std::uintptr_t>(word) % alignof(std::uint32_t) == 0,
+                invalid_argument, "stream value word ", static_cast<const void*>(word),
+                " must be an aligned 32-bit word inside pinned host memory of this device");
   }
 
   /// The allocation holding [p, p + bytes), or null. Caller holds memory_mutex_.
@@ -294,6 +329,9 @@ class sim_device final : public device {
   mutable std::mutex memory_mutex_;
   std::map<void*, allocation> allocations_;
   std::size_t used_[2] = {0, 0};
+
+  std::mutex values_mutex_;  // guards the wake-up of streams waiting on value words
+  std::condition_variable values_cv_;
 
   std::mutex objects_mutex_;
   std::map<void*, std::unique_ptr<sim::stream>> streams_;

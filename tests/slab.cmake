@@ -1,0 +1,1 @@
+# Tests of the slab allocator: htp_add_test(...)

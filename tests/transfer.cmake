@@ -1,0 +1,1 @@
+# Tests of the transfer engine: htp_add_test(...)
