@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The one script for a machine with an NVIDIA GPU and no package registry (see docs/gpu.md).
+# Usage: scripts/gpu-check.sh OUT_DIR
+# Uses build-gpu/ (made by scripts/gpu-build.sh elsewhere and carried here) or, when absent and the
+# dependencies are installed, builds it. Runs every test binary (the cuda conformance instance runs
+# for real here), the benchmarks, and compute-sanitizer on the device tests when it works; writes
+# logs and JSON under OUT_DIR (at most 8 files) and prints a summary last.
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
+mkdir -p "$out"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export PATH=/usr/local/cuda/bin:$PATH
+build=build-gpu
+if [[ ! -d $build/tests ]]; then
+  echo "gpu-check: no carried build-gpu/; building here"
+  bash scripts/gpu-build.sh >"$out/build.log" 2>&1 || { echo "gpu-check: build failed, see build.log"; tail -30 "$out/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=$root/$build/lib:${LD_LIBRARY_PATH:-}
+
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+{
+  echo "== $(date -u +%FT%TZ) =="
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem --format=csv 2>&1
+  nvidia-smi topo -m 2>&1 | head -5
+} >"$out/gpu.txt"
+note "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+
+# ---- tests ---------------------------------------------------------------------------------------
+failed=0
+: >"$out/tests.log"
+for t in "$build"/tests/test_*; do
+  [[ -x $t ]] || continue
+  name=$(basename "$t")
+  if timeout 600 "$t" >>"$out/tests.log" 2>&1; then
+    note "PASS $name ($(grep -c '^\[       OK \]' <(timeout 600 "$t" --gtest_brief=0 2>/dev/null) 2>/dev/null || true) ok)"
+  else
+    note "FAIL $name"
+    failed=1
+  fi
+done
+note "skipped tests: $(grep -c '^\[  SKIPPED \]' "$out/tests.log" || true)"
+
+# ---- compute-sanitizer on the stream-ordering tests ------------------------------------------------
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for tool in memcheck racecheck; do
+    if timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_device" \
+        --gtest_filter='*cuda*' >>"$out/sanitizer.log" 2>&1; then
+      note "compute-sanitizer $tool: clean"
+    else
+      note "compute-sanitizer $tool: FAILED or unsupported (see sanitizer.log)"
+    fi
+  done
+fi
+
+# ---- benchmarks ----------------------------------------------------------------------------------
+run_bench() {  # run_bench NAME ARGS...
+  local bin=$build/bench/$1
+  shift
+  [[ -x $bin ]] || { note "bench $(basename "$bin"): not built"; return; }
+  if timeout 300 "$bin" "$@" >>"$out/bench.log" 2>&1; then
+    note "bench $(basename "$bin"): ok"
+  else
+    note "bench $(basename "$bin"): FAILED (see bench.log)"
+    failed=1
+  fi
+}
+run_bench htp-bandwidth --backend cuda --json "$out/bandwidth.json"
+run_bench htp-transfer-bench --backend cuda --json "$out/transfer.json"
+run_bench htp-slab-bench --benchmark_min_time=0.05 --benchmark_out="$out/slab.json" --benchmark_out_format=json
+
+echo
+echo "---- summary ----"
+cat "$summary"
+tail -40 "$out/bench.log" 2>/dev/null
+exit $failed
