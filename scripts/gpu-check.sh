@@ -35,12 +35,15 @@ failed=0
 for t in "$build"/tests/test_*; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
-  if timeout 600 "$t" >>"$out/tests.log" 2>&1; then
-    note "PASS $name ($(grep -c '^\[       OK \]' <(timeout 600 "$t" --gtest_brief=0 2>/dev/null) 2>/dev/null || true) ok)"
+  log=$(mktemp)
+  if timeout 600 "$t" >"$log" 2>&1; then
+    note "PASS $name: $(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  SKIPPED \]' "$log") skipped"
   else
     note "FAIL $name"
     failed=1
   fi
+  cat "$log" >>"$out/tests.log"
+  rm -f "$log"
 done
 note "skipped tests: $(grep -c '^\[  SKIPPED \]' "$out/tests.log" || true)"
 
