@@ -1,1 +1,4 @@
-# Benchmarks of the transfer engine
+# Benchmarks of the transfer engine (issue 4).
+add_executable(htp-transfer-bench transfer_bench.cpp)
+target_link_libraries(htp-transfer-bench PRIVATE htp::htp CLI11::CLI11 nlohmann_json::nlohmann_json htp_logging)
+htp_target_warnings(htp-transfer-bench)

@@ -1,0 +1,222 @@
+// The transfer engine: moves bytes between host and HBM predictably, on top of htp::device.
+//
+// Note [Transfer engine]
+// - Two streams owned by the engine: `prefetch` carries host-to-device copies, `reduction` carries
+//   device-to-host write-backs and device-to-device (compaction) copies. The caller's compute
+//   stream is the third; it waits on the engine through wait_on(), never on the host.
+// - A request is split into chunks (config.chunk_bytes, 2 MiB by default). A dispatcher thread per
+//   stream issues one chunk at a time: the highest-priority queued request first (fault, prefetch,
+//   write-back, compaction; first come first served within a class), only after the chunk's bytes
+//   were taken from the direction's token bucket, and only while fewer than
+//   config.max_in_flight_chunks chunks are outstanding on that stream. Copy engines serve copies in
+//   order whatever the stream priority, so this bound is what lets an urgent fault overtake a long
+//   prefetch: it waits for at most the chunks already in flight.
+// - Completion without the host: each request owns a 32-bit word of pinned memory and a generation
+//   number. The dispatcher queues write_value_async(word, generation) behind the request's last
+//   chunk; wait_on() queues wait_value_async(word, generation) on the compute stream, which works
+//   even before the last chunk has been issued. A cancelled or failed request has its word written
+//   from the host so no stream waits forever.
+// See docs/transfer_engine.md for the design note and measured numbers.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/latency_histogram.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace htp {
+
+/// Priority classes, highest first.
+enum class transfer_priority : int { fault = 0, prefetch = 1, writeback = 2, compaction = 3 };
+inline constexpr std::size_t transfer_priority_count = 4;
+/// Returns "fault", "prefetch", "writeback" or "compaction".
+const char* to_string(transfer_priority p) noexcept;
+
+/// A range of memory the engine may write into. Non-owning.
+struct memory_region {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// Rate limits of one host link direction (H2D or D2H).
+struct transfer_link_config {
+  /// The cap in bytes per second. Unset: config.default_cap_fraction (80%) of the link peak.
+  /// An explicit value (e.g. 1'000'000'000 for 1 GB/s) overrides it; 0 is invalid.
+  std::optional<std::uint64_t> rate_bytes_per_second;
+  /// The link's peak in bytes per second. Unset: measured at construction by a short calibration;
+  /// setting it skips the calibration for this direction.
+  std::optional<std::uint64_t> link_bytes_per_second;
+  /// No cap at all (the bucket lets every chunk through at once).
+  bool unlimited = false;
+  /// Burst in bytes; 0 means two chunks. Must hold at least one chunk.
+  std::uint64_t burst_bytes = 0;
+};
+
+/// What the dispatcher reports as it issues each chunk (test hook, tracing).
+struct transfer_chunk_info {
+  std::uint64_t request_id = 0;
+  std::size_t chunk_index = 0;
+  std::size_t chunk_count = 0;
+  std::size_t bytes = 0;
+  transfer_priority priority = transfer_priority::prefetch;
+  copy_direction direction = copy_direction::host_to_device;
+};
+
+/// Configuration of a transfer engine.
+struct transfer_config {
+  std::size_t chunk_bytes = std::size_t{2} << 20;  ///< chunk size; > 0.
+  std::size_t max_in_flight_chunks = 3;            ///< per stream; >= 1.
+  transfer_link_config h2d;                        ///< host-to-device limits.
+  transfer_link_config d2h;                        ///< device-to-host limits.
+  double default_cap_fraction = 0.8;               ///< cap = fraction x link peak; in (0, 1].
+  std::size_t calibration_bytes = std::size_t{32} << 20;  ///< size of each calibration copy.
+  int calibration_repeats = 3;                     ///< timed copies per direction (after a warm-up).
+  /// Device memory (HBM) that H2D and D2D copies may write into. A destination outside every
+  /// region is rejected.
+  std::vector<memory_region> device_memory;
+  /// Host memory that D2H copies may write into.
+  std::vector<memory_region> host_memory;
+  /// Called on a dispatcher thread, under the engine's lock, as each chunk is issued. Must be
+  /// quick and must not call into the engine. Empty: nothing is called.
+  std::function<void(const transfer_chunk_info&)> on_chunk_issued;
+  /// Finished requests whose status and latency stay queryable; older ones report `expired`.
+  std::size_t history = 65536;
+};
+
+/// A request's handle: a value, never reused by one engine. Default-constructed tickets are null.
+struct transfer_ticket {
+  std::uint64_t id = 0;
+  explicit operator bool() const noexcept { return id != 0; }
+  friend bool operator==(transfer_ticket a, transfer_ticket b) noexcept { return a.id == b.id; }
+  friend bool operator!=(transfer_ticket a, transfer_ticket b) noexcept { return a.id != b.id; }
+};
+
+enum class transfer_status {
+  queued,     ///< no chunk issued yet; cancellable.
+  in_flight,  ///< some chunks issued, not all complete.
+  complete,   ///< every byte has arrived.
+  cancelled,  ///< cancelled before any chunk was issued; nothing was copied.
+  failed,     ///< the device rejected a chunk; wait() rethrows the reason.
+  expired,    ///< finished long ago; its record left the history.
+};
+const char* to_string(transfer_status s) noexcept;
+
+/// Counters of one copy direction.
+struct transfer_direction_metrics {
+  std::uint64_t bytes = 0;                 ///< bytes whose chunks have completed.
+  std::uint64_t chunks = 0;                ///< chunks completed.
+  std::uint64_t busy_ns = 0;               ///< time with at least one chunk in flight.
+  double achieved_gbps = 0;                ///< bytes / busy time, in GB/s (1e9 bytes/s).
+  double utilization = 0;                  ///< achieved / link peak (0 when the peak is unknown).
+  std::uint64_t token_wait_ns = 0;         ///< time the dispatcher waited for tokens.
+  std::uint64_t rate_cap_bytes_per_second = 0;  ///< current cap; 0 when unlimited or not limited.
+  std::uint64_t link_peak_bytes_per_second = 0; ///< calibrated or configured link peak.
+};
+
+/// Counters of one priority class.
+struct transfer_class_metrics {
+  std::size_t queue_depth = 0;   ///< requests queued or partly issued now.
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t failed = 0;
+  latency_summary latency;       ///< submission to completion, completed requests only.
+};
+
+/// A snapshot of the engine's counters.
+struct transfer_metrics {
+  transfer_direction_metrics h2d;
+  transfer_direction_metrics d2h;
+  transfer_direction_metrics d2d;
+  std::array<transfer_class_metrics, transfer_priority_count> classes{};
+  std::uint64_t elapsed_ns = 0;  ///< since construction.
+};
+
+/// Measures the copy bandwidth of `direction` (H2D or D2H) with pinned host memory: one warm-up
+/// copy of `bytes`, then `repeats` timed ones on a stream of its own. Allocates and frees its own
+/// buffers. Synchronous; meant for start-up and benchmarks. Returns bytes per second (>= 1).
+/// @throws htp::invalid_argument if bytes == 0, repeats < 1 or direction is not H2D or D2H;
+/// htp::out_of_memory if the buffers cannot be allocated.
+std::uint64_t measure_copy_bandwidth(device& dev, copy_direction direction, std::size_t bytes,
+                                     int repeats);
+
+/// The transfer engine. Thread-safety: every member may be called from any thread concurrently.
+/// Lifetime: `dev` must outlive the engine; the memory regions must stay valid while requests on
+/// them are queued or in flight. The destructor cancels queued requests, lets partly issued ones
+/// finish (at the configured rate), joins its threads, and frees everything it allocated.
+class transfer_engine {
+ public:
+  /// Creates the streams, events and value words, and calibrates each direction whose link rate
+  /// the config does not give (a few copies of config.calibration_bytes; tens of ms).
+  /// @throws htp::invalid_argument on a bad config (chunk_bytes 0, max_in_flight_chunks 0, a rate
+  /// of 0, a burst smaller than a chunk, a cap fraction outside (0, 1]).
+  explicit transfer_engine(device& dev, transfer_config config = {});
+  ~transfer_engine();
+  transfer_engine(const transfer_engine&) = delete;
+  transfer_engine& operator=(const transfer_engine&) = delete;
+
+  /// Queues a copy of `bytes` from `src` to `dst`; returns at once. `direction` H2D goes on the
+  /// prefetch stream; D2H and D2D on the reduction stream. Both ranges must stay valid until the
+  /// request completes. Nothing is issued when it throws.
+  /// @throws htp::invalid_argument on a null pointer, zero bytes, overlapping ranges, direction
+  /// H2H, or a destination not inside one region the engine was given.
+  transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                         transfer_priority priority);
+
+  /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
+  /// waiting on it (wait_on) are released; nothing was copied.
+  /// @throws htp::invalid_argument for a ticket this engine never returned.
+  bool cancel(transfer_ticket t);
+
+  /// Makes work queued on `compute` after this call wait until the request has completed, without
+  /// blocking the host, even if its chunks have not been issued yet. A no-op for a request that has
+  /// already finished; a cancelled or failed request releases the stream (check status()).
+  /// @throws htp::invalid_argument for an unknown ticket or a null stream.
+  void wait_on(transfer_ticket t, stream_ref compute);
+
+  /// Blocks the calling host thread until the request has finished.
+  /// @throws htp::invalid_argument for an unknown ticket; htp::logic_error if it failed (the
+  /// message says why).
+  void wait(transfer_ticket t);
+
+  /// Blocks until every request submitted so far has finished.
+  void drain();
+
+  /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
+  bool is_complete(transfer_ticket t) const;
+  /// The request's state. @throws htp::invalid_argument for an unknown ticket.
+  transfer_status status(transfer_ticket t) const;
+  /// Submission-to-completion time of a completed request; nullopt otherwise (or once expired).
+  std::optional<std::chrono::nanoseconds> latency(transfer_ticket t) const;
+
+  /// Sets the cap of `direction` (H2D or D2H) from now on. @throws htp::invalid_argument if
+  /// bytes_per_second == 0 or the direction has no link (D2D, H2H).
+  void set_rate(copy_direction direction, std::uint64_t bytes_per_second);
+  /// Removes the cap of `direction` (H2D or D2H).
+  void set_unlimited(copy_direction direction);
+
+  /// A consistent snapshot of the counters.
+  transfer_metrics metrics() const;
+  /// The calibrated (or configured) link peak of H2D or D2H, bytes per second.
+  std::uint64_t link_peak(copy_direction direction) const;
+
+  /// The engine's H2D stream. Valid for the engine's lifetime; do not destroy it.
+  stream_ref prefetch_stream() const noexcept;
+  /// The engine's D2H / D2D stream. Valid for the engine's lifetime; do not destroy it.
+  stream_ref reduction_stream() const noexcept;
+  /// The configuration, with defaults resolved (rates, bursts, link peaks filled in).
+  const transfer_config& config() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace htp

@@ -1,0 +1,563 @@
+// The transfer engine: request bookkeeping, one dispatcher and one completer thread per stream.
+// See Note [Transfer engine] in include/htp/transfer_engine.hpp.
+#include <htp/transfer_engine.hpp>
+
+#include <htp/detail/check.hpp>
+#include <htp/error.hpp>
+#include <htp/token_bucket.hpp>
+
+#include "transfer/value_word_pool.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+namespace htp {
+
+const char* to_string(transfer_priority p) noexcept {
+  switch (p) {
+    case transfer_priority::fault: return "fault";
+    case transfer_priority::prefetch: return "prefetch";
+    case transfer_priority::writeback: return "writeback";
+    case transfer_priority::compaction: return "compaction";
+  }
+  return "?";
+}
+
+const char* to_string(transfer_status s) noexcept {
+  switch (s) {
+    case transfer_status::queued: return "queued";
+    case transfer_status::in_flight: return "in_flight";
+    case transfer_status::complete: return "complete";
+    case transfer_status::cancelled: return "cancelled";
+    case transfer_status::failed: return "failed";
+    case transfer_status::expired: return "expired";
+  }
+  return "?";
+}
+
+namespace {
+
+std::int64_t now_ns() { return token_bucket::steady_clock_ns(); }
+
+struct request {
+  std::uint64_t id = 0;
+  char* dst = nullptr;
+  const char* src = nullptr;
+  std::size_t bytes = 0;
+  copy_direction direction = copy_direction::host_to_device;
+  transfer_priority priority = transfer_priority::prefetch;
+  std::size_t chunk_count = 0;
+  std::size_t issued = 0;  // chunks issued
+  std::size_t done = 0;    // chunks completed
+  bool failed = false;
+  std::string error;
+  transfer::value_word word;
+  std::int64_t submit_ns = 0;
+};
+using request_ptr = std::shared_ptr<request>;
+
+struct finished_record {
+  transfer_status status = transfer_status::complete;
+  std::int64_t latency_ns = 0;
+  std::string error;
+};
+
+struct in_flight_chunk {
+  event_ref ev;
+  request_ptr req;
+  std::size_t bytes = 0;
+};
+
+std::size_t dir_index(copy_direction d) {
+  switch (d) {
+    case copy_direction::host_to_device: return 0;
+    case copy_direction::device_to_host: return 1;
+    default: return 2;
+  }
+}
+
+}  // namespace
+
+/// One stream with its dispatcher and completer. Lane 0: prefetch (H2D); lane 1: reduction (D2H,
+/// D2D). Everything but the owned objects is guarded by impl::mutex_.
+struct lane {
+  lane(device& dev, std::uint64_t rate, std::uint64_t burst) : stream_(dev), bucket(rate, burst) {}
+  stream stream_;
+  token_bucket bucket;  // the host link direction of this lane (D2D chunks take no tokens)
+  std::array<std::deque<request_ptr>, transfer_priority_count> queues;
+  std::deque<in_flight_chunk> in_flight;
+  std::vector<event> events;
+  std::vector<event_ref> free_events;
+  std::condition_variable dispatch_cv;
+  std::condition_variable complete_cv;
+  bool dispatcher_done = false;
+  std::int64_t busy_since = 0;
+  std::uint64_t busy_ns = 0;
+  std::uint64_t token_wait_ns = 0;
+  std::uint64_t link_peak = 0;
+  std::thread dispatcher;
+  std::thread completer;
+};
+
+struct transfer_engine::impl {
+  impl(device& d, transfer_config c);
+  ~impl();
+
+  void dispatch_loop(lane& l);
+  void complete_loop(lane& l);
+  request* pick(lane& l);
+  void issue_chunk(lane& l, const request_ptr& r);
+  void fail_locked(const request_ptr& r, std::string why);
+  void finish_locked(const request_ptr& r, transfer_status st);
+  void remove_from_queue(lane& l, const request_ptr& r);
+  lane& lane_of(copy_direction d) { return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1]; }
+  lane& link_lane(copy_direction d, const char* what);
+  transfer_status status_locked(std::uint64_t id) const;
+  void check_destination(const void* dst, std::size_t bytes, copy_direction d) const;
+
+  device& dev;
+  transfer_config cfg;
+  std::int64_t start_ns = now_ns();
+
+  mutable std::mutex mutex_;
+  std::condition_variable finished_cv;
+  bool stopping = false;
+  std::uint64_t next_id = 1;
+  std::unordered_map<std::uint64_t, request_ptr> live;
+  std::map<std::uint64_t, finished_record> history;
+  transfer::value_word_pool words;
+  std::array<std::uint64_t, 3> bytes_done{};
+  std::array<std::uint64_t, 3> chunks_done{};
+  std::array<transfer_class_metrics, transfer_priority_count> classes{};
+  std::array<latency_histogram, transfer_priority_count> latencies{};
+  std::array<std::unique_ptr<lane>, 2> lanes;
+};
+
+namespace {
+
+std::uint64_t resolve_link(device& dev, const transfer_config& c, transfer_link_config& link,
+                           copy_direction d) {
+  if (!link.link_bytes_per_second)
+    link.link_bytes_per_second = measure_copy_bandwidth(dev, d, c.calibration_bytes, c.calibration_repeats);
+  if (!link.rate_bytes_per_second)
+    link.rate_bytes_per_second = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(static_cast<double>(*link.link_bytes_per_second) * c.default_cap_fraction));
+  if (link.burst_bytes == 0) link.burst_bytes = 2 * static_cast<std::uint64_t>(c.chunk_bytes);
+  return *link.link_bytes_per_second;
+}
+
+void validate(const transfer_config& c) {
+  HTP_EXPECTS(c.chunk_bytes > 0, invalid_argument, "transfer_config: chunk_bytes must be > 0");
+  HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
+              "transfer_config: max_in_flight_chunks must be >= 1");
+  HTP_EXPECTS(c.default_cap_fraction > 0 && c.default_cap_fraction <= 1, invalid_argument,
+              "transfer_config: default_cap_fraction ", c.default_cap_fraction, " is not in (0, 1]");
+  for (const auto* l : {&c.h2d, &c.d2h}) {
+    const char* name = l == &c.h2d ? "h2d" : "d2h";
+    HTP_EXPECTS(!l->rate_bytes_per_second || *l->rate_bytes_per_second > 0, invalid_argument,
+                "transfer_config.", name, ": a rate of 0 bytes/s would never move a byte; set "
+                "unlimited for no cap");
+    HTP_EXPECTS(!l->link_bytes_per_second || *l->link_bytes_per_second > 0, invalid_argument,
+                "transfer_config.", name, ": a link rate of 0 bytes/s is not a link");
+    HTP_EXPECTS(l->burst_bytes == 0 || l->burst_bytes >= c.chunk_bytes, invalid_argument,
+                "transfer_config.", name, ": burst of ", l->burst_bytes,
+                " bytes cannot hold one chunk of ", c.chunk_bytes, " bytes");
+  }
+  HTP_EXPECTS(c.calibration_bytes > 0 && c.calibration_repeats >= 1, invalid_argument,
+              "transfer_config: calibration needs bytes > 0 and repeats >= 1");
+}
+
+}  // namespace
+
+transfer_engine::impl::impl(device& d, transfer_config c) : dev(d), cfg(std::move(c)), words(d) {
+  validate(cfg);
+  const std::uint64_t peak[2] = {resolve_link(dev, cfg, cfg.h2d, copy_direction::host_to_device),
+                                 resolve_link(dev, cfg, cfg.d2h, copy_direction::device_to_host)};
+  const transfer_link_config* links[2] = {&cfg.h2d, &cfg.d2h};
+  for (std::size_t i = 0; i < 2; ++i) {
+    lanes[i] = std::make_unique<lane>(dev, *links[i]->rate_bytes_per_second, links[i]->burst_bytes);
+    lane& l = *lanes[i];
+    l.bucket.set_unlimited(links[i]->unlimited);
+    l.link_peak = peak[i];
+    for (std::size_t k = 0; k < cfg.max_in_flight_chunks; ++k) {
+      l.events.emplace_back(dev);
+      l.free_events.push_back(l.events.back().ref());
+    }
+  }
+  for (auto& l : lanes) {
+    l->dispatcher = std::thread([this, p = l.get()] { dispatch_loop(*p); });
+    l->completer = std::thread([this, p = l.get()] { complete_loop(*p); });
+  }
+}
+
+transfer_engine::impl::~impl() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping = true;
+    for (auto& l : lanes) {
+      for (auto& q : l->queues) {
+        std::deque<request_ptr> keep;
+        for (auto& r : q) {
+          if (r->issued == 0 && !r->failed) {
+            dev.write_value(r->word.word, r->word.generation);
+            finish_locked(r, transfer_status::cancelled);
+          } else {
+            keep.push_back(r);
+          }
+        }
+        q.swap(keep);
+      }
+      l->dispatch_cv.notify_all();
+    }
+  }
+  for (auto& l : lanes) l->dispatcher.join();
+  for (auto& l : lanes) l->completer.join();
+  for (auto& l : lanes) {
+    try {
+      l->stream_.synchronize();
+    } catch (...) {  // a sticky device error; nothing more to do at shutdown
+    }
+  }
+}
+
+request* transfer_engine::impl::pick(lane& l) {
+  for (auto& q : l.queues)
+    if (!q.empty()) return q.front().get();
+  return nullptr;
+}
+
+void transfer_engine::impl::remove_from_queue(lane& l, const request_ptr& r) {
+  auto& q = l.queues[static_cast<std::size_t>(r->priority)];
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (*it == r) {
+      q.erase(it);
+      return;
+    }
+  }
+}
+
+void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status st) {
+  const auto p = static_cast<std::size_t>(r->priority);
+  finished_record rec;
+  rec.status = st;
+  rec.latency_ns = now_ns() - r->submit_ns;
+  rec.error = r->error;
+  switch (st) {
+    case transfer_status::complete:
+      ++classes[p].completed;
+      latencies[p].record(static_cast<std::uint64_t>(rec.latency_ns));
+      break;
+    case transfer_status::cancelled: ++classes[p].cancelled; break;
+    default: ++classes[p].failed; break;
+  }
+  words.release(r->word);
+  live.erase(r->id);
+  history.emplace(r->id, std::move(rec));
+  while (history.size() > cfg.history) history.erase(history.begin());
+  finished_cv.notify_all();
+}
+
+void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
+  if (!r->failed) {
+    r->failed = true;
+    r->error = std::move(why);
+    remove_from_queue(lane_of(r->direction), r);
+  }
+  if (r->done == r->issued) {
+    dev.write_value(r->word.word, r->word.generation);  // release streams waiting on it
+    finish_locked(r, transfer_status::failed);
+  }
+}
+
+void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r) {
+  const std::size_t k = r->issued;
+  const std::size_t off = k * cfg.chunk_bytes;
+  const std::size_t n = std::min(cfg.chunk_bytes, r->bytes - off);
+  const bool last = k + 1 == r->chunk_count;
+  const event_ref ev = l.free_events.back();
+  try {
+    dev.copy_async(r->dst + off, r->src + off, n, r->direction, l.stream_);
+    // The word is written before the event is recorded, so when the completer sees the event the
+    // word holds its generation and may be reused (see value_word_pool.hpp).
+    if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
+    dev.record(ev, l.stream_);
+  } catch (const std::exception& e) {
+    // A chunk whose copy was queued but whose event could not be recorded still completes before
+    // anything queued later; the host write in fail_locked happens after the earlier chunks'
+    // events, so the failure is reported once they are done.
+    fail_locked(r, detail::concat("chunk ", k, " of request ", r->id, " failed: ", e.what()));
+    return;
+  }
+  l.free_events.pop_back();
+  ++r->issued;
+  if (last) remove_from_queue(l, r);
+  if (l.in_flight.empty()) l.busy_since = now_ns();
+  l.in_flight.push_back({ev, r, n});
+  if (cfg.on_chunk_issued) {
+    transfer_chunk_info info;
+    info.request_id = r->id;
+    info.chunk_index = k;
+    info.chunk_count = r->chunk_count;
+    info.bytes = n;
+    info.priority = r->priority;
+    info.direction = r->direction;
+    cfg.on_chunk_issued(info);
+  }
+  l.complete_cv.notify_one();
+}
+
+void transfer_engine::impl::dispatch_loop(lane& l) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    request* next = pick(l);
+    if (!next) {
+      if (stopping) break;
+      l.dispatch_cv.wait(lock);
+      continue;
+    }
+    if (l.in_flight.size() >= cfg.max_in_flight_chunks) {
+      l.dispatch_cv.wait(lock);
+      continue;
+    }
+    const std::size_t off = next->issued * cfg.chunk_bytes;
+    const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
+    if (next->direction != copy_direction::device_to_device) {
+      const std::int64_t wait = l.bucket.time_until_available(n);
+      if (wait > 0) {
+        // Woken early by a submit, cancel or rate change: pick again, a fault may have arrived.
+        const std::int64_t t0 = now_ns();
+        l.dispatch_cv.wait_for(lock, std::chrono::nanoseconds(wait));
+        l.token_wait_ns += static_cast<std::uint64_t>(now_ns() - t0);
+        continue;
+      }
+      const bool took = l.bucket.try_take(n);
+      HTP_ASSERT(took, "tokens vanished between time_until_available and try_take");
+    }
+    const request_ptr r = live.at(next->id);
+    issue_chunk(l, r);
+  }
+  l.dispatcher_done = true;
+  l.complete_cv.notify_all();
+}
+
+void transfer_engine::impl::complete_loop(lane& l) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    l.complete_cv.wait(lock, [&] { return !l.in_flight.empty() || l.dispatcher_done; });
+    if (l.in_flight.empty()) break;
+    const event_ref ev = l.in_flight.front().ev;
+    std::string error;
+    lock.unlock();
+    try {
+      dev.synchronize(ev);  // chunks complete in stream order, so the front completes first
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    in_flight_chunk c = std::move(l.in_flight.front());
+    l.in_flight.pop_front();
+    l.free_events.push_back(c.ev);
+    const request_ptr& r = c.req;
+    ++r->done;
+    const std::size_t d = dir_index(r->direction);
+    bytes_done[d] += c.bytes;
+    ++chunks_done[d];
+    if (l.in_flight.empty()) l.busy_ns += static_cast<std::uint64_t>(now_ns() - l.busy_since);
+    if (!error.empty()) {
+      fail_locked(r, "device error while copying request " + std::to_string(r->id) + ": " + error);
+    } else if (r->failed) {
+      fail_locked(r, r->error);
+    } else if (r->done == r->chunk_count) {
+      finish_locked(r, transfer_status::complete);
+    }
+    l.dispatch_cv.notify_one();
+  }
+}
+
+void transfer_engine::impl::check_destination(const void* dst, std::size_t bytes,
+                                              copy_direction d) const {
+  const bool to_device = d != copy_direction::device_to_host;
+  const auto& regions = to_device ? cfg.device_memory : cfg.host_memory;
+  const auto* p = static_cast<const char*>(dst);
+  for (const auto& m : regions) {
+    const auto* base = static_cast<const char*>(m.ptr);
+    if (p >= base && p <= base + m.bytes && bytes <= static_cast<std::size_t>(base + m.bytes - p)) return;
+  }
+  throw invalid_argument(detail::concat(
+      "transfer_engine::submit: destination [", dst, ", +", bytes, ") (", to_string(d),
+      ") is not inside the ", to_device ? "device" : "host", " memory the engine was given (",
+      regions.size(), " regions in transfer_config::", to_device ? "device_memory" : "host_memory",
+      ")"));
+}
+
+lane& transfer_engine::impl::link_lane(copy_direction d, const char* what) {
+  HTP_EXPECTS(d == copy_direction::host_to_device || d == copy_direction::device_to_host,
+              invalid_argument, "transfer_engine::", what, ": direction ", to_string(d),
+              " has no host link to cap; use H2D or D2H");
+  return lane_of(d);
+}
+
+transfer_status transfer_engine::impl::status_locked(std::uint64_t id) const {
+  HTP_EXPECTS(id != 0 && id < next_id, invalid_argument, "transfer ticket ", id,
+              " was not returned by this engine");
+  if (auto it = live.find(id); it != live.end())
+    return it->second->issued == 0 ? transfer_status::queued : transfer_status::in_flight;
+  if (auto it = history.find(id); it != history.end()) return it->second.status;
+  return transfer_status::expired;
+}
+
+// ---- public ----------------------------------------------------------------------------------
+
+transfer_engine::transfer_engine(device& dev, transfer_config config)
+    : impl_(std::make_unique<impl>(dev, std::move(config))) {}
+
+transfer_engine::~transfer_engine() = default;
+
+transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
+                                        copy_direction direction, transfer_priority priority) {
+  HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "transfer_engine::submit(", dst,
+              ", ", src, ", ", bytes, "): source and destination must be non-null");
+  HTP_EXPECTS(bytes > 0, invalid_argument,
+              "transfer_engine::submit: a transfer must move at least one byte");
+  HTP_EXPECTS(direction != copy_direction::host_to_host, invalid_argument,
+              "transfer_engine::submit: H2H copies are not the engine's business; use memcpy");
+  const auto pi = static_cast<std::size_t>(priority);
+  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit: unknown priority ", pi);
+  const auto* a = static_cast<const char*>(dst);
+  const auto* b = static_cast<const char*>(src);
+  HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "transfer_engine::submit(", dst,
+              ", ", src, ", ", bytes, "): source and destination overlap");
+  impl_->check_destination(dst, bytes, direction);
+
+  auto r = std::make_shared<request>();
+  r->dst = static_cast<char*>(dst);
+  r->src = b;
+  r->bytes = bytes;
+  r->direction = direction;
+  r->priority = priority;
+  r->chunk_count = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
+  std::lock_guard lock(impl_->mutex_);
+  HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit during destruction");
+  r->word = impl_->words.acquire();
+  r->id = impl_->next_id++;
+  r->submit_ns = now_ns();
+  impl_->live.emplace(r->id, r);
+  ++impl_->classes[pi].submitted;
+  lane& l = impl_->lane_of(direction);
+  l.queues[pi].push_back(r);
+  l.dispatch_cv.notify_one();
+  return transfer_ticket{r->id};
+}
+
+bool transfer_engine::cancel(transfer_ticket t) {
+  std::lock_guard lock(impl_->mutex_);
+  if (impl_->status_locked(t.id) != transfer_status::queued) return false;
+  const request_ptr r = impl_->live.at(t.id);
+  lane& l = impl_->lane_of(r->direction);
+  impl_->remove_from_queue(l, r);
+  impl_->dev.write_value(r->word.word, r->word.generation);
+  impl_->finish_locked(r, transfer_status::cancelled);
+  l.dispatch_cv.notify_one();
+  return true;
+}
+
+void transfer_engine::wait_on(transfer_ticket t, stream_ref compute) {
+  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "transfer_engine::wait_on: null stream");
+  std::lock_guard lock(impl_->mutex_);
+  impl_->status_locked(t.id);  // validates the ticket
+  auto it = impl_->live.find(t.id);
+  if (it == impl_->live.end()) return;  // finished: nothing to wait for
+  impl_->dev.wait_value_async(it->second->word.word, it->second->word.generation, compute);
+}
+
+void transfer_engine::wait(transfer_ticket t) {
+  std::unique_lock lock(impl_->mutex_);
+  impl_->status_locked(t.id);
+  impl_->finished_cv.wait(lock, [&] { return impl_->live.count(t.id) == 0; });
+  if (auto it = impl_->history.find(t.id);
+      it != impl_->history.end() && it->second.status == transfer_status::failed)
+    throw logic_error("transfer_engine: request " + std::to_string(t.id) + " failed: " + it->second.error);
+}
+
+void transfer_engine::drain() {
+  std::unique_lock lock(impl_->mutex_);
+  impl_->finished_cv.wait(lock, [&] { return impl_->live.empty(); });
+}
+
+bool transfer_engine::is_complete(transfer_ticket t) const {
+  const auto s = status(t);
+  return s != transfer_status::queued && s != transfer_status::in_flight;
+}
+
+transfer_status transfer_engine::status(transfer_ticket t) const {
+  std::lock_guard lock(impl_->mutex_);
+  return impl_->status_locked(t.id);
+}
+
+std::optional<std::chrono::nanoseconds> transfer_engine::latency(transfer_ticket t) const {
+  std::lock_guard lock(impl_->mutex_);
+  impl_->status_locked(t.id);
+  auto it = impl_->history.find(t.id);
+  if (it == impl_->history.end() || it->second.status != transfer_status::complete) return std::nullopt;
+  return std::chrono::nanoseconds(it->second.latency_ns);
+}
+
+void transfer_engine::set_rate(copy_direction direction, std::uint64_t bytes_per_second) {
+  lane& l = impl_->link_lane(direction, "set_rate");
+  l.bucket.set_rate(bytes_per_second);  // throws on 0 before changing anything
+  std::lock_guard lock(impl_->mutex_);
+  l.dispatch_cv.notify_one();
+}
+
+void transfer_engine::set_unlimited(copy_direction direction) {
+  lane& l = impl_->link_lane(direction, "set_unlimited");
+  l.bucket.set_unlimited(true);
+  std::lock_guard lock(impl_->mutex_);
+  l.dispatch_cv.notify_one();
+}
+
+transfer_metrics transfer_engine::metrics() const {
+  std::lock_guard lock(impl_->mutex_);
+  transfer_metrics m;
+  const std::int64_t now = now_ns();
+  m.elapsed_ns = static_cast<std::uint64_t>(now - impl_->start_ns);
+  transfer_direction_metrics* dirs[3] = {&m.h2d, &m.d2h, &m.d2d};
+  for (std::size_t d = 0; d < 3; ++d) {
+    auto& o = *dirs[d];
+    const lane& l = *impl_->lanes[d == 0 ? 0 : 1];
+    o.bytes = impl_->bytes_done[d];
+    o.chunks = impl_->chunks_done[d];
+    // busy time is per stream; D2H and D2D share the reduction stream's.
+    o.busy_ns = l.busy_ns + (l.in_flight.empty() ? 0 : static_cast<std::uint64_t>(now - l.busy_since));
+    o.achieved_gbps = o.busy_ns ? static_cast<double>(o.bytes) / static_cast<double>(o.busy_ns) : 0.0;
+    if (d < 2) {
+      o.token_wait_ns = l.token_wait_ns;
+      o.rate_cap_bytes_per_second = l.bucket.unlimited() ? 0 : l.bucket.rate();
+      o.link_peak_bytes_per_second = l.link_peak;
+      o.utilization = l.link_peak ? o.achieved_gbps * 1e9 / static_cast<double>(l.link_peak) : 0.0;
+    }
+  }
+  for (std::size_t p = 0; p < transfer_priority_count; ++p) {
+    m.classes[p] = impl_->classes[p];
+    m.classes[p].queue_depth = impl_->lanes[0]->queues[p].size() + impl_->lanes[1]->queues[p].size();
+    m.classes[p].latency = impl_->latencies[p].summary();
+  }
+  return m;
+}
+
+std::uint64_t transfer_engine::link_peak(copy_direction direction) const {
+  lane& l = impl_->link_lane(direction, "link_peak");
+  std::lock_guard lock(impl_->mutex_);
+  return l.link_peak;
+}
+
+stream_ref transfer_engine::prefetch_stream() const noexcept { return impl_->lanes[0]->stream_.ref(); }
+stream_ref transfer_engine::reduction_stream() const noexcept { return impl_->lanes[1]->stream_.ref(); }
+const transfer_config& transfer_engine::config() const noexcept { return impl_->cfg; }
+
+}  // namespace htp

@@ -1,0 +1,45 @@
+// Pinned 32-bit words that streams write and wait on (device::write_value_async /
+// wait_value_async), handed out with a generation number that only grows per word.
+//
+// Why reuse is safe: a word is returned only after its last write has executed (the engine records
+// the last chunk's event after the write), so the word already holds the generation g. The next
+// user writes g + 1; a late waiter for g is satisfied by g + 1 because comparisons are wrap-safe
+// ("reached" means (int32_t)(word - value) >= 0). Not thread-safe: the engine guards it.
+#pragma once
+
+#include <htp/device.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace htp::transfer {
+
+struct value_word {
+  std::uint32_t* word = nullptr;
+  std::uint32_t generation = 0;  ///< the value that means "done"
+  std::size_t slot = 0;
+};
+
+class value_word_pool {
+ public:
+  static constexpr std::size_t block_words = 1024;
+
+  explicit value_word_pool(device& dev) : dev_(dev) {}
+  ~value_word_pool();
+  value_word_pool(const value_word_pool&) = delete;
+  value_word_pool& operator=(const value_word_pool&) = delete;
+
+  /// A free word with its next generation; allocates another pinned block when none is free.
+  value_word acquire();
+  /// Returns a word whose generation has been written.
+  void release(const value_word& w) { free_.push_back(w.slot); }
+
+ private:
+  device& dev_;
+  std::vector<std::uint32_t*> blocks_;
+  std::vector<std::uint32_t> generation_;  // per slot: last generation handed out
+  std::vector<std::size_t> free_;
+};
+
+}  // namespace htp::transfer
