@@ -16,7 +16,11 @@ link::clock::time_point link::reserve(std::size_t bytes) {
   const auto ns = static_cast<std::int64_t>(
       static_cast<u128>(bytes) * 1'000'000'000u / bytes_per_second_);
   std::lock_guard lock(mutex_);
-  const auto start = std::max(now, next_free_);
+  // A copy that reaches the link just after the previous one finished was, on a GPU, already
+  // queued behind it: the copy engine would have started it back to back. A worker thread wakes
+  // tens of microseconds late, so within that slack the copy starts where the last one ended.
+  constexpr auto slack = std::chrono::microseconds(200);
+  const auto start = now - next_free_ <= slack ? next_free_ : now;
   next_free_ = start + latency_ + std::chrono::nanoseconds(ns);
   return next_free_;
 }

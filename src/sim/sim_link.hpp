@@ -17,8 +17,9 @@ class link {
   link(std::uint64_t bytes_per_second, std::uint64_t latency_ns);
 
   bool modelled() const noexcept { return bytes_per_second_ != 0; }
-  /// Books the link for a copy of `bytes` starting no earlier than now, after every copy booked
-  /// before; returns when that copy is finished on the modelled link. Thread-safe.
+  /// Books the link for a copy of `bytes` after every copy booked before (back to back when the
+  /// link was busy until at most 200 us ago, else from now); returns when that copy is finished on
+  /// the modelled link. Thread-safe.
   clock::time_point reserve(std::size_t bytes);
 
  private:
