@@ -1,1 +1,5 @@
 # Benchmarks of the slab allocator
+find_package(benchmark REQUIRED)
+add_executable(htp-slab-bench slab_bench.cpp)
+target_link_libraries(htp-slab-bench PRIVATE htp::htp benchmark::benchmark nlohmann_json::nlohmann_json)
+htp_target_warnings(htp-slab-bench)
