@@ -283,6 +283,28 @@ TEST_F(transfer_test, compute_stream_waits_for_a_request_not_yet_issued_without_
   compute.synchronize();
 }
 
+TEST_F(transfer_test, a_request_ordered_after_an_event_waits_for_it_on_the_device) {
+  transfer_engine eng(*dev, base_config());
+  stream compute(*dev);
+  event read_done(*dev);
+  gate g;
+  // A "kernel" still reading the destination: the copy into it must wait for its release event.
+  g.hold(*dev, compute);
+  read_done.record(compute);
+  const std::size_t n = 3 * chunk + 11;
+  fill_pattern(host->ptr, n, 4711);
+  const auto t = eng.submit(hbm->ptr, host->ptr, n, copy_direction::host_to_device,
+                            transfer_priority::fault, {read_done.ref()});
+  log.wait_for(1);  // the first chunk is issued (behind the wait) ...
+  EXPECT_FALSE(eng.is_complete(t));  // ... but cannot run before the kernel is done
+  g.open();
+  eng.wait(t);
+  EXPECT_EQ(eng.status(t), transfer_status::complete);
+  dev->copy_async(back->ptr, hbm->ptr, n, copy_direction::device_to_host, compute);
+  compute.synchronize();
+  EXPECT_EQ(checksum(back->ptr, n), checksum(host->ptr, n));
+}
+
 TEST_F(transfer_test, the_rate_cap_paces_the_engine_and_counts_token_waits) {
   auto c = base_config();
   c.h2d.unlimited = false;

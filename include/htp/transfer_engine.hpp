@@ -169,6 +169,13 @@ class transfer_engine {
   /// H2H, or a destination not inside one region the engine was given.
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority);
+  /// As submit, but the request's first chunk is ordered on the device after each event in
+  /// `after`: the engine's stream waits on them (the host never does). This is how memory still
+  /// read by a kernel is reused without a host round trip: the copy into it waits on the kernel's
+  /// release event. Later requests on the same stream wait too (streams run in order). The events
+  /// must not be re-recorded or destroyed until the request has finished.
+  transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                         transfer_priority priority, std::vector<event_ref> after);
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.

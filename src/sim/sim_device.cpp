@@ -186,9 +186,12 @@ class sim_device final : public device {
                    : direction == copy_direction::device_to_host ? &d2h_
                                                                  : nullptr;
     st.enqueue([dst, src, bytes, l] {
-      const auto done = l ? l->reserve(bytes) : sim::link::clock::time_point{};
+      const auto done = l ? l->reserve(bytes, sim::current_task_ready_time()) : sim::link::clock::time_point{};
       std::memcpy(dst, src, bytes);
-      if (l && l->modelled()) std::this_thread::sleep_until(done);  // the modelled link's pace
+      if (l && l->modelled()) {
+        std::this_thread::sleep_until(done);  // the modelled link's pace
+        sim::set_current_task_completion(done);
+      }
     });
   }
 

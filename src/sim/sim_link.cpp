@@ -9,18 +9,15 @@ __extension__ typedef unsigned __int128 u128;  // NOLINT: GCC and Clang both hav
 link::link(std::uint64_t bytes_per_second, std::uint64_t latency_ns)
     : bytes_per_second_(bytes_per_second), latency_(static_cast<std::int64_t>(latency_ns)) {}
 
-link::clock::time_point link::reserve(std::size_t bytes) {
-  const auto now = clock::now();
-  if (!modelled()) return now;
+link::clock::time_point link::reserve(std::size_t bytes, clock::time_point ready) {
+  if (!modelled()) return clock::now();
   // 128-bit product: bytes * 1e9 overflows 64 bits past 18 GB.
   const auto ns = static_cast<std::int64_t>(
       static_cast<u128>(bytes) * 1'000'000'000u / bytes_per_second_);
   std::lock_guard lock(mutex_);
-  // A copy that reaches the link just after the previous one finished was, on a GPU, already
-  // queued behind it: the copy engine would have started it back to back. A worker thread wakes
-  // tens of microseconds late, so within that slack the copy starts where the last one ended.
-  constexpr auto slack = std::chrono::microseconds(200);
-  const auto start = now - next_free_ <= slack ? next_free_ : now;
+  // The copy engine starts a copy when both it and the link are ready, however late the worker
+  // thread that models it wakes up.
+  const auto start = std::max(ready, next_free_);
   next_free_ = start + latency_ + std::chrono::nanoseconds(ns);
   return next_free_;
 }

@@ -17,10 +17,10 @@ class link {
   link(std::uint64_t bytes_per_second, std::uint64_t latency_ns);
 
   bool modelled() const noexcept { return bytes_per_second_ != 0; }
-  /// Books the link for a copy of `bytes` after every copy booked before (back to back when the
-  /// link was busy until at most 200 us ago, else from now); returns when that copy is finished on
-  /// the modelled link. Thread-safe.
-  clock::time_point reserve(std::size_t bytes);
+  /// Books the link for a copy of `bytes` that became ready at `ready` (see
+  /// current_task_ready_time): it starts at the later of `ready` and the end of every copy booked
+  /// before. Returns when it finishes on the modelled link. Thread-safe.
+  clock::time_point reserve(std::size_t bytes, clock::time_point ready);
 
  private:
   std::uint64_t bytes_per_second_;

@@ -2,10 +2,21 @@
 
 #include <htp/error.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
 namespace htp::sim {
+
+namespace {
+thread_local std::chrono::steady_clock::time_point ready_time{};
+thread_local std::chrono::steady_clock::time_point completion_time{};
+}  // namespace
+
+std::chrono::steady_clock::time_point current_task_ready_time() noexcept { return ready_time; }
+void set_current_task_completion(std::chrono::steady_clock::time_point t) noexcept {
+  completion_time = t;
+}
 
 void signal::set() {
   {
@@ -64,7 +75,7 @@ stream::~stream() {
 void stream::enqueue(std::function<void()> task) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(task));
+    queue_.push_back({std::chrono::steady_clock::now(), std::move(task)});
     ++enqueued_;
   }
   work_cv_.notify_one();
@@ -81,7 +92,9 @@ void stream::run() {
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping and drained
-    std::function<void()> task = std::move(queue_.front());
+    std::function<void()> task = std::move(queue_.front().fn);
+    ready_time = std::max(queue_.front().enqueued, last_done_);
+    completion_time = {};
     queue_.pop_front();
     lock.unlock();
     try {
@@ -93,6 +106,9 @@ void stream::run() {
     }
     task = nullptr;  // release captures before reporting completion
     lock.lock();
+    last_done_ = completion_time != std::chrono::steady_clock::time_point{}
+                     ? completion_time
+                     : std::chrono::steady_clock::now();
     ++completed_;
     done_cv_.notify_all();
   }

@@ -2,6 +2,7 @@
 // events as shared completion signals.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,13 @@ class error_sink {
   std::string first_;
 };
 
+/// When the task now running on this thread's stream became ready to run: the later of its
+/// enqueueing and the previous task's completion. What a modelled copy engine would see.
+std::chrono::steady_clock::time_point current_task_ready_time() noexcept;
+/// Called by a task that models device work: the work finished at `t` on the modelled device,
+/// even if the worker thread overslept past it. The next task on the stream is ready from `t`.
+void set_current_task_completion(std::chrono::steady_clock::time_point t) noexcept;
+
 /// A stream: a worker thread that runs queued tasks strictly in order.
 class stream {
  public:
@@ -72,7 +80,12 @@ class stream {
   std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<std::function<void()>> queue_;
+  struct queued_task {
+    std::chrono::steady_clock::time_point enqueued;
+    std::function<void()> fn;
+  };
+  std::deque<queued_task> queue_;
+  std::chrono::steady_clock::time_point last_done_{};
   std::uint64_t enqueued_ = 0;
   std::uint64_t completed_ = 0;
   bool stopping_ = false;

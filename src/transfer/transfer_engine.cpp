@@ -58,6 +58,7 @@ struct request {
   std::string error;
   transfer::value_word word;
   std::int64_t submit_ns = 0;
+  std::vector<event_ref> after;  // the stream waits on these before the first chunk
 };
 using request_ptr = std::shared_ptr<request>;
 
@@ -281,6 +282,9 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r) {
   const bool last = k + 1 == r->chunk_count;
   const event_ref ev = l.free_events.back();
   try {
+    if (k == 0) {
+      for (event_ref e : r->after) dev.wait(e, l.stream_);
+    }
     dev.copy_async(r->dst + off, r->src + off, n, r->direction, l.stream_);
     // The word is written before the event is recorded, so when the completer sees the event the
     // word holds its generation and may be reused (see value_word_pool.hpp).
@@ -420,6 +424,12 @@ transfer_engine::~transfer_engine() = default;
 
 transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
                                         copy_direction direction, transfer_priority priority) {
+  return submit(dst, src, bytes, direction, priority, {});
+}
+
+transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
+                                        copy_direction direction, transfer_priority priority,
+                                        std::vector<event_ref> after) {
   HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "transfer_engine::submit(", dst,
               ", ", src, ", ", bytes, "): source and destination must be non-null");
   HTP_EXPECTS(bytes > 0, invalid_argument,
@@ -441,6 +451,7 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   r->direction = direction;
   r->priority = priority;
   r->chunk_count = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
+  r->after = std::move(after);
   std::lock_guard lock(impl_->mutex_);
   HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit during destruction");
   r->word = impl_->words.acquire();

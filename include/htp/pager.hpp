@@ -1,0 +1,195 @@
+// The pager: what a model runner calls. Tensors are registered by handle and live in pinned host
+// RAM; acquire() pages them into HBM on demand (a page fault) unless a prefetch brought them
+// already; release() hands them back, stream-ordered; eviction makes room when HBM is full.
+//
+// Note [Pager]
+// - Tiers: one slab allocator over HBM and one over pinned host memory, both reserved up front.
+//   Every registered tensor keeps its host extent for life; the HBM extent comes and goes.
+// - States: host -> loading (H2D in flight) -> resident (-> writing_back, D2H in flight, for a
+//   dirty mutable tensor being evicted) -> host. A resident tensor may also be moving (compaction
+//   D2D in flight); acquirers are ordered after the move.
+// - Stream order: acquire makes `compute` wait for the tensor's pending copy on the GPU (stream
+//   value words, see transfer_engine.hpp); the host does not block unless asked (wait = true).
+//   release records an event on `compute`; the HBM extent is neither evicted, moved nor reused
+//   before that event completes.
+// - Eviction: Belady's rule (farthest next use) when a schedule is set, LRU otherwise. A prefetch
+//   never evicts a tensor needed sooner than the one it brings in, and never blocks the host.
+// - Out of memory, for a demand fault, a ladder, each rung counted in the metrics:
+//   1. evict clean unpinned tensors; 2. write back and evict dirty ones; 3. wait for releases and
+//   copies still in flight; 4. compact; 5. if config.on_oom == allow_degraded, serve the tensor from
+//   pinned host memory mapped into the GPU (zero-copy; the span says degraded); 6. throw
+//   htp::out_of_memory with the full diagnostic. A failure leaves every other tensor intact and the
+//   failed one wholly where it was.
+// - Thread safety: every member may be called from any host thread concurrently.
+// See docs/pager.md.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/metrics.hpp>
+#include <htp/transfer_engine.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace htp {
+
+/// What a tensor holds, which decides what eviction costs.
+enum class tensor_kind {
+  weight,         ///< read-only; the host copy is authoritative; eviction just frees HBM.
+  mutable_state,  ///< KV-cache blocks, activations: eviction writes a dirty copy back first.
+};
+
+/// A registered tensor. A value: copy it freely. The generation makes a handle stale once its
+/// tensor is unregistered, even after the slot is reused.
+struct tensor_handle {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;  ///< 0 = null handle
+  explicit operator bool() const noexcept { return generation != 0; }
+  friend bool operator==(tensor_handle a, tensor_handle b) noexcept {
+    return a.index == b.index && a.generation == b.generation;
+  }
+  friend bool operator!=(tensor_handle a, tensor_handle b) noexcept { return !(a == b); }
+};
+
+/// Where an acquired tensor's bytes are, valid on the acquiring stream until release.
+struct device_span {
+  void* data = nullptr;   ///< device address (HBM, or mapped host memory when degraded).
+  std::size_t bytes = 0;
+  bool degraded = false;  ///< true: served from pinned host memory over the link (slow, correct).
+  /// The address as a typed pointer.
+  template <typename T>
+  T* as() const noexcept { return static_cast<T*>(data); }
+};
+
+/// What the last rung of the out-of-memory ladder does.
+enum class oom_policy {
+  throw_error,     ///< throw htp::out_of_memory.
+  allow_degraded,  ///< serve from mapped pinned host memory (zero-copy) before throwing.
+};
+
+/// How victims are chosen.
+enum class eviction_rule {
+  automatic,  ///< Belady's rule while a schedule is set, LRU otherwise.
+  lru,        ///< least recently acquired first, even with a schedule (prefetch still uses it).
+  belady,     ///< farthest next use in the schedule (LRU for tensors the schedule never names).
+};
+
+/// Configuration of a pager.
+struct pager_config {
+  std::size_t hbm_budget_bytes = 0;   ///< HBM the pager reserves; at least one slab.
+  std::size_t host_budget_bytes = 0;  ///< pinned host memory it reserves; holds every tensor.
+  std::size_t slab_bytes = std::size_t{64} << 20;  ///< power of two from 64 KiB.
+  std::size_t chunk_bytes = std::size_t{2} << 20;  ///< transfer chunk size.
+  std::size_t max_in_flight_chunks = 3;            ///< per direction.
+  transfer_link_config h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)
+  transfer_link_config d2h;
+  unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead on each acquire (0 = none).
+  eviction_rule eviction = eviction_rule::automatic;
+  double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.
+  bool auto_compact = true;            ///< compact in the background past the threshold.
+  oom_policy on_oom = oom_policy::throw_error;
+  std::chrono::milliseconds latency_budget{200};  ///< end-to-end budget, for reports and warnings.
+  bool trace = false;  ///< keep a per-stream event trace (write_trace).
+  /// Checked mode: poison HBM extents when they are freed (0xDB) so a stale read fails its
+  /// checksum instead of passing by luck, and audit the allocators after every operation.
+  bool checked = false;
+};
+
+/// Where a tensor is now.
+enum class residency { host, loading, resident, writing_back };
+const char* to_string(residency r) noexcept;
+
+/// A snapshot of one tensor's state (for tests, tools and diagnostics).
+struct tensor_info {
+  std::string name;
+  std::size_t bytes = 0;
+  tensor_kind kind = tensor_kind::weight;
+  residency where = residency::host;
+  int pins = 0;             ///< acquires not yet released.
+  bool dirty = false;       ///< the HBM copy is newer than the host copy.
+  bool degraded = false;    ///< currently acquired in degraded (zero-copy) mode.
+  bool copy_in_flight = false;  ///< a load, write-back or move has not completed.
+};
+
+class pager {
+ public:
+  /// Reserves both tiers and starts the transfer engine (which calibrates the link unless the
+  /// config gives its rate). `dev` must outlive the pager.
+  /// @throws htp::invalid_argument for a bad config (naming the field); htp::out_of_memory if a
+  /// budget cannot be reserved.
+  pager(device& dev, pager_config config);
+  /// Waits for every copy in flight and every release event, then frees both tiers.
+  /// Tensors still registered are dropped. Never throws.
+  ~pager();
+  pager(const pager&) = delete;
+  pager& operator=(const pager&) = delete;
+
+  /// Registers a tensor of `bytes` bytes: its host extent is allocated and filled from `source`
+  /// (`bytes` readable bytes; null = zero-filled). State: host.
+  /// @throws htp::invalid_argument if bytes == 0, or the tensor could never fit in HBM and
+  /// on_oom != allow_degraded; htp::out_of_memory if the host tier is full (nothing changes).
+  tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
+                                const void* source = nullptr);
+  /// Drops a tensor and frees its memory, waiting for its copies and release events.
+  /// @throws htp::invalid_argument for a stale handle or a tensor still acquired.
+  void unregister_tensor(tensor_handle h);
+
+  /// Makes the tensor available on `compute` and pins it. If it is not in HBM this is a page fault:
+  /// the copy goes at fault priority and `compute` waits for it on the GPU. With wait = true the
+  /// host also blocks until the bytes have arrived. A tensor may be acquired several times (on
+  /// several streams); each acquire needs its release.
+  /// @throws htp::invalid_argument for a stale handle; htp::out_of_memory when the ladder is
+  /// exhausted (the message has the diagnostic).
+  device_span acquire(tensor_handle h, stream_ref compute, bool wait = false);
+  /// Unpins one acquire. Records an event on `compute`: the memory is not evicted, moved or reused
+  /// until the stream passes this point. `dirty` = the kernels wrote it (mutable tensors only).
+  /// @throws htp::invalid_argument for a stale handle, a release without acquire, or dirty = true
+  /// on a weight. Nothing changes then.
+  void release(tensor_handle h, stream_ref compute, bool dirty = false);
+
+  /// Hint: bring the tensor into HBM at prefetch priority. Never blocks and never evicts a tensor
+  /// needed sooner; does nothing when there is no room or it is already there or coming.
+  /// @throws htp::invalid_argument for a stale handle.
+  void prefetch(tensor_handle h);
+  /// Declares the access order (e.g. the layers of a forward pass). With `cyclic`, the sequence
+  /// repeats (decode steps). Each acquire advances a cursor through it and prefetches the next
+  /// `prefetch_lookahead` tensors; eviction follows Belady's rule. An empty sequence clears it.
+  /// @throws htp::invalid_argument if it names a stale handle (the old schedule stays).
+  void set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic);
+
+  /// Evicts an unpinned tensor now (writing it back if dirty), blocking until done.
+  /// @throws htp::invalid_argument for a stale handle or an acquired tensor.
+  void evict(tensor_handle h);
+  /// Runs a full compaction of HBM now, blocking until the moves are done; returns moves made.
+  std::size_t compact();
+  /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
+  /// (`bytes` of host memory), blocking. For verification and checkpoints.
+  /// @throws htp::invalid_argument for a stale handle or a tensor acquired dirty-able right now
+  /// (a mutable tensor that is acquired: its bytes are being written).
+  void copy_to_host(tensor_handle h, void* dst);
+  /// Blocks until every copy the pager started has completed and been accounted.
+  void synchronize();
+
+  /// The tensor's state now. @throws htp::invalid_argument for a stale handle.
+  tensor_info info(tensor_handle h) const;
+  /// A snapshot of the metrics (see metrics.hpp).
+  pager_metrics metrics() const;
+  /// Writes the event trace (Chrome / Perfetto JSON, one track per stream) to `path`.
+  /// @throws htp::invalid_argument if tracing is off or the file cannot be written.
+  void write_trace(const std::string& path) const;
+
+  /// The transfer engine (its prefetch and reduction streams, rate settings, metrics).
+  transfer_engine& engine() noexcept;
+  const pager_config& config() const noexcept;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace htp

@@ -1,0 +1,65 @@
+// Compaction: the allocator plans moves of settled, unpinned tensors; the pager copies them
+// device-to-device at compaction priority on the reduction stream and commits each move once its
+// copy completes (reap). Handles point at the destination at once: an acquire in between makes the
+// compute stream wait for the copy, so nobody reads the destination early and nobody sees the
+// source again. Runs with the pager's mutex held; never blocks the compute stream.
+#include "pager/pager_impl.hpp"
+
+#include <unordered_map>
+
+namespace htp {
+
+using detail::pending_kind;
+
+std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
+  std::unordered_map<void*, std::uint32_t> owner;
+  for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
+    auto& t = tensors[slot];
+    if (can_move(t)) owner.emplace(t.hbm->ptr, slot);
+  }
+  if (owner.empty()) return 0;
+  compaction_plan plan =
+      hbm->plan_compaction([&](const extent& e) { return owner.count(e.ptr) != 0; }, request_bytes);
+  for (const auto& m : plan.moves) hbm_bytes_held += m.to.bytes;
+  const bool useless = plan.moves.empty() || (request_bytes != 0 && !plan.satisfies_request);
+  std::size_t started = 0;
+  for (const auto& m : plan.moves) {
+    if (useless) {
+      hbm->cancel_move(m);
+      hbm_bytes_held -= m.to.bytes;
+      continue;
+    }
+    auto& t = tensors[owner.at(m.from.ptr)];
+    transfer_ticket ticket;
+    try {
+      ticket = engine->submit(m.to.ptr, m.from.ptr, m.from.bytes, copy_direction::device_to_device,
+                              transfer_priority::compaction, fence_events(m.to));
+      add_fence_user(m.to, ticket);
+    } catch (...) {
+      hbm->cancel_move(m);
+      hbm_bytes_held -= m.to.bytes;
+      continue;  // this tensor stays where it is; the others still move
+    }
+    t.pending = pending_kind::move;
+    t.ticket = ticket;
+    t.ticket_priority = transfer_priority::compaction;
+    t.ticket_start = std::chrono::steady_clock::now();
+    t.move = m;
+    t.hbm = m.to;
+    ++moves_in_flight;
+    ++started;
+    counters.compaction_bytes += m.from.bytes;
+  }
+  if (started > 0) {
+    ++counters.compactions;
+    counters.compaction_moves += started;
+  }
+  return started;
+}
+
+void pager::impl::maybe_auto_compact() {
+  if (!config.auto_compact || moves_in_flight > 0) return;
+  if (hbm->should_compact()) start_compaction(0);
+}
+
+}  // namespace htp

@@ -1,0 +1,137 @@
+// The pager's metrics: occupancy sampling, the snapshot, the out-of-memory diagnostic, JSON.
+#include "pager/pager_impl.hpp"
+
+#include <htp/detail/check.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace htp {
+
+void pager::impl::sample_occupancy() {
+  const auto now = std::chrono::steady_clock::now();
+  const double cap = static_cast<double>(hbm->capacity_bytes());
+  const double pct = 100.0 * static_cast<double>(hbm_bytes_held) / cap;
+  hbm_occupancy_integral += pct * std::chrono::duration<double>(now - last_sample).count();
+  last_sample = now;
+  hbm_peak_pct = std::max(hbm_peak_pct, pct);
+}
+
+namespace {
+tier_occupancy occupancy_of(const slab_allocator& a, double peak, double mean) {
+  const auto s = a.statistics();
+  tier_occupancy o;
+  o.capacity_bytes = a.capacity_bytes();
+  o.used_bytes = s.bytes_in_use;
+  o.occupancy_pct = o.capacity_bytes ? 100.0 * static_cast<double>(o.used_bytes) / static_cast<double>(o.capacity_bytes) : 0;
+  o.peak_pct = std::max(peak, o.occupancy_pct);
+  o.mean_pct = mean;
+  o.fragmentation_pct = 100.0 * s.fragmentation.combined;
+  o.largest_free_extent_bytes = s.fragmentation.largest_free_extent_bytes;
+  return o;
+}
+}  // namespace
+
+pager_metrics pager::impl::snapshot() const {
+  pager_metrics m = counters;
+  const auto now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - start).count();
+  m.elapsed_ms = secs * 1e3;
+  m.latency_budget_ms = static_cast<std::uint64_t>(config.latency_budget.count());
+  m.hbm = occupancy_of(*hbm, hbm_peak_pct, secs > 0 ? hbm_occupancy_integral / secs : 0);
+  const auto host_pct = 100.0 * static_cast<double>(host->statistics().bytes_in_use) /
+                        static_cast<double>(host->capacity_bytes());
+  m.host = occupancy_of(*host, host_pct, host_pct);
+  m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
+  m.fault_latency = fault_latency.summary();
+  m.transfers = engine->metrics();
+  return m;
+}
+
+std::string pager::impl::oom_message(std::size_t bytes, const std::string& name) const {
+  std::size_t pinned = 0, in_flight = 0;
+  std::size_t pinned_count = 0;
+  for (const auto& t : tensors) {
+    if (!t.live || !t.hbm) continue;
+    if (t.pins > 0) {
+      pinned += t.bytes;
+      ++pinned_count;
+    } else if (t.pending != detail::pending_kind::none || !t.release_events.empty()) {
+      in_flight += t.bytes;
+    }
+  }
+  const auto f = hbm->fragmentation();
+  const std::size_t cap = hbm->capacity_bytes();
+  return detail::concat(
+      "htp out of memory: cannot page in '", name, "' (", bytes, " bytes) to HBM. HBM budget ", cap,
+      " bytes; held ", hbm_bytes_held, ", free ", cap - std::min(cap, hbm_bytes_held),
+      "; pinned by ", pinned_count, " acquired tensor(s): ", pinned, " bytes; in flight: ",
+      in_flight, " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
+      f.largest_free_extent_bytes,
+      " bytes. The ladder evicted what it could (clean, dirty, in-flight, compaction). Release "
+      "tensors sooner, acquire fewer at once, raise hbm_budget_bytes, or set on_oom = "
+      "allow_degraded to serve from host memory.");
+}
+
+std::string to_json(const pager_metrics& m) {
+  using nlohmann::json;
+  const auto lat = [](const latency_summary& s) {
+    return json{{"count", s.count}, {"p50_ns", s.p50_ns}, {"p95_ns", s.p95_ns},
+                {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns}, {"mean_ns", s.mean_ns}};
+  };
+  const auto occ = [](const tier_occupancy& o) {
+    return json{{"capacity_bytes", o.capacity_bytes}, {"used_bytes", o.used_bytes},
+                {"occupancy_pct", o.occupancy_pct}, {"peak_pct", o.peak_pct},
+                {"mean_pct", o.mean_pct}, {"fragmentation_pct", o.fragmentation_pct},
+                {"largest_free_extent_bytes", o.largest_free_extent_bytes}};
+  };
+  const auto dir = [](const transfer_direction_metrics& d) {
+    return json{{"bytes", d.bytes}, {"chunks", d.chunks}, {"busy_ns", d.busy_ns},
+                {"achieved_gbps", d.achieved_gbps}, {"utilization", d.utilization},
+                {"token_wait_ns", d.token_wait_ns},
+                {"rate_cap_bytes_per_second", d.rate_cap_bytes_per_second},
+                {"link_peak_bytes_per_second", d.link_peak_bytes_per_second}};
+  };
+  json classes = json::object();
+  for (std::size_t i = 0; i < transfer_priority_count; ++i) {
+    const auto& c = m.transfers.classes[i];
+    classes[to_string(static_cast<transfer_priority>(i))] = {
+        {"queue_depth", c.queue_depth}, {"submitted", c.submitted}, {"completed", c.completed},
+        {"cancelled", c.cancelled}, {"failed", c.failed}, {"latency", lat(c.latency)}};
+  }
+  json j{
+      {"elapsed_ms", m.elapsed_ms},
+      {"latency_budget_ms", m.latency_budget_ms},
+      {"hbm", occ(m.hbm)},
+      {"host", occ(m.host)},
+      {"registered_tensors", m.registered_tensors},
+      {"acquires", m.acquires},
+      {"hits", m.hits},
+      {"faults", m.faults},
+      {"fault_rate_per_ms", m.fault_rate_per_ms},
+      {"fault_latency", lat(m.fault_latency)},
+      {"page_ins", m.page_ins},
+      {"page_in_bytes", m.page_in_bytes},
+      {"prefetches", m.prefetches},
+      {"prefetch_hits", m.prefetch_hits},
+      {"late_prefetches", m.late_prefetches},
+      {"wasted_prefetches", m.wasted_prefetches},
+      {"prefetch_skipped", m.prefetch_skipped},
+      {"evictions", m.evictions},
+      {"write_backs", m.write_backs},
+      {"write_back_bytes", m.write_back_bytes},
+      {"compactions", m.compactions},
+      {"compaction_moves", m.compaction_moves},
+      {"compaction_bytes", m.compaction_bytes},
+      {"degraded_acquires", m.degraded_acquires},
+      {"oom_ladder",
+       {{"evict_clean", m.oom.evict_clean}, {"write_back_dirty", m.oom.write_back_dirty},
+        {"wait_in_flight", m.oom.wait_in_flight}, {"compact", m.oom.compact},
+        {"degraded", m.oom.degraded}, {"thrown", m.oom.thrown}}},
+      {"transfers",
+       {{"h2d", dir(m.transfers.h2d)}, {"d2h", dir(m.transfers.d2h)}, {"d2d", dir(m.transfers.d2d)},
+        {"classes", classes}, {"elapsed_ns", m.transfers.elapsed_ns}}},
+  };
+  return j.dump(2);
+}
+
+}  // namespace htp

@@ -1,0 +1,9 @@
+# Sources of the pager (issue 5).
+target_sources(htp PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/pager.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/residency.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compaction.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pager_metrics.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
+)

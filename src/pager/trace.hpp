@@ -1,0 +1,41 @@
+// An event trace in the Chrome / Perfetto JSON format ("traceEvents", complete events "X"), one
+// track (thread id) per stream: compute, prefetch, reduction. Timestamps are host steady-clock
+// microseconds since the trace began: transfers span submission to completion as the pager saw
+// them; compute spans acquire to release. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace htp::detail {
+
+enum class trace_track : int { compute = 1, prefetch = 2, reduction = 3 };
+
+class trace_log {
+ public:
+  using clock = std::chrono::steady_clock;
+  explicit trace_log(clock::time_point origin) : origin_(origin) {}
+
+  void add(trace_track track, std::string name, std::string category, clock::time_point begin,
+           clock::time_point end);
+  std::size_t size() const;
+  /// The trace as Chrome JSON.
+  std::string to_json() const;
+
+ private:
+  struct span {
+    trace_track track;
+    std::string name;
+    std::string category;
+    double begin_us;
+    double dur_us;
+  };
+  clock::time_point origin_;
+  mutable std::mutex mutex_;
+  std::vector<span> spans_;
+};
+
+}  // namespace htp::detail
