@@ -22,8 +22,14 @@ void pager::impl::reap() {
     if (trace && lat) {
       const auto end = t.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(*lat);
       const bool h2d = t.pending == pending_kind::load;
-      trace->add(h2d ? detail::trace_track::prefetch : detail::trace_track::reduction,
-                 t.name, to_string(t.ticket_priority), t.ticket_start, end);
+      // Category: why the copy ran. A prefetch requeued at fault priority stays a prefetch
+      // ("late prefetch"), so "fault" spans count exactly the faults in the metrics.
+      const char* why = t.pending == pending_kind::load && t.fault_load ? "fault"
+                        : t.pending == pending_kind::load && t.ticket_priority == transfer_priority::fault
+                            ? "late prefetch"
+                            : to_string(t.ticket_priority);
+      trace->add(h2d ? detail::trace_track::prefetch : detail::trace_track::reduction, t.name, why,
+                 t.ticket_start, end);
     }
     switch (t.pending) {
       case pending_kind::load:

@@ -1,0 +1,1 @@
+# The capacity planner and model presets (issue 6)

@@ -1,0 +1,1 @@
+# Reliability tools: the GPU integrity run (issue 7)

@@ -1,0 +1,1 @@
+# The streaming benchmark (issue 6)

@@ -1,0 +1,1 @@
+# Tests of model presets and the planner (issue 6)

@@ -1,0 +1,1 @@
+# Reliability tests: fault injection, stress, fuzz regression replay (issue 7)
