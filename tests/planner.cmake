@@ -1,1 +1,57 @@
 # Tests of model presets and the planner (issue 6)
+
+# Run as a script (cmake -DHTP_PLAN=... -DEXPECT_RC=N -DARGS=a;b -P planner.cmake): runs htp-plan
+# and checks its exit code exactly (WILL_FAIL would accept a crash).
+if(CMAKE_SCRIPT_MODE_FILE)
+  string(REPLACE ";" " " shown "${ARGS}")
+  execute_process(COMMAND ${HTP_PLAN} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc STREQUAL EXPECT_RC)
+    message(FATAL_ERROR "htp-plan ${shown}: exit code ${rc}, expected ${EXPECT_RC}\n${out}\n${err}")
+  endif()
+  if(DEFINED EXPECT_TEXT AND NOT "${out}${err}" MATCHES "${EXPECT_TEXT}")
+    message(FATAL_ERROR "htp-plan ${shown}: output lacks '${EXPECT_TEXT}'\n${out}\n${err}")
+  endif()
+  message(STATUS "htp-plan ${shown}: exit code ${rc} as expected")
+  return()
+endif()
+
+if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
+  htp_add_test(test_model_shapes model_shapes_test.cpp)
+  target_link_libraries(test_model_shapes PRIVATE htp_bench_model)
+  target_compile_definitions(test_model_shapes PRIVATE
+    HTP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+
+  htp_add_test(test_planner planner_test.cpp)
+  target_link_libraries(test_planner PRIVATE htp_bench_planner)
+  target_compile_definitions(test_planner PRIVATE
+    HTP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+
+  function(htp_plan_cli_test name expect_rc expect_text)
+    add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DHTP_PLAN=$<TARGET_FILE:htp-plan>
+      -DEXPECT_RC=${expect_rc} -DEXPECT_TEXT=${expect_text} "-DARGS=${ARGN}"
+      -P ${CMAKE_CURRENT_SOURCE_DIR}/planner.cmake)
+  endfunction()
+  htp_plan_cli_test(planner_cli_preset 0 "MEETS"
+    --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --page-ms 0.8 --gpu A100-40GB)
+  htp_plan_cli_test(planner_cli_config 0 "resident"
+    --config ${CMAKE_CURRENT_SOURCE_DIR}/data/mixtral-8x7b.config.json --gpu H200
+    --bench-json ${CMAKE_CURRENT_SOURCE_DIR}/data/stream-bench.json)
+  htp_plan_cli_test(planner_cli_unknown_preset 2 "unknown model preset 'no-such-model'"
+    --model no-such-model)
+  htp_plan_cli_test(planner_cli_bad_option 2 "--bogus" --model llama-3.1-8b --bogus)
+  htp_plan_cli_test(planner_cli_host_too_small 2 "host RAM is too small"
+    --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 64 --gpu A100-40GB)
+
+  # scripts/plot.py on the sample JSON, when a Python with matplotlib is around.
+  find_program(HTP_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  if(HTP_PYTHON3)
+    execute_process(COMMAND ${HTP_PYTHON3} -c "import matplotlib" RESULT_VARIABLE htp_no_mpl
+      OUTPUT_QUIET ERROR_QUIET)
+    if(htp_no_mpl EQUAL 0)
+      add_test(NAME planner_plot_script COMMAND ${HTP_PYTHON3} ${PROJECT_SOURCE_DIR}/scripts/plot.py
+        --bench ${CMAKE_CURRENT_SOURCE_DIR}/data/stream-bench.json
+        --trace ${CMAKE_CURRENT_SOURCE_DIR}/data/trace.json
+        --out ${CMAKE_CURRENT_BINARY_DIR}/plots)
+    endif()
+  endif()
+endif()

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Turn htp benchmark JSON into PNGs.
+
+  scripts/plot.py --bench stream.json --out DIR   # step latency vs HBM budget, one line per policy
+  scripts/plot.py --trace trace.json --out DIR    # compute / prefetch / reduction timeline
+
+Inputs (contracts in docs/planner.md):
+  stream bench: {"policies": [{"name", "hbm_budget_bytes", "step_ms": {"p50", "p99", "max"}}],
+                 "sweep": [{"hbm_budget_bytes", "policies": [...]}]}   (sweep optional)
+  Chrome trace: {"traceEvents": [{"ph": "X", "tid": 1|2|3, "ts": us, "dur": us, "name", "cat"},
+                                 {"ph": "M", "name": "thread_name", "tid", "args": {"name"}}]}
+Missing optional fields are skipped, not fatal. Needs matplotlib (Debian: python3-matplotlib); if
+the python3 on PATH lacks it, the script re-runs itself under /usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import sys
+
+BUDGET_MS = 200.0
+STREAMS = {1: "compute", 2: "prefetch", 3: "reduction"}
+
+
+def import_pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        system = "/usr/bin/python3"
+        if os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system) \
+                and not os.environ.get("HTP_PLOT_REEXEC"):
+            os.environ["HTP_PLOT_REEXEC"] = "1"
+            os.execv(system, [system] + sys.argv)
+        sys.exit("plot.py: matplotlib is missing; install python3-matplotlib (scripts/setup.sh)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        sys.exit(f"plot.py: cannot read '{path}': {e.strerror}")
+    except json.JSONDecodeError as e:
+        sys.exit(f"plot.py: '{path}' is not valid JSON: {e}")
+
+
+def number(x):
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def budget_points(doc):
+    """{policy: {budget_bytes: {"p50": ms, ...}}} from the sweep, else from top-level policies."""
+    points = {}
+
+    def add(budget, policy):
+        if not isinstance(policy, dict):
+            return
+        budget = number(policy.get("hbm_budget_bytes", budget))
+        step = policy.get("step_ms")
+        if budget is None or not isinstance(step, dict):
+            return
+        stats = {k: v for k, v in step.items() if number(v) is not None}
+        if stats:
+            points.setdefault(str(policy.get("name", "?")), {})[budget] = stats
+
+    sweep = doc.get("sweep")
+    if isinstance(sweep, list) and sweep:
+        for entry in sweep:
+            if isinstance(entry, dict):
+                for policy in entry.get("policies") or []:
+                    add(entry.get("hbm_budget_bytes"), policy)
+    if not points:
+        for policy in doc.get("policies") or []:
+            add(None, policy)
+    return points
+
+
+def plot_bench(path, out_dir, plt):
+    doc = load(path)
+    if not isinstance(doc, dict):
+        sys.exit(f"plot.py: '{path}' is not a JSON object")
+    points = budget_points(doc)
+    if not points:
+        sys.exit(f"plot.py: '{path}' has no policies with hbm_budget_bytes and step_ms")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, by_budget) in enumerate(sorted(points.items())):
+        color = f"C{i}"
+        budgets = sorted(by_budget)
+        xs = [b / 2**30 for b in budgets]
+        for stat, style in (("p50", "-o"), ("p99", "--^"), ("max", ":x")):
+            ys = [(x, by_budget[b][stat]) for x, b in zip(xs, budgets) if stat in by_budget[b]]
+            if ys:
+                ax.plot([p[0] for p in ys], [p[1] for p in ys], style, color=color,
+                        label=f"{name} {stat}")
+    ax.axhline(BUDGET_MS, color="red", linewidth=1, label=f"{BUDGET_MS:.0f} ms budget")
+    ax.set_xlabel("HBM budget (GiB)")
+    ax.set_ylabel("step latency (ms)")
+    title = doc.get("model") if isinstance(doc.get("model"), str) else doc.get("benchmark", "")
+    ax.set_title(f"step latency vs HBM budget {title}".strip())
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    out = os.path.join(out_dir, "latency_vs_budget.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_trace(path, out_dir, plt):
+    doc = load(path)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        sys.exit(f"plot.py: '{path}' has no traceEvents list")
+    names = dict(STREAMS)
+    spans = []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        tid = e.get("tid")
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            label = (e.get("args") or {}).get("name")
+            if tid is not None and label:
+                names[tid] = str(label)
+        elif e.get("ph") == "X" and number(e.get("ts")) is not None and tid is not None:
+            spans.append((tid, float(e["ts"]), float(number(e.get("dur")) or 0.0),
+                          str(e.get("cat", e.get("name", "")))))
+    if not spans:
+        sys.exit(f"plot.py: '{path}' has no complete (ph X) events")
+    t0 = min(s[1] for s in spans)
+    tids = sorted({s[0] for s in spans} | set(STREAMS), key=lambda t: (str(type(t)), t))
+    row = {tid: i for i, tid in enumerate(reversed(tids))}
+    cats = sorted({s[3] for s in spans})
+    color = {c: f"C{i % 10}" for i, c in enumerate(cats)}
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.7 * len(tids)))
+    for tid, ts, dur, cat in spans:
+        ax.broken_barh([((ts - t0) / 1e3, max(dur, 0.0) / 1e3)], (row[tid] - 0.4, 0.8),
+                       facecolors=color[cat], edgecolor="black", linewidth=0.2)
+    ax.set_yticks([row[t] for t in tids])
+    ax.set_yticklabels([names.get(t, f"tid {t}") for t in tids])
+    ax.set_xlabel("time (ms)")
+    ax.set_title("streams")
+    ax.grid(True, axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], fontsize="small",
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    out = os.path.join(out_dir, "timeline.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", help="stream bench JSON: latency vs HBM budget per policy")
+    ap.add_argument("--trace", help="Chrome trace JSON: three-stream timeline")
+    ap.add_argument("--out", required=True, help="directory for the PNGs (created)")
+    args = ap.parse_args()
+    if not args.bench and not args.trace:
+        ap.error("give --bench FILE and/or --trace FILE")
+    plt = import_pyplot()
+    os.makedirs(args.out, exist_ok=True)
+    if args.bench:
+        print("wrote", plot_bench(args.bench, args.out, plt))
+    if args.trace:
+        print("wrote", plot_trace(args.trace, args.out, plt))
+
+
+if __name__ == "__main__":
+    main()
