@@ -73,6 +73,10 @@ run_bench() {  # run_bench NAME ARGS...
 }
 run_bench htp-bandwidth --backend cuda --json "$out/bandwidth.json"
 run_bench htp-transfer-bench --backend cuda --json "$out/transfer.json"
+# The integrity run of issue 7: ~3 GiB of tensors through a 1 GiB HBM budget, every acquire
+# checksummed by a CUDA kernel, memory returned at the end (exit 1 on any mismatch).
+run_bench htp-integrity --backend cuda --tensors 600 --min-kib 4 --max-mib 48 --hbm-mib 1024 \
+  --ops 10000 --zipf 1.1 --seed 1 --json "$out/integrity.json"
 run_bench htp-slab-bench --benchmark_min_time=0.05 --benchmark_out="$out/slab.json" --benchmark_out_format=json
 
 echo

@@ -2,7 +2,9 @@
 # The test command: installs what is missing, builds htp (with the CUDA backend when the toolkit is
 # present, warnings as errors) and runs every test; then builds the CPU-only suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer and runs it.
-# HTP_TEST_QUICK=1 skips the sanitizer builds (for local iteration; CI runs everything).
+# Then runs each libFuzzer target for HTP_FUZZ_SECONDS (60) s (scripts/fuzz.sh). The stress test runs
+# HTP_STRESS_OPS=2000 operations per thread under the sanitizers (10,000 in the normal build).
+# HTP_TEST_QUICK=1 skips the sanitizer builds and fuzzing (for local iteration; CI runs everything).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bash "$root/scripts/setup.sh"
@@ -23,7 +25,11 @@ if [[ ${HTP_TEST_QUICK:-0} != 1 ]]; then
     # The install consumer and header check are build-system tests; once is enough.
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     UBSAN_OPTIONS="print_stacktrace=1" \
+      HTP_STRESS_OPS=2000 \
       ctest --test-dir "$dir" --output-on-failure -j "$jobs" -E 'install_consumer|public_headers'
   done
+  # libFuzzer targets (clang, ASan + UBSan), ${HTP_FUZZ_SECONDS:-60} s each; see scripts/fuzz.sh.
+  echo "== fuzz =="
+  bash "$root/scripts/fuzz.sh"
 fi
 echo "== all tests passed in $(( $(date +%s) - start )) s =="

@@ -201,6 +201,10 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
       t.last_access = ++p.tick;
       p.schedule.on_access(slot);
     }
+    if (t.load_failed) {  // earlier acquirers still hold an extent whose page-in failed
+      impl::throw_copy_failed(detail::concat("acquire('", t.name, "')"),
+                        "its page-in failed while other acquires hold it; retry after they release");
+    }
     if (t.degraded) {  // already served zero-copy: every concurrent acquire shares that mode
       ++t.pins;
       ++p.counters.degraded_acquires;
@@ -246,7 +250,13 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
         compacted = compacted || waits.compacted;
         if (!room) {
           if (!waits.empty()) {
-            p.wait_for(lock, waits);
+            // A write-back, move or load the ladder waited for failed: report it rather than
+            // retry, so a persistent device fault cannot spin here. Nothing changed for `h`.
+            const std::string failed = p.wait_for(lock, waits);
+            if (!failed.empty()) {
+              p.reap();
+              impl::throw_copy_failed(detail::concat("acquire('", p.get(h).name, "')"), failed);
+            }
             continue;  // state may have changed meanwhile: start over
           }
           if (p.config.on_oom == oom_policy::allow_degraded) {
@@ -276,7 +286,23 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
     p.sample_occupancy();
     if (wait && pending) {
       lock.unlock();
-      p.engine->wait(pending);
+      try {
+        p.engine->wait(pending);
+      } catch (const logic_error& e) {
+        // The bytes never arrived: undo this acquire's pin (nothing was queued on `compute` after
+        // it but the wait, which the failure released) and report the failure.
+        lock.lock();
+        p.reap();
+        tensor_record& u = p.get(h);
+        if (--u.pins == 0 && u.load_failed) {
+          p.free_hbm(*u.hbm, std::move(u.release_events));
+          u.release_events.clear();
+          u.hbm.reset();
+          u.where = residency::host;
+          u.load_failed = false;
+        }
+        impl::throw_copy_failed(detail::concat("acquire('", u.name, "', wait)"), e.what());
+      }
     }
     return span;
   }
@@ -302,6 +328,19 @@ void pager::release(tensor_handle h, stream_ref compute, bool dirty) {
   }
   t.release_events.push_back(e);
   --t.pins;
+  if (t.load_failed) {
+    if (t.pins > 0) return;
+    // The last holder of an extent whose page-in failed: free it after the kernels (fenced by
+    // their release events) and tell the caller that what they read was not the tensor.
+    t.load_failed = false;
+    p.free_hbm(*t.hbm, std::move(t.release_events));
+    t.release_events.clear();
+    t.hbm.reset();
+    t.where = residency::host;
+    impl::throw_copy_failed(detail::concat("release('", t.name, "')"),
+                      "its page-in failed after acquire returned; the release took effect, but "
+                      "kernels ordered after that acquire read undefined bytes");
+  }
   if (t.degraded) {
     if (t.pins == 0) t.degraded = false;  // writes went straight to the authoritative host copy
   } else if (dirty) {
@@ -351,6 +390,7 @@ void pager::evict(tensor_handle h) {
     HTP_EXPECTS(t.pins == 0, invalid_argument, "evict('", t.name, "'): it is acquired; release it first");
     if (t.where == residency::host) return;
     detail::wait_set w;
+    bool mine = false;  // the write-back this call started
     if (t.pending != pending_kind::none) {
       w.tickets.push_back(t.ticket);
     } else if (!p.settle(t)) {
@@ -359,8 +399,13 @@ void pager::evict(tensor_handle h) {
       p.evict_now(h.index);
       if (t.pending == pending_kind::none) return;
       w.tickets.push_back(t.ticket);
+      mine = true;
     }
-    p.wait_for(lock, w);
+    const std::string failed = p.wait_for(lock, w);
+    if (mine && !failed.empty()) {  // the tensor stays resident and dirty; nothing is lost
+      p.reap();
+      impl::throw_copy_failed(detail::concat("evict('", p.get(h).name, "')"), failed);
+    }
   }
 }
 

@@ -50,6 +50,8 @@ struct tensor_record {
   bool dirty = false;          // HBM copy newer than host copy
   bool prefetched_unused = false;  // loaded by a prefetch, not acquired since
   bool fault_load = false;     // the pending load is a demand fault (for latency metrics)
+  bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
+                               // last release, which frees the extent and reports the failure
   std::vector<event_ref> release_events;  // recorded at release; cleared once complete
   std::uint64_t last_access = 0;          // LRU tick
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
@@ -137,8 +139,9 @@ struct pager::impl {
   void prefetch_upcoming();
   /// Prefetches one slot if it is in host and there is room without blocking.
   void prefetch_slot(std::uint32_t slot);
-  /// Blocks (lock dropped) until everything in `w` completed.
-  void wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
+  /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
+  /// copy in `w` that failed (empty when none did); reap() accounts the failure.
+  std::string wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
   /// Returns HBM memory to the allocator (poisoned in checked mode). `readers`: release events of
   /// kernels that may still read it; they become a fence the next user waits on.
   void free_hbm(const extent& e, std::vector<event_ref> readers = {});
@@ -148,6 +151,8 @@ struct pager::impl {
   /// Drops fences whose events completed and whose users finished; recycles their events.
   void drop_fences();
   event_ref take_event();
+  /// Throws htp::cuda_error for a copy the transfer engine reported failed.
+  [[noreturn]] static void throw_copy_failed(const std::string& what, const std::string& why);
   void recycle_event(event_ref e);
 
   // ---- compaction (compaction.cpp) ----

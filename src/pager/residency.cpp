@@ -36,6 +36,11 @@ void pager::impl::reap() {
         if (ok) {
           t.where = residency::resident;
           if (t.fault_load && lat) fault_latency.record(static_cast<std::uint64_t>(lat->count()));
+        } else if (t.pins > 0) {
+          // Acquired already (acquire does not wait unless asked): kernels ordered after the
+          // acquire may be reading the extent. Keep it until the last release, which frees it and
+          // reports the failure; the host copy stays authoritative.
+          t.load_failed = true;
         } else {  // the bytes never arrived: back to host, the host copy is still authoritative
           free_hbm(*t.hbm);
           t.hbm.reset();
@@ -44,8 +49,9 @@ void pager::impl::reap() {
         t.fault_load = false;
         break;
       case pending_kind::write_back:
-        if (!ok) {  // the host copy is stale; keep the tensor resident and dirty
+        if (!ok) {  // the host copy is stale (maybe half overwritten): resident and dirty
           t.where = residency::resident;
+          t.dirty = true;  // also when re-acquired meanwhile (acquire marked it clean)
         } else if (t.where == residency::writing_back) {
           free_hbm(*t.hbm);
           t.hbm.reset();
@@ -112,6 +118,9 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
   std::vector<std::uint32_t> window;
   if (!demand && !schedule.empty()) window = schedule.upcoming(config.prefetch_lookahead + 1);
   const std::uint64_t target_rank = eviction_rank(for_slot);
+  // Larger than any HBM extent (registered under allow_degraded): no eviction can help, and the
+  // allocator would reject the request as invalid. The caller serves it degraded (or throws).
+  if (bytes > hbm->max_request_bytes()) return std::nullopt;
   for (;;) {
     try {
       extent e = hbm->allocate(bytes);
@@ -269,13 +278,24 @@ void pager::impl::evict_now(std::uint32_t slot) {
 void pager::impl::prefetch_slot(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
   if (!t.live || t.where != residency::host || t.pins > 0) return;  // there, coming, or degraded
-  detail::wait_set unused;
-  auto room = make_room(t.bytes, /*demand=*/false, slot, /*allow_compaction=*/false, unused);
-  if (!room) {
+  // A prefetch is a hint: a device failure while issuing it drops the hint (start_load and
+  // evict_now leave the state as it was), it does not fail the acquire or release that issued it.
+  try {
+    detail::wait_set unused;
+    auto room = make_room(t.bytes, /*demand=*/false, slot, /*allow_compaction=*/false, unused);
+    if (!room) {
+      ++counters.prefetch_skipped;
+      return;
+    }
+    start_load(slot, *room, transfer_priority::prefetch);
+  } catch (const out_of_memory&) {
+    ++counters.prefetch_skipped;
+    return;
+  } catch (const cuda_error& e) {
+    if (e.is_sticky()) throw;
     ++counters.prefetch_skipped;
     return;
   }
-  start_load(slot, *room, transfer_priority::prefetch);
   t.prefetched_unused = true;
   t.last_access = tick;  // fresh: LRU must not pick what was just brought in
   ++counters.prefetches;
@@ -286,14 +306,16 @@ void pager::impl::prefetch_upcoming() {
   for (std::uint32_t slot : schedule.upcoming(config.prefetch_lookahead)) prefetch_slot(slot);
 }
 
-void pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w) {
+std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w) {
+  std::string error;
   lock.unlock();
   try {
     for (auto t : w.tickets) {
       try {
         engine->wait(t);
-      } catch (const logic_error&) {
-        // a failed copy: reap() accounts it; the caller retries and sees the state
+      } catch (const logic_error& e) {
+        // a failed copy: reap() accounts it; the caller decides whether to retry or report it
+        if (error.empty()) error = e.what();
       }
     }
     for (auto e : w.events) dev.synchronize(e);
@@ -302,14 +324,26 @@ void pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wai
     throw;
   }
   lock.lock();
+  return error;
+}
+
+void pager::impl::throw_copy_failed(const std::string& what, const std::string& why) {
+  throw cuda_error(-1, "htp_copy_failed", what, __FILE__, __LINE__,
+                   "a copy the pager waited for failed on the device: " + why);
 }
 
 void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
   if (config.checked) {
     // Poison after the last reader, so a stale read fails its checksum instead of passing by luck.
-    for (event_ref r : readers) dev.wait(r, private_stream);
-    for (event_ref f : fence_events(e)) dev.wait(f, private_stream);
-    dev.fill_pattern_async(e.ptr, e.bytes, 0xDBDBDBDBull, private_stream);
+    // Best effort: a (non-sticky) failure to queue the poison leaves the bytes as they are, which
+    // loses nothing; the memory is freed either way.
+    try {
+      for (event_ref r : readers) dev.wait(r, private_stream);
+      for (event_ref f : fence_events(e)) dev.wait(f, private_stream);
+      dev.fill_pattern_async(e.ptr, e.bytes, 0xDBDBDBDBull, private_stream);
+    } catch (const cuda_error& err) {
+      if (err.is_sticky()) throw;
+    }
     private_stream.synchronize();
   }
   if (!readers.empty()) {

@@ -112,7 +112,7 @@ struct transfer_engine::impl {
   void dispatch_loop(lane& l);
   void complete_loop(lane& l);
   request* pick(lane& l);
-  void issue_chunk(lane& l, const request_ptr& r);
+  void issue_chunk(lane& l, const request_ptr& r, std::unique_lock<std::mutex>& lock);
   void fail_locked(const request_ptr& r, std::string why);
   void finish_locked(const request_ptr& r, transfer_status st);
   void remove_from_queue(lane& l, const request_ptr& r);
@@ -275,26 +275,38 @@ void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
   }
 }
 
-void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r) {
+void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
+                                        std::unique_lock<std::mutex>& lock) {
   const std::size_t k = r->issued;
   const std::size_t off = k * cfg.chunk_bytes;
   const std::size_t n = std::min(cfg.chunk_bytes, r->bytes - off);
   const bool last = k + 1 == r->chunk_count;
   const event_ref ev = l.free_events.back();
+  bool copy_queued = false;
   try {
     if (k == 0) {
       for (event_ref e : r->after) dev.wait(e, l.stream_);
     }
     dev.copy_async(r->dst + off, r->src + off, n, r->direction, l.stream_);
+    copy_queued = true;
     // The word is written before the event is recorded, so when the completer sees the event the
     // word holds its generation and may be reused (see value_word_pool.hpp).
     if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
     dev.record(ev, l.stream_);
   } catch (const std::exception& e) {
-    // A chunk whose copy was queued but whose event could not be recorded still completes before
-    // anything queued later; the host write in fail_locked happens after the earlier chunks'
-    // events, so the failure is reported once they are done.
-    fail_locked(r, detail::concat("chunk ", k, " of request ", r->id, " failed: ", e.what()));
+    std::string why = detail::concat("chunk ", k, " of request ", r->id, " failed: ", e.what());
+    if (copy_queued) {
+      // The copy is queued but nothing tracks its completion. Reporting the failure now would let
+      // the owner free (and someone reuse) memory the copy still reads or writes, so wait for the
+      // stream first, without the lock (the completer and submitters keep going meanwhile).
+      lock.unlock();
+      try {
+        dev.synchronize(l.stream_);
+      } catch (...) {  // the stream's own failure; the request fails either way
+      }
+      lock.lock();
+    }
+    fail_locked(r, std::move(why));
     return;
   }
   l.free_events.pop_back();
@@ -343,7 +355,7 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
       HTP_ASSERT(took, "tokens vanished between time_until_available and try_take");
     }
     const request_ptr r = live.at(next->id);
-    issue_chunk(l, r);
+    issue_chunk(l, r, lock);
   }
   l.dispatcher_done = true;
   l.complete_cv.notify_all();

@@ -1,0 +1,51 @@
+// The "model" a streaming benchmark runs over paged weights: per layer, something that reads every
+// weight byte on the compute stream. On a GPU, real cuBLAS GEMMs (Y = X · W for each matrix, with
+// `tokens` rows of X); on sim, a host function that checksums every weight byte (real memory
+// traffic on the CPU) or sleeps for a modelled duration.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/pager.hpp>
+
+#include "model/model_shapes.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace htp::bench {
+
+/// One weight matrix of a layer as the compute sees it: where it is and its shape.
+struct weight_view {
+  device_span span;
+  std::uint64_t rows = 0;  ///< input features (1 for vectors and KV blocks: read, not multiplied)
+  std::uint64_t cols = 0;  ///< output features
+  std::uint64_t expected_checksum = 0;  ///< htp::checksum of its bytes (verification on sim)
+  bool verify = true;                   ///< false for data the run writes (KV blocks): read only
+};
+
+class layer_compute {
+ public:
+  virtual ~layer_compute() = default;
+  /// Queues the layer's work on `s`, reading every weight. Returns at once.
+  virtual void run_layer(const std::vector<weight_view>& weights, int tokens, stream_ref s) = 0;
+  /// Device time spent in run_layer work since the last call (ms), and resets. Call only after
+  /// the stream has been synchronized.
+  virtual double take_compute_ms() = 0;
+  /// Weights whose bytes did not match (sim checksum mode only; 0 elsewhere). Synchronize first.
+  virtual std::uint64_t take_mismatches() = 0;
+  /// One line saying what the compute is, for the report.
+  virtual std::string description() const = 0;
+};
+
+/// sim: `mode` "checksum" (read and verify every byte on the host) or "modelled" (sleep for
+/// bytes / modelled_gbps, no reads).
+std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& mode,
+                                                double modelled_gbps);
+
+/// cuda: cuBLAS GEMMs in `type` (bf16 or fp16; fp8/int8 fall back to a kernel reading every byte,
+/// said in description()). @throws htp::invalid_argument when htp was built without CUDA.
+std::unique_ptr<layer_compute> make_cuda_compute(device& dev, dtype type, int max_tokens,
+                                                 std::uint64_t max_rows, std::uint64_t max_cols);
+
+}  // namespace htp::bench

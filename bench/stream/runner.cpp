@@ -1,0 +1,305 @@
+// Runs one policy of the streaming benchmark. See runner.hpp.
+#include "runner.hpp"
+
+#include <htp/checksum.hpp>
+#include <htp/detail/check.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <random>
+
+namespace htp::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// The expert a tensor belongs to (its name holds "expert" then an index), or -1 for shared ones.
+int expert_of(const std::string& name) {
+  const auto at = name.find("expert");
+  if (at == std::string::npos) return -1;
+  std::size_t i = at + 6;
+  while (i < name.size() && !std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  if (i == name.size()) return -1;
+  return std::atoi(name.c_str() + i);
+}
+
+summary_ms summarize(std::vector<double> v) {
+  summary_ms s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0))];
+  };
+  s.p50 = at(0.5);
+  s.p99 = at(0.99);
+  s.max = v.back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+double median(std::vector<double> v) { return summarize(std::move(v)).p50; }
+
+std::uint64_t kv_bytes_per_token(const bench_config& cfg) {
+  const auto& m = cfg.model;
+  const std::uint64_t head_dim = static_cast<std::uint64_t>(m.hidden / m.heads);
+  return 2ull * static_cast<std::uint64_t>(m.kv_heads) * head_dim * bytes_per_element(cfg.type);
+}
+
+/// The registered model: per layer, shared tensors and per-expert tensors, with checksums.
+struct model_instance {
+  struct tensor {
+    tensor_handle h;
+    std::uint64_t rows, cols, sum;
+  };
+  struct layer {
+    std::vector<tensor> shared;
+    std::vector<std::vector<tensor>> experts;
+    std::vector<tensor_handle> kv;  // blocks, oldest first
+  };
+  std::vector<layer> layers;
+};
+
+}  // namespace
+
+std::vector<policy> standard_policies() {
+  return {
+      {"all-resident", eviction_rule::automatic, 2, true, false, true},
+      {"on-demand", eviction_rule::lru, 0, false, true, false},
+      {"lru+lookahead2", eviction_rule::lru, 2, true, false, false},
+      {"schedule-k1", eviction_rule::automatic, 1, true, false, false},
+      {"schedule-k2", eviction_rule::automatic, 2, true, false, false},
+  };
+}
+
+std::uint64_t streamed_weight_bytes(const bench_config& cfg) {
+  return static_cast<std::uint64_t>(cfg.layers) * layer_parameters(cfg.model) * bytes_per_element(cfg.type);
+}
+
+std::uint64_t largest_layer_bytes(const bench_config& cfg) {
+  std::uint64_t shared = 0;
+  std::vector<std::uint64_t> experts(static_cast<std::size_t>(std::max(1, cfg.model.experts)), 0);
+  for (const auto& t : layer_tensors(cfg.model)) {
+    const int e = expert_of(t.name);
+    const std::uint64_t b = t.rows * t.cols * bytes_per_element(cfg.type);
+    if (e < 0) {
+      shared += b;
+    } else {
+      experts[static_cast<std::size_t>(e) % experts.size()] += b;
+    }
+  }
+  std::sort(experts.rbegin(), experts.rend());
+  for (int k = 0; k < cfg.model.experts_per_token && cfg.model.experts > 1; ++k) shared += experts[static_cast<std::size_t>(k)];
+  return shared;
+}
+
+std::uint64_t kv_bytes_at_end(const bench_config& cfg) {
+  if (cfg.kv_context_tokens <= 0) return 0;
+  const std::uint64_t tokens = static_cast<std::uint64_t>(cfg.kv_context_tokens) +
+                               static_cast<std::uint64_t>(cfg.tokens) * static_cast<std::uint64_t>(cfg.steps + cfg.warmup_steps);
+  const std::uint64_t blocks = (tokens + static_cast<std::uint64_t>(cfg.kv_block_tokens) - 1) / static_cast<std::uint64_t>(cfg.kv_block_tokens);
+  return blocks * static_cast<std::uint64_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.layers);
+}
+
+policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
+                         layer_compute& compute, const std::string& trace_path,
+                         const progress_fn& progress) {
+  policy_result r;
+  r.name = pol.name;
+  const std::uint64_t kv_end = kv_bytes_at_end(cfg);
+  const std::size_t slab = cfg.slab_bytes;
+  const auto round_slabs = [&](std::uint64_t b) { return (b + slab - 1) / slab * slab; };
+  // Whole-slab rounding of every tensor, so "all-resident" really holds everything.
+  std::uint64_t rounded_model = 0;
+  for (const auto& t : layer_tensors(cfg.model)) {
+    const std::uint64_t b = t.rows * t.cols * bytes_per_element(cfg.type);
+    rounded_model += b >= slab / 2 ? round_slabs(b) : b + b / 4 + 256;
+  }
+  rounded_model *= static_cast<std::uint64_t>(cfg.layers);
+  const std::size_t kv_block_bytes = static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg);
+
+  pager_config pc;
+  pc.hbm_budget_bytes = pol.all_resident ? round_slabs(rounded_model + kv_end * 2 + 2 * slab)
+                                         : round_slabs(cfg.hbm_budget_bytes);
+  r.hbm_budget_bytes = pc.hbm_budget_bytes;
+  if (pol.all_resident) {
+    const auto free_now = dev.memory().free_bytes;
+    if (pc.hbm_budget_bytes + (std::size_t{256} << 20) > free_now) {
+      r.skipped = true;
+      r.skip_reason = "the model does not fit in the device's free memory";
+      return r;
+    }
+  }
+  pc.host_budget_bytes = round_slabs(rounded_model + kv_end * 2 + 4 * slab);
+  pc.slab_bytes = slab;
+  pc.chunk_bytes = cfg.chunk_bytes;
+  pc.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  pc.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  if (cfg.rate_bytes_per_second) {
+    pc.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
+    pc.d2h.rate_bytes_per_second = *cfg.rate_bytes_per_second;
+  } else {
+    pc.h2d.unlimited = true;
+    pc.d2h.unlimited = true;
+  }
+  pc.prefetch_lookahead = pol.lookahead;
+  pc.eviction = pol.rule;
+  pc.latency_budget = cfg.latency_budget;
+  pc.trace = !trace_path.empty();
+  pager p(dev, pc);
+  stream compute_stream(dev);
+
+  // Register the model: payloads from a seed, so the compute can verify every byte it reads.
+  model_instance inst;
+  const auto shapes = layer_tensors(cfg.model);
+  std::uint64_t largest = 0;
+  for (const auto& t : shapes) largest = std::max(largest, t.rows * t.cols * bytes_per_element(cfg.type));
+  std::vector<unsigned char> staging(largest);
+  std::vector<tensor_handle> order;
+  for (int l = 0; l < cfg.layers; ++l) {
+    model_instance::layer layer;
+    layer.experts.resize(static_cast<std::size_t>(std::max(1, cfg.model.experts)));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const auto& t = shapes[i];
+      const std::size_t bytes = t.rows * t.cols * bytes_per_element(cfg.type);
+      const std::uint64_t seed = cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i;
+      fill_pattern(staging.data(), bytes, seed);
+      const auto h = p.register_tensor("L" + std::to_string(l) + "." + t.name, bytes,
+                                       tensor_kind::weight, staging.data());
+      model_instance::tensor rec{h, t.rows, t.cols, checksum(staging.data(), bytes)};
+      const int e = expert_of(t.name);
+      if (e < 0) {
+        layer.shared.push_back(rec);
+      } else {
+        layer.experts[static_cast<std::size_t>(e) % layer.experts.size()].push_back(rec);
+      }
+      order.push_back(h);
+    }
+    inst.layers.push_back(std::move(layer));
+  }
+  int kv_tokens = cfg.kv_context_tokens;
+  const auto add_kv_blocks = [&]() {
+    if (cfg.kv_context_tokens <= 0) return;
+    const std::size_t want = (static_cast<std::size_t>(kv_tokens) + static_cast<std::size_t>(cfg.kv_block_tokens) - 1) /
+                             static_cast<std::size_t>(cfg.kv_block_tokens);
+    for (int l = 0; l < cfg.layers; ++l) {
+      auto& kv = inst.layers[static_cast<std::size_t>(l)].kv;
+      while (kv.size() < want) {
+        kv.push_back(p.register_tensor("L" + std::to_string(l) + ".kv" + std::to_string(kv.size()),
+                                       kv_block_bytes, tensor_kind::mutable_state));
+      }
+    }
+  };
+  add_kv_blocks();
+  // Dense models: the schedule is every weight in layer order. MoE: shared tensors only (which
+  // experts a token routes to is not known ahead), so experts fault or hit.
+  std::vector<tensor_handle> sched;
+  for (const auto& layer : inst.layers) {
+    for (const auto& t : layer.shared) sched.push_back(t.h);
+    if (cfg.model.experts <= 1) {
+      for (const auto& t : layer.experts[0]) sched.push_back(t.h);
+    }
+  }
+  if (pol.schedule) p.set_schedule(sched, /*cyclic=*/true);
+
+  std::mt19937_64 route(cfg.seed);
+  const int total_steps = cfg.warmup_steps + cfg.steps;
+  std::vector<double> compute_ms, transfer_ms, overlap;
+  pager_metrics m0{};
+  for (int step = 0; step < total_steps; ++step) {
+    if (step == cfg.warmup_steps) {
+      p.synchronize();
+      m0 = p.metrics();
+      compute.take_compute_ms();
+      compute.take_mismatches();
+    }
+    const std::uint64_t busy0 = p.engine().metrics().h2d.busy_ns;
+    const auto t0 = clock_type::now();
+    for (auto& layer : inst.layers) {
+      std::vector<model_instance::tensor*> use;
+      for (auto& t : layer.shared) use.push_back(&t);
+      if (cfg.model.experts > 1) {
+        std::vector<int> ids(static_cast<std::size_t>(cfg.model.experts));
+        for (int e = 0; e < cfg.model.experts; ++e) ids[static_cast<std::size_t>(e)] = e;
+        std::shuffle(ids.begin(), ids.end(), route);
+        for (int k = 0; k < cfg.model.experts_per_token; ++k) {
+          for (auto& t : layer.experts[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])]) use.push_back(&t);
+        }
+      } else {
+        for (auto& t : layer.experts[0]) use.push_back(&t);
+      }
+      std::vector<weight_view> views;
+      for (auto* t : use) {
+        const auto s = p.acquire(t->h, compute_stream, pol.wait_each_fault);
+        views.push_back({s, t->rows, t->cols, t->sum, true});
+      }
+      for (auto h : layer.kv) {
+        const auto s = p.acquire(h, compute_stream, pol.wait_each_fault);
+        views.push_back({s, 1, s.bytes, 0, false});
+      }
+      compute.run_layer(views, cfg.tokens, compute_stream);
+      if (!layer.kv.empty()) {  // append this step's tokens to the newest block
+        const std::size_t per_token = kv_bytes_per_token(cfg);
+        const std::size_t offset = (static_cast<std::size_t>(kv_tokens) % static_cast<std::size_t>(cfg.kv_block_tokens)) * per_token;
+        const std::size_t n = std::min(kv_block_bytes - offset, per_token * static_cast<std::size_t>(cfg.tokens));
+        auto* base = static_cast<unsigned char*>(views.back().span.data);
+        dev.fill_pattern_async(base + offset, n, static_cast<std::uint64_t>(step), compute_stream);
+      }
+      for (auto* t : use) p.release(t->h, compute_stream);
+      for (std::size_t b = 0; b < layer.kv.size(); ++b) {
+        p.release(layer.kv[b], compute_stream, /*dirty=*/b + 1 == layer.kv.size());
+      }
+    }
+    compute_stream.synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (cfg.kv_context_tokens > 0) {
+      kv_tokens += cfg.tokens;
+      add_kv_blocks();
+    }
+    if (step >= cfg.warmup_steps) {
+      p.synchronize();
+      const double c = compute.take_compute_ms();
+      const double x = static_cast<double>(p.engine().metrics().h2d.busy_ns - busy0) / 1e6;
+      r.step_ms.push_back(ms);
+      compute_ms.push_back(c);
+      transfer_ms.push_back(x);
+      overlap.push_back(ms > 0 ? std::max(c, x) / ms : 0);
+    }
+    if (progress) progress(pol.name, step + 1, total_steps);
+  }
+  p.synchronize();
+  r.mismatches = compute.take_mismatches();
+  const auto m1 = p.metrics();
+  r.step = summarize(r.step_ms);
+  r.meets_budget = r.step.p99 <= static_cast<double>(cfg.latency_budget.count());
+  r.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6, static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
+             static_cast<double>(m1.fault_latency.max_ns) / 1e6, static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
+  r.faults = m1.faults - m0.faults;
+  double timed_ms = 0;
+  for (double x : r.step_ms) timed_ms += x;
+  r.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(r.faults) / timed_ms : 0;
+  r.page_ins = m1.page_ins - m0.page_ins;
+  r.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
+  r.prefetches = m1.prefetches - m0.prefetches;
+  r.prefetch_hits = m1.prefetch_hits - m0.prefetch_hits;
+  r.late_prefetches = m1.late_prefetches - m0.late_prefetches;
+  r.wasted_prefetches = m1.wasted_prefetches - m0.wasted_prefetches;
+  r.evictions = m1.evictions - m0.evictions;
+  r.write_backs = m1.write_backs - m0.write_backs;
+  r.hbm_peak_pct = m1.hbm.peak_pct;
+  r.hbm_mean_pct = m1.hbm.mean_pct;
+  r.h2d_gbps = m1.transfers.h2d.achieved_gbps;
+  r.link_utilization = cfg.link_peak_bytes_per_second
+                           ? r.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
+                           : 0;
+  r.compute_ms = median(compute_ms);
+  r.transfer_ms = median(transfer_ms);
+  r.overlap_efficiency = median(overlap);
+  r.metrics_json = to_json(m1);
+  if (!trace_path.empty()) p.write_trace(trace_path);
+  return r;
+}
+
+}  // namespace htp::bench

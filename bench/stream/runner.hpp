@@ -1,0 +1,94 @@
+// One policy of the streaming benchmark: a fresh pager over the same device, the model's layers
+// registered, warm-up steps, then timed steps. Decode or prefill steps of a model runner: each
+// step walks the layers (acquire the layer's weights, compute, release), optionally reading and
+// appending to a KV cache that grows per token as mutable tensors.
+#pragma once
+
+#include <htp/pager.hpp>
+
+#include "compute.hpp"
+#include "model/model_shapes.hpp"
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace htp::bench {
+
+/// How a policy drives the pager.
+struct policy {
+  std::string name;
+  eviction_rule rule = eviction_rule::automatic;
+  unsigned lookahead = 0;
+  bool schedule = false;        ///< declare the layer order (set_schedule)
+  bool wait_each_fault = false; ///< block the host on each fault (synchronous offloading)
+  bool all_resident = false;    ///< HBM budget = the whole model (run only when it fits)
+};
+
+/// The policies compared side by side: all-resident, on-demand, LRU with lookahead, and
+/// schedule-aware lookahead k = 1 and 2.
+std::vector<policy> standard_policies();
+
+struct bench_config {
+  model_shape model;
+  dtype type = dtype::bf16;
+  int layers = 0;             ///< layers run (<= model.layers, real layer shape)
+  int tokens = 1;             ///< tokens per step (decode batch, or prefill length)
+  int steps = 4;              ///< timed steps
+  int warmup_steps = 1;
+  std::size_t hbm_budget_bytes = 0;
+  std::size_t slab_bytes = std::size_t{16} << 20;
+  std::size_t chunk_bytes = std::size_t{2} << 20;
+  std::optional<std::uint64_t> rate_bytes_per_second;  ///< unset: uncapped
+  std::uint64_t link_peak_bytes_per_second = 0;        ///< calibrated once for all policies
+  int kv_context_tokens = 0;   ///< initial KV context; 0 = no KV cache
+  int kv_block_tokens = 256;   ///< tokens per KV block tensor
+  std::chrono::milliseconds latency_budget{200};
+  std::uint64_t seed = 1;
+};
+
+struct summary_ms {
+  double p50 = 0, p99 = 0, max = 0, mean = 0;
+};
+
+struct policy_result {
+  std::string name;
+  bool skipped = false;
+  std::string skip_reason;
+  std::size_t hbm_budget_bytes = 0;
+  std::vector<double> step_ms;  ///< timed steps
+  summary_ms step;
+  bool meets_budget = false;    ///< step p99 within the latency budget
+  summary_ms fault;             ///< page-fault latency, submission to bytes in HBM
+  std::uint64_t faults = 0;     ///< in the timed steps
+  double fault_rate_per_ms = 0; ///< faults / timed milliseconds
+  std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
+                late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
+  double hbm_peak_pct = 0, hbm_mean_pct = 0;
+  double h2d_gbps = 0;          ///< bytes moved H2D / transfer busy time
+  double link_utilization = 0;  ///< h2d_gbps / calibrated link peak
+  double compute_ms = 0;        ///< per step, median
+  double transfer_ms = 0;       ///< per step (H2D busy), median
+  double overlap_efficiency = 0;  ///< max(compute, transfer) / step time, median over steps
+  std::uint64_t mismatches = 0; ///< weight bytes that failed verification (sim)
+  std::string metrics_json;     ///< the pager's full metrics at the end
+};
+
+/// Progress callback: (policy name, step done, steps total).
+using progress_fn = std::function<void(const std::string&, int, int)>;
+
+/// Runs one policy. `trace_path` non-empty: trace it and write the Chrome JSON there.
+policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
+                         layer_compute& compute, const std::string& trace_path,
+                         const progress_fn& progress);
+
+/// Bytes of the weights of the layers run (what paging moves per step when nothing stays).
+std::uint64_t streamed_weight_bytes(const bench_config& cfg);
+/// Bytes of the largest single layer's working set (shared tensors + the active experts).
+std::uint64_t largest_layer_bytes(const bench_config& cfg);
+/// Bytes the KV cache reaches by the end of the run.
+std::uint64_t kv_bytes_at_end(const bench_config& cfg);
+
+}  // namespace htp::bench

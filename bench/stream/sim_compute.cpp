@@ -1,0 +1,72 @@
+// The sim backend's layer compute: host functions on the compute stream.
+#include "compute.hpp"
+
+#include <htp/checksum.hpp>
+#include <htp/detail/check.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+namespace htp::bench {
+namespace {
+
+class sim_compute final : public layer_compute {
+ public:
+  sim_compute(device& dev, bool checksum_mode, double gbps)
+      : dev_(dev), checksum_mode_(checksum_mode), gbps_(gbps) {}
+
+  void run_layer(const std::vector<weight_view>& weights, int, stream_ref s) override {
+    dev_.launch_host_func(
+        [this, weights] {
+          const auto t0 = std::chrono::steady_clock::now();
+          if (checksum_mode_) {
+            for (const auto& w : weights) {
+              const std::uint64_t sum = checksum(w.span.data, w.span.bytes);
+              if (w.verify && sum != w.expected_checksum) ++mismatches_;
+            }
+          } else {
+            std::uint64_t bytes = 0;
+            for (const auto& w : weights) bytes += w.span.bytes;
+            std::this_thread::sleep_for(std::chrono::nanoseconds(
+                static_cast<std::int64_t>(static_cast<double>(bytes) / gbps_)));  // modelled time
+          }
+          const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - t0).count();
+          compute_ns_ += static_cast<std::uint64_t>(ns);
+        },
+        s);
+  }
+
+  double take_compute_ms() override { return static_cast<double>(compute_ns_.exchange(0)) / 1e6; }
+  std::uint64_t take_mismatches() override { return mismatches_.exchange(0); }
+
+  std::string description() const override {
+    if (checksum_mode_) return "sim: a host function per layer that checksums every weight byte";
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "sim: a modelled duration per layer, weight bytes / %.1f GB/s", gbps_);
+    return buf;
+  }
+
+ private:
+  device& dev_;
+  bool checksum_mode_;
+  double gbps_;
+  std::atomic<std::uint64_t> compute_ns_{0};
+  std::atomic<std::uint64_t> mismatches_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& mode,
+                                                double modelled_gbps) {
+  HTP_EXPECTS(mode == "checksum" || mode == "modelled", invalid_argument, "--sim-compute '", mode,
+              "': use 'checksum' or 'modelled'");
+  HTP_EXPECTS(mode == "checksum" || modelled_gbps > 0, invalid_argument,
+              "--sim-compute-gbps must be positive");
+  return std::make_unique<sim_compute>(dev, mode == "checksum", modelled_gbps);
+}
+
+}  // namespace htp::bench

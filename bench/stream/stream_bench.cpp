@@ -1,0 +1,270 @@
+// htp-stream-bench: a model runner's decode or prefill steps over paged weights, with the paging
+// policies side by side on the same model, device and HBM budget, against a latency budget.
+// See docs/benchmarks.md.
+#include <htp/device.hpp>
+#include <htp/error.hpp>
+#include <htp/sim_device.hpp>
+#include <htp/transfer_engine.hpp>
+
+#include "compute.hpp"
+#include "model/model_shapes.hpp"
+#include "report.hpp"
+#include "runner.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace {
+
+using namespace htp;
+using namespace htp::bench;
+
+/// "0.5" = that fraction of the streamed weights; "8GiB", "512MiB", "3GB" = bytes.
+std::size_t parse_budget(const std::string& s, std::uint64_t model_bytes) {
+  std::size_t pos = 0;
+  const double v = std::stod(s, &pos);
+  const std::string unit = s.substr(pos);
+  if (unit.empty()) {
+    if (v <= 0 || v > 64) throw invalid_argument("--hbm-budget " + s + ": a fraction must be in (0, 64]");
+    return static_cast<std::size_t>(v * static_cast<double>(model_bytes));
+  }
+  const double mult = unit == "GiB" ? 1073741824.0 : unit == "MiB" ? 1048576.0 : unit == "GB" ? 1e9 : unit == "MB" ? 1e6 : 0;
+  if (mult == 0) throw invalid_argument("--hbm-budget " + s + ": unit must be GiB, MiB, GB or MB (or none for a fraction)");
+  return static_cast<std::size_t>(v * mult);
+}
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+  return b;
+}
+
+std::uint64_t host_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"htp-stream-bench: paging policies side by side on real model shapes"};
+  std::string model_name = "llama-3.1-8b", config_path, dtype_name = "bf16", backend_name = "auto";
+  int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
+  std::string budget = "0.5", sweep, policies_arg = "all", json_path, trace_path, trace_policy = "schedule-k2";
+  double slab_mib = 16, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
+  double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 8;
+  std::string sim_compute = "checksum";
+  std::uint64_t seed = 1;
+  app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
+  app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
+  app.add_option("--dtype", dtype_name, "bf16, fp16, fp8 or int8");
+  app.add_option("--layers", layers, "layers to run, with the real layer shape (default: all on a GPU, 4 on sim)");
+  app.add_option("--tokens", tokens, "tokens per step: the decode batch, or the prefill length");
+  app.add_option("--steps", steps, "timed steps per policy");
+  app.add_option("--warmup", warmup, "warm-up steps per policy (not timed)");
+  app.add_option("--hbm-budget", budget, "HBM budget: a fraction of the streamed weights (0.5) or bytes (8GiB)");
+  app.add_option("--sweep", sweep, "comma-separated budgets to sweep (e.g. 0.25,0.5,0.75)");
+  app.add_option("--policies", policies_arg, "all, or a comma-separated subset of the policy names");
+  app.add_option("--backend", backend_name, "auto, cuda or sim")->check(CLI::IsMember({"auto", "cuda", "sim"}));
+  app.add_option("--slab-mib", slab_mib, "slab size in MiB (power of two)");
+  app.add_option("--chunk-mib", chunk_mib, "transfer chunk size in MiB");
+  app.add_option("--rate-gbps", rate_gbps, "cap H2D/D2H at this rate (0 = uncapped)");
+  app.add_option("--kv-context", kv_context, "initial KV-cache context in tokens (0 = no KV cache)");
+  app.add_option("--kv-block", kv_block, "tokens per KV block tensor");
+  app.add_option("--budget-ms", budget_ms, "end-to-end latency budget per step");
+  app.add_option("--json", json_path, "write all results and the configuration as JSON");
+  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of one policy");
+  app.add_option("--trace-policy", trace_policy, "the policy to trace");
+  app.add_option("--sim-link-gbps", sim_link_gbps, "sim: modelled host link, GB/s each way");
+  app.add_option("--sim-latency-us", sim_latency_us, "sim: modelled per-copy latency");
+  app.add_option("--sim-compute", sim_compute, "sim: 'checksum' (read every byte) or 'modelled'");
+  app.add_option("--sim-compute-gbps", sim_compute_gbps, "sim: rate of the modelled compute");
+  app.add_option("--seed", seed, "payload and routing seed");
+  CLI11_PARSE(app, argc, argv);
+
+  bench_config cfg;
+  std::unique_ptr<device> dev;
+  std::unique_ptr<layer_compute> compute;
+  std::vector<policy> pols;
+  std::vector<std::size_t> budgets;
+  try {
+    cfg.model = config_path.empty() ? preset(model_name) : from_hf_config(config_path);
+    cfg.type = parse_dtype(dtype_name);
+    const bool want_sim = backend_name == "sim" || (backend_name == "auto" && cuda_device_count() == 0);
+    if (layers <= 0) layers = want_sim ? std::min(4, cfg.model.layers) : cfg.model.layers;
+    if (layers > cfg.model.layers) {
+      throw invalid_argument("--layers " + std::to_string(layers) + ": " + cfg.model.name + " has " +
+                             std::to_string(cfg.model.layers));
+    }
+    if (tokens < 1 || steps < 1 || warmup < 0) throw invalid_argument("--tokens and --steps must be >= 1, --warmup >= 0");
+    cfg.layers = layers;
+    cfg.tokens = tokens;
+    cfg.steps = steps;
+    cfg.warmup_steps = warmup;
+    cfg.slab_bytes = static_cast<std::size_t>(slab_mib * 1048576.0);
+    cfg.chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
+    cfg.kv_context_tokens = kv_context;
+    cfg.kv_block_tokens = kv_block;
+    cfg.latency_budget = std::chrono::milliseconds(static_cast<long>(budget_ms));
+    cfg.seed = seed;
+    if (rate_gbps > 0) cfg.rate_bytes_per_second = static_cast<std::uint64_t>(rate_gbps * 1e9);
+    const std::uint64_t model_bytes = streamed_weight_bytes(cfg);
+    const std::uint64_t layer_bytes = largest_layer_bytes(cfg);
+    for (const auto& s : (sweep.empty() ? std::vector<std::string>{budget} : [&] {
+           std::vector<std::string> v;
+           std::stringstream ss(sweep);
+           for (std::string x; std::getline(ss, x, ',');) v.push_back(x);
+           return v;
+         }())) {
+      const std::size_t b = parse_budget(s, model_bytes);
+      if (b < layer_bytes + 2 * cfg.slab_bytes) {
+        throw invalid_argument("HBM budget " + gib(static_cast<double>(b)) + " is smaller than one layer's working set (" +
+                               gib(static_cast<double>(layer_bytes)) + " plus two slabs of headroom); give at least " +
+                               gib(static_cast<double>(layer_bytes + 2 * cfg.slab_bytes)));
+      }
+      budgets.push_back(b);
+    }
+    const std::uint64_t ram = host_ram_bytes();
+    if (ram != 0 && model_bytes + kv_bytes_at_end(cfg) > ram * 7 / 10) {
+      const std::uint64_t fit = ram * 7 / 10 / std::max<std::uint64_t>(1, model_bytes / static_cast<std::uint64_t>(layers));
+      throw invalid_argument(std::to_string(layers) + " layers (" + gib(static_cast<double>(model_bytes)) +
+                             ") need more pinned host RAM than this machine's 70% (" + gib(static_cast<double>(ram) * 0.7) +
+                             "); at most " + std::to_string(fit) + " layers fit: use --layers " + std::to_string(fit));
+    }
+    if (want_sim) {
+      sim_config sc;
+      sc.device_memory_bytes = std::max<std::size_t>(*std::max_element(budgets.begin(), budgets.end()),
+                                                     static_cast<std::size_t>(model_bytes * 3 / 2)) +
+                               static_cast<std::size_t>(kv_bytes_at_end(cfg) * 2) + (std::size_t{1} << 30);
+      sc.h2d_bytes_per_second = static_cast<std::uint64_t>(sim_link_gbps * 1e9);
+      sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
+      sc.copy_latency_ns = static_cast<std::uint64_t>(sim_latency_us * 1e3);
+      sc.poison_byte = -1;
+      dev = make_sim_device(sc);
+      compute = make_sim_compute(*dev, sim_compute, sim_compute_gbps);
+    } else {
+      dev = make_device(backend::cuda);
+      std::uint64_t rows = 1, cols = 1;
+      for (const auto& t : layer_tensors(cfg.model)) {
+        rows = std::max(rows, t.rows);
+        cols = std::max(cols, t.cols);
+      }
+      compute = make_cuda_compute(*dev, cfg.type, tokens, rows, cols);
+    }
+    for (const auto& p : standard_policies()) {
+      if (policies_arg == "all" || ("," + policies_arg + ",").find("," + p.name + ",") != std::string::npos) pols.push_back(p);
+    }
+    if (pols.empty()) throw invalid_argument("--policies " + policies_arg + " names no known policy");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "htp-stream-bench: %s\n", e.what());
+    return 2;
+  }
+
+  const auto& props = dev->properties();
+  const bool sim = props.kind == backend::sim;
+  // One calibration for all policies: the raw copy peak the utilisation is measured against.
+  cfg.link_peak_bytes_per_second =
+      measure_copy_bandwidth(*dev, copy_direction::host_to_device, sim ? (16u << 20) : (256u << 20), 3);
+
+  const std::uint64_t model_bytes = streamed_weight_bytes(cfg);
+  std::printf("htp-stream-bench on %s (%s backend)\n", props.name.c_str(), to_string(props.kind));
+  std::printf("  model %s: %.2fB parameters (%.2fB active per token), %d layers of %.3fB; %s\n",
+              cfg.model.name.c_str(), static_cast<double>(total_parameters(cfg.model)) / 1e9,
+              static_cast<double>(active_parameters_per_token(cfg.model)) / 1e9, cfg.model.layers,
+              static_cast<double>(layer_parameters(cfg.model)) / 1e9, to_string(cfg.type));
+  if (cfg.layers < cfg.model.layers) {
+    std::printf("  running %d of %d layers with the real layer shape (--layers); embeddings not paged\n",
+                cfg.layers, cfg.model.layers);
+  }
+  std::printf("  streamed weights %s, %d token(s) per step, %d timed + %d warm-up steps, KV %s\n",
+              gib(static_cast<double>(model_bytes)).c_str(), cfg.tokens, cfg.steps, cfg.warmup_steps,
+              cfg.kv_context_tokens > 0 ? ("from " + std::to_string(cfg.kv_context_tokens) + " tokens").c_str() : "off");
+  std::printf("  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, chunk %.0f MiB\n",
+              static_cast<double>(cfg.link_peak_bytes_per_second) / 1e9,
+              cfg.rate_bytes_per_second ? (std::to_string(rate_gbps) + " GB/s").c_str() : "none",
+              slab_mib, chunk_mib);
+  std::printf("  compute: %s\n", compute->description().c_str());
+  if (sim) {
+    std::printf("  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
+                sim_link_gbps, sim_latency_us);
+  }
+
+  const bool tty = isatty(2) != 0;
+  const progress_fn progress = [&](const std::string& name, int done, int total) {
+    if (!tty) return;
+    std::fprintf(stderr, "\r  %-15s [%-20s] %d/%d", name.c_str(),
+                 std::string(static_cast<std::size_t>(20 * done / total), '#').c_str(), done, total);
+    if (done == total) std::fprintf(stderr, "\r%60s\r", "");
+  };
+
+  nlohmann::json sweep_json = nlohmann::json::array();
+  std::vector<policy_result> last;
+  int exit_code = 0;
+  for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
+    cfg.hbm_budget_bytes = budgets[bi];
+    std::printf("\nHBM budget %s (%.0f%% of the streamed weights)\n", gib(static_cast<double>(budgets[bi])).c_str(),
+                100.0 * static_cast<double>(budgets[bi]) / static_cast<double>(model_bytes));
+    std::vector<policy_result> results;
+    for (const auto& pol : pols) {
+      if (pol.all_resident && bi > 0) continue;  // independent of the budget: run once
+      const std::string tp = (!trace_path.empty() && pol.name == trace_policy && bi + 1 == budgets.size()) ? trace_path : "";
+      try {
+        results.push_back(run_policy(*dev, cfg, pol, *compute, tp, progress));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "htp-stream-bench: policy %s failed: %s\n", pol.name.c_str(), e.what());
+        policy_result r;
+        r.name = pol.name;
+        r.skipped = true;
+        r.skip_reason = e.what();
+        results.push_back(r);
+        exit_code = 1;
+      }
+      if (results.back().mismatches != 0) {
+        std::fprintf(stderr, "htp-stream-bench: policy %s read %llu corrupt weight(s)\n", pol.name.c_str(),
+                     static_cast<unsigned long long>(results.back().mismatches));
+        exit_code = 1;
+      }
+    }
+    print_table(results, "on-demand", budget_ms);
+    nlohmann::json pj = nlohmann::json::array();
+    for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
+    sweep_json.push_back({{"hbm_budget_bytes", budgets[bi]}, {"policies", pj}});
+    last = std::move(results);
+  }
+
+  if (!json_path.empty()) {
+    nlohmann::json j;
+    j["benchmark"] = "htp-stream-bench";
+    j["device"] = {{"name", props.name}, {"backend", to_string(props.kind)}, {"total_memory", props.total_memory}};
+    j["model"] = {{"name", cfg.model.name}, {"dtype", to_string(cfg.type)},
+                  {"parameters", total_parameters(cfg.model)}, {"active_parameters", active_parameters_per_token(cfg.model)},
+                  {"layer_parameters", layer_parameters(cfg.model)}, {"layers", cfg.model.layers},
+                  {"layers_run", cfg.layers}, {"streamed_weight_bytes", model_bytes}};
+    j["config"] = {{"tokens", cfg.tokens}, {"steps", cfg.steps}, {"warmup_steps", cfg.warmup_steps},
+                   {"slab_bytes", cfg.slab_bytes}, {"chunk_bytes", cfg.chunk_bytes},
+                   {"rate_cap_bytes_per_second", cfg.rate_bytes_per_second.value_or(0)},
+                   {"link_peak_bytes_per_second", cfg.link_peak_bytes_per_second},
+                   {"kv_context_tokens", cfg.kv_context_tokens}, {"kv_block_tokens", cfg.kv_block_tokens},
+                   {"latency_budget_ms", budget_ms}, {"compute", compute->description()}, {"seed", seed}};
+    if (sim) j["sim"] = {{"link_gbps", sim_link_gbps}, {"latency_us", sim_latency_us}, {"compute", sim_compute}};
+    j["policies"] = sweep_json.back()["policies"];
+    j["sweep"] = sweep_json;
+    for (const auto& r : last) {
+      if (r.name == trace_policy && !r.skipped) {
+        j["measured"] = {{"policy", r.name}, {"h2d_gbps", r.h2d_gbps}, {"step_ms_p50", r.step.p50},
+                         {"hbm_budget_bytes", r.hbm_budget_bytes}};
+      }
+    }
+    if (!trace_path.empty()) j["trace"] = trace_path;
+    std::ofstream(json_path) << j.dump(2) << "\n";
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+  if (!trace_path.empty()) std::printf("wrote %s (policy %s)\n", trace_path.c_str(), trace_policy.c_str());
+  return exit_code;
+}

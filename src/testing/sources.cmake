@@ -1,0 +1,4 @@
+# Test seams shipped with the library (issue 7): the fault-injecting device wrapper.
+target_sources(htp PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/fault_injecting_device.cpp
+)
