@@ -47,10 +47,11 @@ struct run_result {
 
 /// Runs `steps` passes over `layers` one-slab weights with `capacity` slabs of HBM.
 run_result run_cyclic(int layers, int capacity, int steps, eviction_rule rule, unsigned lookahead,
-                      bool with_schedule) {
+                      bool with_schedule, prefetch_mode mode = prefetch_mode::min_page_ins) {
   auto dev = small_sim_device();
   auto c = small_pager_config(static_cast<std::size_t>(capacity));
   c.eviction = rule;
+  c.prefetch = mode;
   c.prefetch_lookahead = lookahead;
   c.auto_compact = false;
   pager p(*dev, c);
@@ -106,6 +107,24 @@ TEST(pager_schedule, lookahead_keeps_page_ins_at_the_minimum_while_faults_fall) 
     EXPECT_EQ(ahead.page_ins, min) << "lookahead " << k;
     EXPECT_LT(ahead.faults, none.faults) << "lookahead " << k;
   }
+}
+
+TEST(pager_schedule, pipeline_prefetch_trades_page_ins_for_fewer_faults) {
+  // In tight memory MIN keeps one slot rotating, so every load waits for the previous layer's
+  // compute. The pipeline mode keeps lookahead + 1 slots rotating: more page-ins than the
+  // minimum, bounded by one per layer, and prefetches instead of faults.
+  const int layers = 10, capacity = 6, steps = 5;
+  std::vector<int> trace;
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < layers; ++i) trace.push_back(i);
+  }
+  const std::size_t min = belady_misses(trace, capacity);
+  const auto none = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 0, true);
+  const auto piped = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 2, true, prefetch_mode::pipeline);
+  EXPECT_GE(piped.page_ins, min);
+  EXPECT_LE(piped.page_ins, static_cast<std::uint64_t>(layers * steps));
+  EXPECT_LT(piped.faults, none.faults);
+  EXPECT_LE(piped.faults, static_cast<std::uint64_t>(layers));  // after the first pass, none
 }
 
 TEST(pager_schedule, everything_fits_then_only_cold_misses) {

@@ -21,8 +21,13 @@ struct weight_view {
   std::uint64_t rows = 0;  ///< input features (1 for vectors and KV blocks: read, not multiplied)
   std::uint64_t cols = 0;  ///< output features
   std::uint64_t expected_checksum = 0;  ///< htp::checksum of its bytes (verification on sim)
+  std::uint64_t expected_head = 0;      ///< checksum of its first sample_bytes (modelled mode)
+  std::uint64_t expected_tail = 0;      ///< checksum of its last sample_bytes (modelled mode)
   bool verify = true;                   ///< false for data the run writes (KV blocks): read only
 };
+
+/// Bytes at each end of a weight that the modelled sim compute verifies.
+inline constexpr std::size_t sample_bytes = 4096;
 
 class layer_compute {
  public:
@@ -38,8 +43,9 @@ class layer_compute {
   virtual std::string description() const = 0;
 };
 
-/// sim: `mode` "checksum" (read and verify every byte on the host) or "modelled" (sleep for
-/// bytes / modelled_gbps, no reads).
+/// sim: `mode` "checksum" (read and verify every byte on the host) or "modelled" (take
+/// bytes / modelled_gbps of device time, as a GPU reading the weights from HBM would, and verify
+/// the first and last sample_bytes of each weight).
 std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& mode,
                                                 double modelled_gbps);
 

@@ -52,7 +52,7 @@ std::uint64_t kv_bytes_per_token(const bench_config& cfg) {
 struct model_instance {
   struct tensor {
     tensor_handle h;
-    std::uint64_t rows, cols, sum;
+    std::uint64_t rows, cols, sum, head, tail;
   };
   struct layer {
     std::vector<tensor> shared;
@@ -168,7 +168,9 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       fill_pattern(staging.data(), bytes, seed);
       const auto h = p.register_tensor("L" + std::to_string(l) + "." + t.name, bytes,
                                        tensor_kind::weight, staging.data());
-      model_instance::tensor rec{h, t.rows, t.cols, checksum(staging.data(), bytes)};
+      const std::size_t n = std::min(sample_bytes, bytes);
+      model_instance::tensor rec{h, t.rows, t.cols, checksum(staging.data(), bytes),
+                                 checksum(staging.data(), n), checksum(staging.data() + bytes - n, n)};
       const int e = expert_of(t.name);
       if (e < 0) {
         layer.shared.push_back(rec);
@@ -233,11 +235,11 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       std::vector<weight_view> views;
       for (auto* t : use) {
         const auto s = p.acquire(t->h, compute_stream, pol.wait_each_fault);
-        views.push_back({s, t->rows, t->cols, t->sum, true});
+        views.push_back({s, t->rows, t->cols, t->sum, t->head, t->tail, true});
       }
       for (auto h : layer.kv) {
         const auto s = p.acquire(h, compute_stream, pol.wait_each_fault);
-        views.push_back({s, 1, s.bytes, 0, false});
+        views.push_back({s, 1, s.bytes, 0, 0, 0, false});
       }
       compute.run_layer(views, cfg.tokens, compute_stream);
       if (!layer.kv.empty()) {  // append this step's tokens to the newest block

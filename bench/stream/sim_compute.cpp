@@ -4,6 +4,7 @@
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,9 +30,18 @@ class sim_compute final : public layer_compute {
             }
           } else {
             std::uint64_t bytes = 0;
-            for (const auto& w : weights) bytes += w.span.bytes;
-            std::this_thread::sleep_for(std::chrono::nanoseconds(
-                static_cast<std::int64_t>(static_cast<double>(bytes) / gbps_)));  // modelled time
+            for (const auto& w : weights) {
+              bytes += w.span.bytes;
+              if (!w.verify) continue;
+              const auto* p = static_cast<const unsigned char*>(w.span.data);
+              const std::size_t n = std::min(sample_bytes, w.span.bytes);
+              if (checksum(p, n) != w.expected_head || checksum(p + w.span.bytes - n, n) != w.expected_tail) {
+                ++mismatches_;
+              }
+            }
+            // The modelled device time of reading `bytes` from HBM.
+            std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(
+                                                   static_cast<double>(bytes) / gbps_)));
           }
           const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - t0).count();
@@ -45,8 +55,10 @@ class sim_compute final : public layer_compute {
 
   std::string description() const override {
     if (checksum_mode_) return "sim: a host function per layer that checksums every weight byte";
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "sim: a modelled duration per layer, weight bytes / %.1f GB/s", gbps_);
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "sim: modelled device time per layer, weight bytes / %.0f GB/s (HBM), ends of each weight verified",
+                  gbps_);
     return buf;
   }
 

@@ -58,13 +58,13 @@ int main(int argc, char** argv) {
   int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
   std::string budget = "0.5", sweep, policies_arg = "all", json_path, trace_path, trace_policy = "schedule-k2";
   double slab_mib = 16, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
-  double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 8;
-  std::string sim_compute = "checksum";
+  double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 0;
+  std::string sim_compute = "modelled";
   std::uint64_t seed = 1;
   app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
   app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
   app.add_option("--dtype", dtype_name, "bf16, fp16, fp8 or int8");
-  app.add_option("--layers", layers, "layers to run, with the real layer shape (default: all on a GPU, 4 on sim)");
+  app.add_option("--layers", layers, "layers to run, with the real layer shape (default: all on a GPU, 8 on sim)");
   app.add_option("--tokens", tokens, "tokens per step: the decode batch, or the prefill length");
   app.add_option("--steps", steps, "timed steps per policy");
   app.add_option("--warmup", warmup, "warm-up steps per policy (not timed)");
@@ -83,8 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--trace-policy", trace_policy, "the policy to trace");
   app.add_option("--sim-link-gbps", sim_link_gbps, "sim: modelled host link, GB/s each way");
   app.add_option("--sim-latency-us", sim_latency_us, "sim: modelled per-copy latency");
-  app.add_option("--sim-compute", sim_compute, "sim: 'checksum' (read every byte) or 'modelled'");
-  app.add_option("--sim-compute-gbps", sim_compute_gbps, "sim: rate of the modelled compute");
+  app.add_option("--sim-compute", sim_compute, "sim: 'modelled' (device time from HBM bandwidth) or 'checksum' (read every byte on the CPU)");
+  app.add_option("--sim-compute-gbps", sim_compute_gbps,
+                 "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s over 55 GB/s)");
   app.add_option("--seed", seed, "payload and routing seed");
   CLI11_PARSE(app, argc, argv);
 
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
     cfg.model = config_path.empty() ? preset(model_name) : from_hf_config(config_path);
     cfg.type = parse_dtype(dtype_name);
     const bool want_sim = backend_name == "sim" || (backend_name == "auto" && cuda_device_count() == 0);
-    if (layers <= 0) layers = want_sim ? std::min(4, cfg.model.layers) : cfg.model.layers;
+    if (layers <= 0) layers = want_sim ? std::min(8, cfg.model.layers) : cfg.model.layers;
     if (layers > cfg.model.layers) {
       throw invalid_argument("--layers " + std::to_string(layers) + ": " + cfg.model.name + " has " +
                              std::to_string(cfg.model.layers));
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
       sc.copy_latency_ns = static_cast<std::uint64_t>(sim_latency_us * 1e3);
       sc.poison_byte = -1;
       dev = make_sim_device(sc);
+      if (sim_compute_gbps <= 0) sim_compute_gbps = sim_link_gbps * 4800.0 / 55.0;
       compute = make_sim_compute(*dev, sim_compute, sim_compute_gbps);
     } else {
       dev = make_device(backend::cuda);

@@ -78,6 +78,18 @@ enum class eviction_rule {
   belady,     ///< farthest next use in the schedule (LRU for tensors the schedule never names).
 };
 
+/// How a schedule-aware prefetch picks its victim (Belady's rule active; see docs/pager.md).
+enum class prefetch_mode {
+  /// Evict the tensor used farthest in the future outside the lookahead window. Keeps
+  /// lookahead + 1 slots rotating, so loads overlap the previous layers' compute; in tight memory
+  /// it pages in more than Belady's minimum. The default: latency is what a runner pays.
+  pipeline,
+  /// Make only the eviction Belady's MIN would make when the tensor is first used, and only if
+  /// that victim is not needed before then. Page-ins equal the minimum; in tight memory the load
+  /// waits for the previous layer's compute (little overlap).
+  min_page_ins,
+};
+
 /// Configuration of a pager.
 struct pager_config {
   std::size_t hbm_budget_bytes = 0;   ///< HBM the pager reserves; at least one slab.
@@ -89,6 +101,7 @@ struct pager_config {
   transfer_link_config d2h;
   unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead on each acquire (0 = none).
   eviction_rule eviction = eviction_rule::automatic;
+  prefetch_mode prefetch = prefetch_mode::pipeline;
   double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.
   bool auto_compact = true;            ///< compact in the background past the threshold.
   oom_policy on_oom = oom_policy::throw_error;

@@ -182,6 +182,12 @@ class transfer_engine {
   /// @throws htp::invalid_argument for a ticket this engine never returned.
   bool cancel(transfer_ticket t);
 
+  /// Moves a request with chunks still to issue (queued or partly issued) to a higher priority
+  /// class, at the back of that class's queue; its `after` events and completion word stay. Never
+  /// lowers a priority. Returns whether it moved. Used when a prefetch turns urgent (a late
+  /// prefetch). @throws htp::invalid_argument for a ticket this engine never returned.
+  bool raise_priority(transfer_ticket t, transfer_priority priority);
+
   /// Makes work queued on `compute` after this call wait until the request has completed, without
   /// blocking the host, even if its chunks have not been issued yet. A no-op for a request that has
   /// already finished; a cancelled or failed request releases the stream (check status()).

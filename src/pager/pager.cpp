@@ -220,19 +220,9 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
         ++p.counters.hits;
         if (t.prefetched_unused) {
           ++p.counters.late_prefetches;
-          // Not started yet: it is urgent now, so requeue it at fault priority.
-          if (t.ticket_priority != transfer_priority::fault && p.engine->cancel(t.ticket)) {
-            try {
-              t.ticket = p.engine->submit(t.hbm->ptr, t.host.ptr, t.bytes,
-                                          copy_direction::host_to_device, transfer_priority::fault);
-            } catch (...) {  // nothing was copied: back to host, wholly where it was
-              p.free_hbm(*t.hbm);
-              t.hbm.reset();
-              t.where = residency::host;
-              t.pending = pending_kind::none;
-              t.ticket = {};
-              throw;
-            }
+          // Urgent now: move it ahead of other prefetches, keeping its fence and its word.
+          if (t.ticket_priority != transfer_priority::fault &&
+              p.engine->raise_priority(t.ticket, transfer_priority::fault)) {
             t.ticket_priority = transfer_priority::fault;
           }
         }

@@ -141,28 +141,31 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       }
       return std::nullopt;
     }
-    // Rungs 1 and 2: the best clean and the best dirty victim under the eviction rule.
-    std::optional<std::uint32_t> clean, dirty;
-    std::uint64_t clean_rank = 0, dirty_rank = 0;
+    // The victim is chosen among every unpinned tensor holding HBM, whatever its state, so that a
+    // host running ahead of the GPU (whose recent loads are still in flight) does not push the
+    // rule onto tensors needed sooner. A victim with a copy in flight is waited for (demand) or
+    // skipped (prefetch); one whose kernels still run is evicted at once, fenced.
+    const auto is_dirty = [](const tensor_record& t) {
+      return t.kind == tensor_kind::mutable_state && t.dirty;
+    };
     if (!demand) {
-      // Under Belady's rule a prefetch makes exactly the eviction MIN would make when the tensor
-      // is first used (the resident whose next use lies farthest beyond that point), only earlier,
-      // and only if that victim is not needed before then; otherwise it waits. So prefetching never
-      // adds a page-in. Under LRU: the least recently used evictable tensor outside the lookahead
-      // window. Never a dirty victim (a prefetch does not pay for a write-back), never a pinned one.
+      // prefetch_mode::min_page_ins (Belady active): make exactly the eviction MIN would make when
+      // the tensor is first used (the resident whose next use lies farthest beyond that point),
+      // only earlier, and only if that victim is not needed before then; otherwise wait. So
+      // prefetching never adds a page-in. prefetch_mode::pipeline: the tensor used farthest in
+      // the future (Belady) outside the lookahead window, so lookahead + 1 slots rotate and loads
+      // overlap compute; under LRU, the least recently used evictable clean tensor outside the
+      // window. Never a dirty victim (a prefetch does not pay for a write-back), never a pinned
+      // one, never one needed sooner, and never a wait: no victim now means no prefetch now.
+      const bool min_mode = belady && config.prefetch == prefetch_mode::min_page_ins;
       std::optional<std::uint32_t> best;
       std::uint64_t best_rank = 0;
       for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
         const tensor_record& t = tensors[slot];
         if (slot == for_slot || !t.live || !t.hbm) continue;
-        std::uint64_t rank;
-        if (belady) {
-          rank = schedule.distance_after(slot, for_slot);
-        } else {
-          if (std::find(window.begin(), window.end(), slot) != window.end()) continue;
-          if (!can_evict(t) || (t.kind == tensor_kind::mutable_state && t.dirty)) continue;
-          rank = eviction_rank(slot);
-        }
+        if (!min_mode && std::find(window.begin(), window.end(), slot) != window.end()) continue;
+        if (!belady && (!can_evict(t) || is_dirty(t))) continue;
+        const std::uint64_t rank = min_mode ? schedule.distance_after(slot, for_slot) : eviction_rank(slot);
         if (!best || rank > best_rank) {
           best = slot;
           best_rank = rank;
@@ -170,39 +173,45 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       }
       if (!best) return std::nullopt;
       const tensor_record& v = tensors[*best];
-      if (!can_evict(v) || (v.kind == tensor_kind::mutable_state && v.dirty)) return std::nullopt;
+      if (!can_evict(v) || is_dirty(v)) return std::nullopt;
       if (belady && eviction_rank(*best) <= target_rank) return std::nullopt;  // needed sooner
       evict_now(*best);
       continue;
     }
+    // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight.
+    std::optional<std::uint32_t> clean, dirty;
+    std::uint64_t clean_rank = 0, dirty_rank = 0;
     for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
       if (slot == for_slot) continue;
       const tensor_record& t = tensors[slot];
-      if (!can_evict(t)) continue;
+      if (!t.live || !t.hbm || t.pins != 0 || t.load_failed) continue;
       const std::uint64_t rank = eviction_rank(slot);
-      const bool is_dirty = t.kind == tensor_kind::mutable_state && t.dirty;
-      auto& best = is_dirty ? dirty : clean;
-      auto& best_rank = is_dirty ? dirty_rank : clean_rank;
+      auto& best = is_dirty(t) ? dirty : clean;
+      auto& best_rank = is_dirty(t) ? dirty_rank : clean_rank;
       if (!best || rank > best_rank) {
         best = slot;
         best_rank = rank;
       }
     }
-    if (clean) {
-      evict_now(*clean);
-      ++counters.oom.evict_clean;
-      continue;
-    }
-    if (dirty) {
-      evict_now(*dirty);
+    const std::optional<std::uint32_t> victim = clean ? clean : dirty;
+    if (victim && can_evict(tensors[*victim])) {
+      evict_now(*victim);
+      if (clean) {
+        ++counters.oom.evict_clean;
+        continue;
+      }
       ++counters.oom.write_back_dirty;
-      waits.tickets.push_back(tensors[*dirty].ticket);
+      waits.tickets.push_back(tensors[*victim].ticket);
       return std::nullopt;
     }
-    // Rung 3: unpinned tensors whose copies (loads, write-backs, moves) are still in flight.
-    for (auto& t : tensors) {
-      if (t.live && t.hbm && t.pins == 0 && t.pending != pending_kind::none) {
-        waits.tickets.push_back(t.ticket);
+    // Rung 3: the victim (or, with none, any unpinned tensor) has a copy in flight: wait for it.
+    if (victim) {
+      waits.tickets.push_back(tensors[*victim].ticket);
+    } else {
+      for (auto& t : tensors) {
+        if (t.live && t.hbm && t.pins == 0 && t.pending != pending_kind::none) {
+          waits.tickets.push_back(t.ticket);
+        }
       }
     }
     if (!waits.empty()) {

@@ -8,7 +8,9 @@
 
 #include "transfer/value_word_pool.hpp"
 
+#include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -226,9 +228,31 @@ transfer_engine::impl::~impl() {
   }
 }
 
+// Note [Fenced requests and deadlock]
+// A request with `after` events makes the lane's stream wait for them: for an event E recorded on
+// a compute stream. Whatever that compute stream waits on before recording E was submitted before
+// the fenced request (E existed when it was submitted). If the fenced request's wait were queued
+// on the stream ahead of such an older request's chunks, the stream would wait for E, E for the
+// compute stream, and the compute stream for those chunks: a cycle. So a fenced request whose
+// events have not completed is issued only once every older request on its lane has been fully
+// issued; priorities still order everything else. The oldest pending request is never blocked,
+// so the dispatcher always makes progress.
 request* transfer_engine::impl::pick(lane& l) {
-  for (auto& q : l.queues)
-    if (!q.empty()) return q.front().get();
+  std::uint64_t oldest = std::numeric_limits<std::uint64_t>::max();
+  for (const auto& q : l.queues) {
+    for (const auto& r : q) oldest = std::min(oldest, r->id);
+  }
+  for (auto& q : l.queues) {
+    for (auto& r : q) {
+      if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
+        const bool done = std::all_of(r->after.begin(), r->after.end(),
+                                      [&](event_ref e) { return dev.query(e); });
+        if (!done) continue;
+        r->after.clear();  // nothing left to wait for
+      }
+      return r.get();
+    }
+  }
   return nullptr;
 }
 
@@ -485,6 +509,22 @@ bool transfer_engine::cancel(transfer_ticket t) {
   impl_->remove_from_queue(l, r);
   impl_->dev.write_value(r->word.word, r->word.generation);
   impl_->finish_locked(r, transfer_status::cancelled);
+  l.dispatch_cv.notify_one();
+  return true;
+}
+
+bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priority) {
+  std::lock_guard lock(impl_->mutex_);
+  const transfer_status st = impl_->status_locked(t.id);
+  if (st != transfer_status::queued && st != transfer_status::in_flight) return false;
+  const request_ptr r = impl_->live.at(t.id);
+  if (r->issued == r->chunk_count || priority >= r->priority) return false;
+  lane& l = impl_->lane_of(r->direction);
+  impl_->remove_from_queue(l, r);
+  --impl_->classes[static_cast<std::size_t>(r->priority)].submitted;
+  r->priority = priority;
+  ++impl_->classes[static_cast<std::size_t>(priority)].submitted;
+  l.queues[static_cast<std::size_t>(priority)].push_back(r);
   l.dispatch_cv.notify_one();
   return true;
 }
