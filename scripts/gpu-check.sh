@@ -4,7 +4,8 @@
 # Uses build-gpu/ (made by scripts/gpu-build.sh elsewhere and carried here) or, when absent and the
 # dependencies are installed, builds it. Runs every test binary (the cuda conformance instance runs
 # for real here), the benchmarks, and compute-sanitizer on the device tests when it works; writes
-# logs and JSON under OUT_DIR (at most 8 files) and prints a summary last.
+# logs and JSON under OUT_DIR (at most 8 files: summary.txt, tests.log, bench.log, bandwidth.json,
+# transfer.json, integrity.json, stream.json, trace.json) and prints a summary last.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 mkdir -p "$out"
@@ -26,7 +27,7 @@ note() { echo "$*" | tee -a "$summary"; }
   echo "== $(date -u +%FT%TZ) =="
   nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem --format=csv 2>&1
   nvidia-smi topo -m 2>&1 | head -5
-} >"$out/gpu.txt"
+} >>"$summary"
 note "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
 
 # ---- tests ---------------------------------------------------------------------------------------
@@ -51,10 +52,10 @@ note "skipped tests: $(grep -c '^\[  SKIPPED \]' "$out/tests.log" || true)"
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in memcheck racecheck; do
     if timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_device" \
-        --gtest_filter='*cuda*' >>"$out/sanitizer.log" 2>&1; then
+        --gtest_filter='*cuda*' >>"$out/tests.log" 2>&1; then
       note "compute-sanitizer $tool: clean"
     else
-      note "compute-sanitizer $tool: FAILED or unsupported (see sanitizer.log)"
+      note "compute-sanitizer $tool: FAILED or unsupported (see tests.log)"
     fi
   done
 fi
@@ -77,7 +78,13 @@ run_bench htp-transfer-bench --backend cuda --json "$out/transfer.json"
 # checksummed by a CUDA kernel, memory returned at the end (exit 1 on any mismatch).
 run_bench htp-integrity --backend cuda --tensors 600 --min-kib 4 --max-mib 48 --hbm-mib 1024 \
   --ops 10000 --zipf 1.1 --seed 1 --json "$out/integrity.json"
-run_bench htp-slab-bench --benchmark_min_time=0.05 --benchmark_out="$out/slab.json" --benchmark_out_format=json
+run_bench htp-slab-bench --benchmark_min_time=0.05
+# The streaming benchmark: the policies side by side on Llama-3.1-8B (16 of 32 layers, real shape,
+# 8 GB of weights through a 4 GB HBM budget), real cuBLAS GEMMs, decode batch 1 and prefill 2048.
+run_bench htp-stream-bench --backend cuda --model llama-3.1-8b --layers 16 --hbm-budget 0.5 \
+  --steps 5 --json "$out/stream.json" --trace "$out/trace.json"
+run_bench htp-stream-bench --backend cuda --model llama-3.1-8b --layers 16 --hbm-budget 0.5 \
+  --steps 3 --tokens 2048 --policies on-demand,schedule-k2
 
 echo
 echo "---- summary ----"

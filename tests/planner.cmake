@@ -55,3 +55,19 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
     endif()
   endif()
 endif()
+
+# htp-stream-bench: a short run on sim, its JSON schema and its consistency with the trace.
+find_package(Python3 COMPONENTS Interpreter)
+if(HTP_BUILD_BENCH AND Python3_Interpreter_FOUND)
+  add_test(NAME stream_bench_sim_json
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/stream_bench_check.py
+      $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny-llama.config.json
+      ${CMAKE_CURRENT_BINARY_DIR}/stream_bench_check)
+  set_tests_properties(stream_bench_sim_json PROPERTIES TIMEOUT 600)
+  add_test(NAME stream_bench_bad_preset COMMAND ${CMAKE_COMMAND} -DHTP_PLAN=$<TARGET_FILE:htp-stream-bench>
+    -DEXPECT_RC=2 "-DEXPECT_TEXT=unknown model preset" "-DARGS=--model;no-such-model"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/planner.cmake)
+  add_test(NAME stream_bench_budget_too_small COMMAND ${CMAKE_COMMAND} -DHTP_PLAN=$<TARGET_FILE:htp-stream-bench>
+    -DEXPECT_RC=2 "-DEXPECT_TEXT=smaller than one layer" "-DARGS=--backend;sim;--layers;2;--hbm-budget;0.1"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/planner.cmake)
+endif()
