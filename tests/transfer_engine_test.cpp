@@ -283,6 +283,32 @@ TEST_F(transfer_test, compute_stream_waits_for_a_request_not_yet_issued_without_
   compute.synchronize();
 }
 
+TEST_F(transfer_test, a_late_prefetch_raised_to_fault_priority_overtakes_other_prefetches) {
+  transfer_engine eng(*dev, base_config());
+  gate g;
+  g.hold(*dev, eng.prefetch_stream());
+  std::vector<transfer_ticket> pre;
+  for (std::size_t i = 0; i < 8; ++i)
+    pre.push_back(eng.submit(hbm->ptr + i * 2 * chunk, host->ptr + i * 2 * chunk, 2 * chunk,
+                             copy_direction::host_to_device, transfer_priority::prefetch));
+  log.wait_for(3);  // request 0 fully issued, request 1 partly: both in flight
+  // The last prefetch is needed now.
+  EXPECT_TRUE(eng.raise_priority(pre[7], transfer_priority::fault));
+  EXPECT_FALSE(eng.raise_priority(pre[7], transfer_priority::prefetch));  // never lowers
+  EXPECT_FALSE(eng.raise_priority(pre[0], transfer_priority::fault));     // nothing left to issue
+  g.open();
+  eng.drain();
+  const auto order = log.snapshot();
+  ASSERT_EQ(order.size(), 16u);
+  // After the three chunks in flight, both chunks of the raised request, then the rest in order.
+  EXPECT_EQ(order[3].request_id, pre[7].id);
+  EXPECT_EQ(order[4].request_id, pre[7].id);
+  EXPECT_EQ(order[3].priority, transfer_priority::fault);
+  EXPECT_FALSE(eng.raise_priority(pre[7], transfer_priority::fault));  // finished
+  EXPECT_EQ(eng.metrics().classes[0].completed, 1u);
+  EXPECT_EQ(eng.metrics().classes[1].completed, 7u);
+}
+
 TEST_F(transfer_test, a_request_ordered_after_an_event_waits_for_it_on_the_device) {
   transfer_engine eng(*dev, base_config());
   stream compute(*dev);

@@ -288,6 +288,7 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
 }
 
 void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
+  if (live.count(r->id) == 0) return;  // already finished (e.g. by the completer meanwhile)
   if (!r->failed) {
     r->failed = true;
     r->error = std::move(why);
@@ -518,7 +519,8 @@ bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priori
   const transfer_status st = impl_->status_locked(t.id);
   if (st != transfer_status::queued && st != transfer_status::in_flight) return false;
   const request_ptr r = impl_->live.at(t.id);
-  if (r->issued == r->chunk_count || priority >= r->priority) return false;
+  // A failed request waits only for its issued chunks; it must not re-enter a queue.
+  if (r->failed || r->issued == r->chunk_count || priority >= r->priority) return false;
   lane& l = impl_->lane_of(r->direction);
   impl_->remove_from_queue(l, r);
   --impl_->classes[static_cast<std::size_t>(r->priority)].submitted;
