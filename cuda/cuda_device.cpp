@@ -8,6 +8,7 @@
 #include <cuda.h>  // types of the driver entry points only; nothing links libcuda
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -304,7 +305,16 @@ class cuda_device final : public device {
 
 namespace detail {
 
+namespace {
+/// Streams blocked on a value word (cuStreamWaitValue32) stall whatever shares their hardware
+/// queue. The default of 8 queues makes that likely once a runner has a few compute streams beside
+/// htp's two; 32 (the maximum) makes false dependencies between streams rare. Read when the CUDA
+/// context is created, so it is set before the first runtime call; a user's setting wins.
+void widen_hardware_queues() noexcept { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+}  // namespace
+
 std::unique_ptr<device> make_cuda_device(int ordinal) {
+  widen_hardware_queues();
   std::string why;
   const int n = cuda_device_count(&why);
   HTP_EXPECTS(ordinal >= 0 && ordinal < n, invalid_argument, "no CUDA GPU with ordinal ", ordinal,
@@ -313,6 +323,7 @@ std::unique_ptr<device> make_cuda_device(int ordinal) {
 }
 
 int cuda_device_count(std::string* why) noexcept {
+  widen_hardware_queues();
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {

@@ -101,6 +101,8 @@ void fault_scenario::verify_all(pager& p) {
   const auto m = p.metrics();
   ASSERT_LE(m.hbm.used_bytes, m.hbm.capacity_bytes);
   ASSERT_EQ(m.registered_tensors, live_.size());
+  // Every acquire has exactly one outcome, failed ones included.
+  ASSERT_EQ(m.acquires, m.hits + m.faults + m.degraded_acquires + m.failed_acquires + m.oom.thrown);
 }
 
 scenario_result fault_scenario::run(const fault_plan& plan, std::optional<fault_plan> rearm) {

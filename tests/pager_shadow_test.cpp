@@ -140,6 +140,8 @@ void run_shadow(std::uint64_t seed, int operations, bool checked) {
   }
   for (const auto& t : live) p.unregister_tensor(t.h);
   const auto m = p.metrics();
+  EXPECT_EQ(m.acquires, m.hits + m.faults + m.degraded_acquires + m.failed_acquires + m.oom.thrown);
+  EXPECT_EQ(m.fault_latency.count, m.faults);
   EXPECT_EQ(m.hbm.used_bytes, 0u);
   EXPECT_EQ(m.host.used_bytes, 0u);
 }

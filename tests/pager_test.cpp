@@ -265,6 +265,34 @@ TEST_F(pager_test, degraded_writes_land_in_the_authoritative_host_copy) {
   EXPECT_EQ(device_checksum(p, *dev, kv, compute, slot), checksum(want.data(), want.size()));
 }
 
+TEST_F(pager_test, a_page_in_waits_for_kernels_still_writing_the_host_copy) {
+  // A tensor last used in degraded mode was written in host memory by kernels that may still be
+  // running: paging it in must wait for them on the device, or it copies stale bytes.
+  auto c = small_pager_config(1);
+  c.on_oom = oom_policy::allow_degraded;
+  pager p(*dev, c);
+  auto a = p.register_tensor("a", slab, tensor_kind::weight);
+  auto kv = p.register_tensor("kv", slab, tensor_kind::mutable_state);
+  stream writer(*dev);
+  p.acquire(a, compute, /*wait=*/true);
+  const auto sk = p.acquire(kv, writer);
+  ASSERT_TRUE(sk.degraded);
+  gate g;
+  g.hold(*dev, writer);
+  dev->fill_pattern_async(sk.data, sk.bytes, 77, writer);  // runs only once the gate opens
+  p.release(kv, writer, /*dirty=*/true);
+  p.release(a, compute);
+  compute.synchronize();  // a's readers are done: only kv's writer is still pending
+  const auto s = p.acquire(kv, compute);  // evicts a and pages kv in
+  ASSERT_FALSE(s.degraded);
+  dev->checksum_async(s.data, s.bytes, slot.value, compute);
+  g.open();
+  compute.synchronize();
+  const auto want = payload(slab, 77);
+  EXPECT_EQ(*slot.value, checksum(want.data(), want.size()));
+  p.release(kv, compute);
+}
+
 TEST_F(pager_test, a_schedule_prefetches_ahead_and_counts_hits) {
   auto c = small_pager_config(8);
   c.prefetch_lookahead = 2;

@@ -132,7 +132,7 @@ TEST(pager_threads, eight_threads_share_a_pager_and_lose_nothing) {
     EXPECT_EQ(device_checksum(p, *dev, weights[i], compute, slot), weight_sums[i]);
   }
   const auto m = p.metrics();
-  EXPECT_EQ(m.acquires, m.hits + m.faults + m.degraded_acquires + m.oom.thrown);
+  EXPECT_EQ(m.acquires, m.hits + m.faults + m.degraded_acquires + m.failed_acquires + m.oom.thrown);
   EXPECT_GT(m.evictions, 0u);
 }
 

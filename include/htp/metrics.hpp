@@ -41,9 +41,12 @@ struct pager_metrics {
   tier_occupancy host;
 
   std::uint64_t registered_tensors = 0;
+  /// acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.
   std::uint64_t acquires = 0;
   std::uint64_t hits = 0;               ///< acquires that found the tensor resident or loading.
   std::uint64_t faults = 0;             ///< acquires that had to start a page-in.
+  std::uint64_t failed_acquires = 0;    ///< acquires that threw a device error (copy failed, ...).
+  std::uint64_t failed_loads = 0;       ///< page-ins that failed (the host copy stays authoritative).
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
   latency_summary fault_latency;        ///< fault submission to bytes in HBM.
   std::uint64_t page_ins = 0;           ///< H2D loads started (faults + prefetches).

@@ -78,6 +78,9 @@ pager::impl::~impl() {
     for (auto& t : tensors) {
       for (auto e : t.release_events) dev.synchronize(e);
     }
+    for (auto& f : fences) {  // kernels may still read memory already evicted
+      for (auto e : f.events) dev.synchronize(e);
+    }
   } catch (...) {
     // teardown proceeds: the memory goes back with the allocators below
   }
@@ -191,6 +194,10 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
   std::unique_lock lock(p.mutex);
   bool counted = false;
   bool compacted = false;
+  bool ladder_threw = false;
+  // Outcome counters are bumped only once the acquire has succeeded, so that
+  // acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.
+  try {
   for (;;) {
     p.reap();
     tensor_record& t = p.get(h);
@@ -206,20 +213,20 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
                         "its page-in failed while other acquires hold it; retry after they release");
     }
     if (t.degraded) {  // already served zero-copy: every concurrent acquire shares that mode
+      const device_span span{p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
       ++t.pins;
       ++p.counters.degraded_acquires;
-      return {p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
+      return span;
     }
+    bool faulted = false, prefetch_hit = false, late = false;
     switch (t.where) {
       case residency::resident:
-        ++p.counters.hits;
-        if (t.prefetched_unused) ++p.counters.prefetch_hits;
+        prefetch_hit = t.prefetched_unused;
         if (t.pending == pending_kind::move) p.engine->wait_on(t.ticket, compute);
         break;
       case residency::loading:
-        ++p.counters.hits;
         if (t.prefetched_unused) {
-          ++p.counters.late_prefetches;
+          late = true;
           // Urgent now: move it ahead of other prefetches, keeping its fence and its word.
           if (t.ticket_priority != transfer_priority::fault &&
               p.engine->raise_priority(t.ticket, transfer_priority::fault)) {
@@ -229,7 +236,6 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
         p.engine->wait_on(t.ticket, compute);
         break;
       case residency::writing_back:  // cancel the eviction: the HBM copy is still good
-        ++p.counters.hits;
         p.engine->wait_on(t.ticket, compute);
         t.where = residency::resident;
         t.dirty = false;
@@ -250,20 +256,22 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
             continue;  // state may have changed meanwhile: start over
           }
           if (p.config.on_oom == oom_policy::allow_degraded) {
+            const device_span span{p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
             ++p.counters.oom.degraded;
             ++p.counters.degraded_acquires;
             t.degraded = true;
             ++t.pins;
             spdlog::warn("htp pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of pinned tensors",
                          t.name, t.bytes);
-            return {p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
+            return span;
           }
           ++p.counters.oom.thrown;
+          ladder_threw = true;
           throw out_of_memory(p.oom_message(t.bytes, t.name), t.bytes);
         }
         p.start_load(slot, *room, transfer_priority::fault);
         t.fault_load = true;
-        ++p.counters.faults;
+        faulted = true;
         p.engine->wait_on(t.ticket, compute);
         break;
       }
@@ -293,8 +301,23 @@ device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
         }
         impl::throw_copy_failed(detail::concat("acquire('", u.name, "', wait)"), e.what());
       }
+      lock.lock();
+    }
+    if (faulted) {
+      ++p.counters.faults;
+    } else {
+      ++p.counters.hits;
+      if (prefetch_hit) ++p.counters.prefetch_hits;
+      if (late) ++p.counters.late_prefetches;
     }
     return span;
+  }
+  } catch (...) {
+    if (counted && !ladder_threw) {  // the ladder's own out_of_memory is counted in oom.thrown
+      if (!lock.owns_lock()) lock.lock();
+      ++p.counters.failed_acquires;
+    }
+    throw;
   }
 }
 

@@ -107,6 +107,8 @@ std::string to_json(const pager_metrics& m) {
       {"acquires", m.acquires},
       {"hits", m.hits},
       {"faults", m.faults},
+      {"failed_acquires", m.failed_acquires},
+      {"failed_loads", m.failed_loads},
       {"fault_rate_per_ms", m.fault_rate_per_ms},
       {"fault_latency", lat(m.fault_latency)},
       {"page_ins", m.page_ins},

@@ -42,9 +42,13 @@ void pager::impl::reap() {
           // reports the failure; the host copy stays authoritative.
           t.load_failed = true;
         } else {  // the bytes never arrived: back to host, the host copy is still authoritative
-          free_hbm(*t.hbm);
+          // Kernels acquired and released it meanwhile may still run: fence the extent.
+          free_hbm(*t.hbm, std::move(t.release_events));
+          t.release_events.clear();
           t.hbm.reset();
           t.where = residency::host;
+          t.dirty = false;  // whatever they wrote landed in undefined HBM, never in the host copy
+          ++counters.failed_loads;
         }
         t.fault_load = false;
         break;
@@ -233,15 +237,25 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
 
 void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority priority) {
   tensor_record& t = tensors[slot];
+  // The copy waits for whatever may still read the destination (its fences) and for kernels that
+  // may still write the source: a tensor last acquired in degraded mode was written in host memory.
+  settle(t);
+  std::vector<event_ref> after = fence_events(where);
+  after.insert(after.end(), t.release_events.begin(), t.release_events.end());
   transfer_ticket ticket;
   try {
     ticket = engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
-                            priority, fence_events(where));
+                            priority, std::move(after));
   } catch (...) {
     free_hbm(where);
     throw;
   }
   add_fence_user(where, ticket);
+  if (!t.release_events.empty()) {  // kept until the load has finished: the engine refers to them
+    const auto* b = static_cast<const char*>(where.ptr);
+    fences.push_back({b, b + hbm->rounded_size(t.bytes), std::move(t.release_events), {ticket}});
+    t.release_events.clear();
+  }
   t.hbm = where;
   t.where = residency::loading;
   t.pending = pending_kind::load;

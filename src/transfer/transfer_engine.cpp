@@ -192,6 +192,7 @@ transfer_engine::impl::impl(device& d, transfer_config c) : dev(d), cfg(std::mov
       l.free_events.push_back(l.events.back().ref());
     }
   }
+  words.reserve(4 * transfer::value_word_pool::block_words);  // not under the lock, later
   for (auto& l : lanes) {
     l->dispatcher = std::thread([this, p = l.get()] { dispatch_loop(*p); });
     l->completer = std::thread([this, p = l.get()] { complete_loop(*p); });
@@ -245,8 +246,13 @@ request* transfer_engine::impl::pick(lane& l) {
   for (auto& q : l.queues) {
     for (auto& r : q) {
       if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
-        const bool done = std::all_of(r->after.begin(), r->after.end(),
-                                      [&](event_ref e) { return dev.query(e); });
+        bool done = true;
+        try {
+          done = std::all_of(r->after.begin(), r->after.end(), [&](event_ref e) { return dev.query(e); });
+        } catch (...) {
+          // A broken context (sticky error): let the request go; its wait fails in issue_chunk and
+          // fails the request, instead of an exception ending the dispatcher thread.
+        }
         if (!done) continue;
         r->after.clear();  // nothing left to wait for
       }

@@ -30,12 +30,18 @@ class value_word_pool {
   value_word_pool(const value_word_pool&) = delete;
   value_word_pool& operator=(const value_word_pool&) = delete;
 
-  /// A free word with its next generation; allocates another pinned block when none is free.
+  /// Allocates pinned blocks until `words` words exist. Pinning is slow and may synchronize the
+  /// device, so the engine does this at construction, not under its lock on a request path.
+  void reserve(std::size_t words);
+  /// A free word with its next generation; allocates another pinned block when none is free
+  /// (only past the reserve: more requests live at once than reserved).
   value_word acquire();
   /// Returns a word whose generation has been written.
   void release(const value_word& w) { free_.push_back(w.slot); }
 
  private:
+  void grow();
+
   device& dev_;
   std::vector<std::uint32_t*> blocks_;
   std::vector<std::uint32_t> generation_;  // per slot: last generation handed out
