@@ -292,7 +292,11 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   r.write_backs = m1.write_backs - m0.write_backs;
   r.hbm_peak_pct = m1.hbm.peak_pct;
   r.hbm_mean_pct = m1.hbm.mean_pct;
-  r.h2d_gbps = m1.transfers.h2d.achieved_gbps;
+  // Link use over the timed steps: bytes that crossed H2D / wall time. (The engine's own
+  // achieved_gbps divides by the time chunks were queued on the stream, which includes waits on
+  // fences, so it reads low when loads wait for kernels.)
+  const double h2d_bytes = static_cast<double>(m1.transfers.h2d.bytes - m0.transfers.h2d.bytes);
+  r.h2d_gbps = timed_ms > 0 ? h2d_bytes / (timed_ms * 1e6) : 0;
   r.link_utilization = cfg.link_peak_bytes_per_second
                            ? r.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
                            : 0;

@@ -67,7 +67,7 @@ struct policy_result {
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
                 late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;
-  double h2d_gbps = 0;          ///< bytes moved H2D / transfer busy time
+  double h2d_gbps = 0;          ///< bytes moved H2D in the timed steps / their wall time
   double link_utilization = 0;  ///< h2d_gbps / calibrated link peak
   double compute_ms = 0;        ///< per step, median
   double transfer_ms = 0;       ///< per step (H2D busy), median

@@ -158,7 +158,10 @@ class sim_device final : public device {
   void record(event_ref e, stream_ref s) override {
     auto& st = get(s);
     auto sig = get(e).arm();
-    st.enqueue([sig] { sig->set(); });
+    st.enqueue([sig] {
+      sig->set();
+      sim::set_current_task_completion(sim::current_task_ready_time());  // instantaneous on a GPU
+    });
   }
 
   void wait(event_ref e, stream_ref s) override {
@@ -217,7 +220,10 @@ class sim_device final : public device {
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
     check_word(word);
-    get(s).enqueue([this, word, value] { write_value(word, value); });
+    get(s).enqueue([this, word, value] {
+      write_value(word, value);
+      sim::set_current_task_completion(sim::current_task_ready_time());  // instantaneous on a GPU
+    });
   }
 
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
