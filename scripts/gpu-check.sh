@@ -86,6 +86,17 @@ run_bench htp-stream-bench --backend cuda --model llama-3.1-8b --layers 16 --hbm
 run_bench htp-stream-bench --backend cuda --model llama-3.1-8b --layers 16 --hbm-budget 0.5 \
   --steps 3 --tokens 2048 --policies on-demand,schedule-k2
 
+# The naive ways on the same shapes (PyTorch per-layer .to("cuda"), accelerate's cpu_offload), when
+# the machine's python has torch: printed into bench.log next to htp-stream-bench's table.
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  if timeout 300 python3 bench/baselines/torch_offload.py --model llama-3.1-8b --layers 16 --steps 5 \
+      >>"$out/bench.log" 2>&1; then
+    note "baselines (PyTorch, accelerate): ok"
+  else
+    note "baselines (PyTorch, accelerate): FAILED (see bench.log)"
+  fi
+fi
+
 echo
 echo "---- summary ----"
 cat "$summary"
