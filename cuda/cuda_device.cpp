@@ -1,5 +1,6 @@
 // The cuda backend: htp::device over the CUDA runtime. Every call is checked (HTP_CUDA_TRY) and
 // made with this device's ordinal current, so any host thread may use it.
+#include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/detail/cuda_backend.hpp>
 
@@ -15,11 +16,6 @@
 
 namespace htp {
 namespace {
-
-struct allocation {
-  std::size_t bytes;
-  memory_kind kind;
-};
 
 cudaMemcpyKind to_cuda(copy_direction d) {
   switch (d) {
@@ -55,13 +51,13 @@ class cuda_device final : public device {
   ~cuda_device() override {
     // Tolerate the CUDA runtime shutting down first: ignore every status here.
     std::lock_guard lock(memory_mutex_);
-    for (auto& [p, a] : allocations_) {
+    allocations_.for_each([](void* p, const detail::allocation_registry::entry& a) {
       if (a.kind == memory_kind::device) {
         (void)cudaFree(p);
       } else {
         (void)cudaFreeHost(p);
       }
-    }
+    });
   }
 
   const device_properties& properties() const noexcept override { return props_; }
@@ -93,25 +89,14 @@ class cuda_device final : public device {
     }
     HTP_CUDA_TRY(e);
     std::lock_guard lock(memory_mutex_);
-    allocations_.emplace(p, allocation{bytes, kind});
+    allocations_.add(p, bytes, kind);
     return p;
   }
 
   void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
     {
       std::lock_guard lock(memory_mutex_);
-      auto it = allocations_.find(ptr);
-      HTP_EXPECTS(it != allocations_.end(), invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, ", ", bytes,
-                  "): the pointer was not returned by allocate on this device (or was already "
-                  "freed)");
-      HTP_EXPECTS(it->second.kind == kind, invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, "): the pointer is ", to_string(it->second.kind),
-                  " memory; pass the kind it was allocated with");
-      HTP_EXPECTS(it->second.bytes == bytes, invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, ", ", bytes, "): it was allocated with ", it->second.bytes,
-                  " bytes; pass the same size");
-      allocations_.erase(it);
+      allocations_.remove(kind, ptr, bytes);
     }
     current();
     if (kind == memory_kind::device) {
@@ -124,11 +109,9 @@ class cuda_device final : public device {
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     {
       std::lock_guard lock(memory_mutex_);
-      auto it = allocations_.upper_bound(pinned_host_ptr);
-      const bool inside =
-          it != allocations_.begin() && (--it, it->second.kind == memory_kind::pinned_host) &&
-          static_cast<char*>(pinned_host_ptr) < static_cast<char*>(it->first) + it->second.bytes;
-      HTP_EXPECTS(inside, invalid_argument, "mapped_device_pointer(", pinned_host_ptr,
+      const auto* a = allocations_.find_containing(pinned_host_ptr, 1);
+      HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
+                  "mapped_device_pointer(", pinned_host_ptr,
                   "): not inside pinned host memory allocated from this device");
     }
     current();
@@ -298,7 +281,7 @@ class cuda_device final : public device {
   int lowest_priority_ = 0;
   int greatest_priority_ = 0;
   mutable std::mutex memory_mutex_;
-  std::map<void*, allocation> allocations_;
+  detail::allocation_registry allocations_;
 };
 
 }  // namespace

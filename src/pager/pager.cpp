@@ -166,18 +166,10 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
 void pager::unregister_tensor(tensor_handle h) {
   auto& p = *impl_;
   std::unique_lock lock(p.mutex);
-  for (;;) {
-    p.reap();
-    tensor_record& t = p.get(h);
-    HTP_EXPECTS(t.pins == 0, invalid_argument, "unregister_tensor('", t.name, "'): it is acquired ",
-                t.pins, " time(s); release it first");
-    detail::wait_set w;
-    if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
-    if (!p.settle(t)) w.events = t.release_events;
-    if (w.empty()) break;
-    p.wait_for(lock, w);
-  }
-  tensor_record& t = p.get(h);
+  tensor_record& t = p.quiesce(lock, h, [](const tensor_record& r) {
+    HTP_EXPECTS(r.pins == 0, invalid_argument, "unregister_tensor('", r.name, "'): it is acquired ",
+                r.pins, " time(s); release it first");
+  });
   if (t.hbm) p.free_hbm(*t.hbm);
   p.host->deallocate(t.host.ptr, t.host.bytes);
   p.schedule.forget(h.index);
@@ -440,19 +432,11 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
   auto& p = *impl_;
   HTP_EXPECTS(dst != nullptr, invalid_argument, "copy_to_host: null destination");
   std::unique_lock lock(p.mutex);
-  for (;;) {
-    p.reap();
-    tensor_record& t = p.get(h);
-    HTP_EXPECTS(!(t.kind == tensor_kind::mutable_state && t.pins > 0), invalid_argument,
-                "copy_to_host('", t.name, "'): the mutable tensor is acquired and may be being "
+  tensor_record& t = p.quiesce(lock, h, [](const tensor_record& r) {
+    HTP_EXPECTS(!(r.kind == tensor_kind::mutable_state && r.pins > 0), invalid_argument,
+                "copy_to_host('", r.name, "'): the mutable tensor is acquired and may be being "
                 "written; release it first");
-    detail::wait_set w;
-    if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
-    if (!p.settle(t)) w.events = t.release_events;
-    if (w.empty()) break;
-    p.wait_for(lock, w);
-  }
-  tensor_record& t = p.get(h);
+  });
   if (t.hbm && t.dirty) {
     p.dev.copy_async(dst, t.hbm->ptr, t.bytes, copy_direction::device_to_host, p.private_stream);
     p.private_stream.synchronize();

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -142,6 +143,10 @@ struct pager::impl {
   /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
   /// copy in `w` that failed (empty when none did); reap() accounts the failure.
   std::string wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
+  /// Blocks (the lock dropped while waiting) until `h` has no copy in flight and every release
+  /// event has completed; `check` runs on each look and may throw to refuse. Returns the record.
+  detail::tensor_record& quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
+                                 const std::function<void(const detail::tensor_record&)>& check);
   /// Returns HBM memory to the allocator (poisoned in checked mode). `readers`: release events of
   /// kernels that may still read it; they become a fence the next user waits on.
   void free_hbm(const extent& e, std::vector<event_ref> readers = {});

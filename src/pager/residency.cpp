@@ -329,6 +329,20 @@ void pager::impl::prefetch_upcoming() {
   for (std::uint32_t slot : schedule.upcoming(config.prefetch_lookahead)) prefetch_slot(slot);
 }
 
+tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
+                                   const std::function<void(const tensor_record&)>& check) {
+  for (;;) {
+    reap();
+    tensor_record& t = get(h);
+    check(t);
+    detail::wait_set w;
+    if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
+    if (!settle(t)) w.events = t.release_events;
+    if (w.empty()) return t;
+    wait_for(lock, w);  // a failed copy is accounted by reap() on the next look
+  }
+}
+
 std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w) {
   std::string error;
   lock.unlock();

@@ -1,6 +1,7 @@
 // The sim backend's device: memory from the host with capacity limits, streams as worker threads,
 // events as completion signals, copies through a modelled link. See include/htp/sim_device.hpp.
 #include <htp/checksum.hpp>
+#include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/sim_device.hpp>
 
@@ -20,10 +21,7 @@ namespace {
 
 constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-struct allocation {
-  std::size_t bytes;
-  memory_kind kind;
-};
+using allocation = detail::allocation_registry::entry;
 
 class sim_device final : public device {
  public:
@@ -45,7 +43,7 @@ class sim_device final : public device {
     // Streams and events the caller leaked die with the device; their threads must be joined.
     std::lock_guard lock(objects_mutex_);
     streams_.clear();
-    for (auto& a : allocations_) std::free(a.first);
+    allocations_.for_each([](void* p, const allocation&) { std::free(p); });
   }
 
   const device_properties& properties() const noexcept override { return props_; }
@@ -84,33 +82,22 @@ class sim_device final : public device {
       std::memset(p, config_.poison_byte, rounded);
     }
     std::lock_guard lock(memory_mutex_);
-    allocations_.emplace(p, allocation{bytes, kind});
+    allocations_.add(p, bytes, kind);
     return p;
   }
 
   void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
     {
       std::lock_guard lock(memory_mutex_);
-      auto it = allocations_.find(ptr);
-      HTP_EXPECTS(it != allocations_.end(), invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, ", ", bytes,
-                  "): the pointer was not returned by allocate on this device (or was already "
-                  "freed)");
-      HTP_EXPECTS(it->second.kind == kind, invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, "): the pointer is ", to_string(it->second.kind),
-                  " memory; pass the kind it was allocated with");
-      HTP_EXPECTS(it->second.bytes == bytes, invalid_argument, "deallocate(", to_string(kind), ", ",
-                  ptr, ", ", bytes, "): it was allocated with ", it->second.bytes,
-                  " bytes; pass the same size");
+      allocations_.remove(kind, ptr, bytes);
       used_[index(kind)] -= round_up(bytes, alignment);
-      allocations_.erase(it);
     }
     std::free(ptr);
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     std::lock_guard lock(memory_mutex_);
-    const allocation* a = find_containing(pinned_host_ptr, 1);
+    const allocation* a = allocations_.find_containing(pinned_host_ptr, 1);
     HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
                 "mapped_device_pointer(", pinned_host_ptr,
                 "): not inside pinned host memory allocated from this device");
@@ -279,22 +266,11 @@ class sim_device final : public device {
 
   void check_word(const std::uint32_t* word) const {
     std::lock_guard lock(memory_mutex_);
-    const allocation* a = find_containing(word, sizeof(std::uint32_t));
+    const allocation* a = allocations_.find_containing(word, sizeof(std::uint32_t));
     HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host &&
                     reinterpret_cast<std::uintptr_t>(word) % alignof(std::uint32_t) == 0,
                 invalid_argument, "stream value word ", static_cast<const void*>(word),
                 " must be an aligned 32-bit word inside pinned host memory of this device");
-  }
-
-  /// The allocation holding [p, p + bytes), or null. Caller holds memory_mutex_.
-  const allocation* find_containing(const void* p, std::size_t bytes) const {
-    auto it = allocations_.upper_bound(const_cast<void*>(p));
-    if (it == allocations_.begin()) return nullptr;
-    --it;
-    const auto* base = static_cast<const char*>(it->first);
-    const auto* q = static_cast<const char*>(p);
-    if (q < base || q + bytes > base + it->second.bytes) return nullptr;
-    return &it->second;
   }
 
   /// Checks what a GPU would reject (and some it would silently corrupt): nulls, zero size,
@@ -317,7 +293,7 @@ class sim_device final : public device {
 
   void check_side(const char* side, const void* p, std::size_t bytes, bool must_be_device,
                   copy_direction d) const {
-    const allocation* a = find_containing(p, bytes);
+    const allocation* a = allocations_.find_containing(p, bytes);
     if (must_be_device) {
       HTP_EXPECTS(a != nullptr && a->kind == memory_kind::device, invalid_argument, "copy_async ",
                   to_string(d), ": the ", side, " range [", p, ", +", bytes,
@@ -336,7 +312,7 @@ class sim_device final : public device {
   sim::error_sink errors_;
 
   mutable std::mutex memory_mutex_;
-  std::map<void*, allocation> allocations_;
+  detail::allocation_registry allocations_;
   std::size_t used_[2] = {0, 0};
 
   std::mutex values_mutex_;  // guards the wake-up of streams waiting on value words
