@@ -18,6 +18,10 @@ if [[ ! -d $build/tests ]]; then
   bash scripts/gpu-build.sh >"$out/build.log" 2>&1 || { echo "gpu-check: build failed, see build.log"; tail -30 "$out/build.log"; exit 1; }
 fi
 export LD_LIBRARY_PATH=$root/$build/lib:${LD_LIBRARY_PATH:-}
+# cuBLAS (htp-stream-bench's GEMMs) from the toolkit, or from the Python wheels PyTorch brings.
+cublas=$( (ls /usr/local/cuda*/lib*/libcublas.so.1* /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib/libcublas.so.1* \
+           /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcublas.so.1* 2>/dev/null || true) | head -1)
+[[ -n $cublas ]] && export LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
 
 summary=$out/summary.txt
 : >"$summary"
