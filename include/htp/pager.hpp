@@ -99,7 +99,7 @@ struct pager_config {
   std::size_t max_in_flight_chunks = 3;            ///< per direction.
   transfer_link_config h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)
   transfer_link_config d2h;
-  unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead on each acquire (0 = none).
+  unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead at each acquire/release (0 = none)
   eviction_rule eviction = eviction_rule::automatic;
   prefetch_mode prefetch = prefetch_mode::pipeline;
   double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.
@@ -169,8 +169,9 @@ class pager {
   /// @throws htp::invalid_argument for a stale handle.
   void prefetch(tensor_handle h);
   /// Declares the access order (e.g. the layers of a forward pass). With `cyclic`, the sequence
-  /// repeats (decode steps). Each acquire advances a cursor through it and prefetches the next
-  /// `prefetch_lookahead` tensors; eviction follows Belady's rule. An empty sequence clears it.
+  /// repeats (decode steps). Each acquire advances a cursor through it; acquires and releases
+  /// prefetch the next `prefetch_lookahead` tensors; eviction follows Belady's rule. An empty
+  /// sequence clears it.
   /// @throws htp::invalid_argument if it names a stale handle (the old schedule stays).
   void set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic);
 

@@ -1,0 +1,196 @@
+// The transfer engine's threads: per stream, a dispatcher that issues the highest-priority chunk
+// once its tokens are there and a slot is free, and a completer that retires chunks in stream order.
+// See Note [Transfer engine] in include/htp/transfer_engine.hpp.
+#include "transfer/engine_impl.hpp"
+
+namespace htp {
+
+request* transfer_engine::impl::pick(lane& l) {
+  std::uint64_t oldest = std::numeric_limits<std::uint64_t>::max();
+  for (const auto& q : l.queues) {
+    for (const auto& r : q) oldest = std::min(oldest, r->id);
+  }
+  for (auto& q : l.queues) {
+    for (auto& r : q) {
+      if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
+        bool done = true;
+        try {
+          done = std::all_of(r->after.begin(), r->after.end(), [&](event_ref e) { return dev.query(e); });
+        } catch (...) {
+          // A broken context (sticky error): let the request go; its wait fails in issue_chunk and
+          // fails the request, instead of an exception ending the dispatcher thread.
+        }
+        if (!done) continue;
+        r->after.clear();  // nothing left to wait for
+      }
+      return r.get();
+    }
+  }
+  return nullptr;
+}
+
+void transfer_engine::impl::remove_from_queue(lane& l, const request_ptr& r) {
+  auto& q = l.queues[static_cast<std::size_t>(r->priority)];
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (*it == r) {
+      q.erase(it);
+      return;
+    }
+  }
+}
+
+void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status st) {
+  const auto p = static_cast<std::size_t>(r->priority);
+  finished_record rec;
+  rec.status = st;
+  rec.latency_ns = now_ns() - r->submit_ns;
+  rec.error = r->error;
+  switch (st) {
+    case transfer_status::complete:
+      ++classes[p].completed;
+      latencies[p].record(static_cast<std::uint64_t>(rec.latency_ns));
+      break;
+    case transfer_status::cancelled: ++classes[p].cancelled; break;
+    default: ++classes[p].failed; break;
+  }
+  words.release(r->word);
+  live.erase(r->id);
+  history.emplace(r->id, std::move(rec));
+  while (history.size() > cfg.history) history.erase(history.begin());
+  finished_cv.notify_all();
+}
+
+void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
+  if (live.count(r->id) == 0) return;  // already finished (e.g. by the completer meanwhile)
+  if (!r->failed) {
+    r->failed = true;
+    r->error = std::move(why);
+    remove_from_queue(lane_of(r->direction), r);
+  }
+  if (r->done == r->issued) {
+    dev.write_value(r->word.word, r->word.generation);  // release streams waiting on it
+    finish_locked(r, transfer_status::failed);
+  }
+}
+
+void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
+                                        std::unique_lock<std::mutex>& lock) {
+  const std::size_t k = r->issued;
+  const std::size_t off = k * cfg.chunk_bytes;
+  const std::size_t n = std::min(cfg.chunk_bytes, r->bytes - off);
+  const bool last = k + 1 == r->chunk_count;
+  const event_ref ev = l.free_events.back();
+  bool copy_queued = false;
+  try {
+    if (k == 0) {
+      for (event_ref e : r->after) dev.wait(e, l.stream_);
+    }
+    dev.copy_async(r->dst + off, r->src + off, n, r->direction, l.stream_);
+    copy_queued = true;
+    // The word is written before the event is recorded, so when the completer sees the event the
+    // word holds its generation and may be reused (see value_word_pool.hpp).
+    if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
+    dev.record(ev, l.stream_);
+  } catch (const std::exception& e) {
+    std::string why = detail::concat("chunk ", k, " of request ", r->id, " failed: ", e.what());
+    if (copy_queued) {
+      // The copy is queued but nothing tracks its completion. Reporting the failure now would let
+      // the owner free (and someone reuse) memory the copy still reads or writes, so wait for the
+      // stream first, without the lock (the completer and submitters keep going meanwhile).
+      lock.unlock();
+      try {
+        dev.synchronize(l.stream_);
+      } catch (...) {  // the stream's own failure; the request fails either way
+      }
+      lock.lock();
+    }
+    fail_locked(r, std::move(why));
+    return;
+  }
+  l.free_events.pop_back();
+  ++r->issued;
+  if (last) remove_from_queue(l, r);
+  if (l.in_flight.empty()) l.busy_since = now_ns();
+  l.in_flight.push_back({ev, r, n});
+  if (cfg.on_chunk_issued) {
+    transfer_chunk_info info;
+    info.request_id = r->id;
+    info.chunk_index = k;
+    info.chunk_count = r->chunk_count;
+    info.bytes = n;
+    info.priority = r->priority;
+    info.direction = r->direction;
+    cfg.on_chunk_issued(info);
+  }
+  l.complete_cv.notify_one();
+}
+
+void transfer_engine::impl::dispatch_loop(lane& l) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    request* next = pick(l);
+    if (!next) {
+      if (stopping) break;
+      l.dispatch_cv.wait(lock);
+      continue;
+    }
+    if (l.in_flight.size() >= cfg.max_in_flight_chunks) {
+      l.dispatch_cv.wait(lock);
+      continue;
+    }
+    const std::size_t off = next->issued * cfg.chunk_bytes;
+    const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
+    if (next->direction != copy_direction::device_to_device) {
+      const std::int64_t wait = l.bucket.time_until_available(n);
+      if (wait > 0) {
+        // Woken early by a submit, cancel or rate change: pick again, a fault may have arrived.
+        const std::int64_t t0 = now_ns();
+        l.dispatch_cv.wait_for(lock, std::chrono::nanoseconds(wait));
+        l.token_wait_ns += static_cast<std::uint64_t>(now_ns() - t0);
+        continue;
+      }
+      const bool took = l.bucket.try_take(n);
+      HTP_ASSERT(took, "tokens vanished between time_until_available and try_take");
+    }
+    const request_ptr r = live.at(next->id);
+    issue_chunk(l, r, lock);
+  }
+  l.dispatcher_done = true;
+  l.complete_cv.notify_all();
+}
+
+void transfer_engine::impl::complete_loop(lane& l) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    l.complete_cv.wait(lock, [&] { return !l.in_flight.empty() || l.dispatcher_done; });
+    if (l.in_flight.empty()) break;
+    const event_ref ev = l.in_flight.front().ev;
+    std::string error;
+    lock.unlock();
+    try {
+      dev.synchronize(ev);  // chunks complete in stream order, so the front completes first
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    in_flight_chunk c = std::move(l.in_flight.front());
+    l.in_flight.pop_front();
+    l.free_events.push_back(c.ev);
+    const request_ptr& r = c.req;
+    ++r->done;
+    const std::size_t d = dir_index(r->direction);
+    bytes_done[d] += c.bytes;
+    ++chunks_done[d];
+    if (l.in_flight.empty()) l.busy_ns += static_cast<std::uint64_t>(now_ns() - l.busy_since);
+    if (!error.empty()) {
+      fail_locked(r, "device error while copying request " + std::to_string(r->id) + ": " + error);
+    } else if (r->failed) {
+      fail_locked(r, r->error);
+    } else if (r->done == r->chunk_count) {
+      finish_locked(r, transfer_status::complete);
+    }
+    l.dispatch_cv.notify_one();
+  }
+}
+
+}  // namespace htp

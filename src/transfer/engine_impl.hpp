@@ -1,0 +1,134 @@
+// The transfer engine's private state, shared by transfer_engine.cpp (construction, the public
+// API) and dispatcher.cpp (the dispatcher and completer threads). One mutex guards it all.
+#pragma once
+
+#include <htp/transfer_engine.hpp>
+
+#include <htp/detail/check.hpp>
+#include <htp/error.hpp>
+#include <htp/token_bucket.hpp>
+
+#include "transfer/value_word_pool.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <limits>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace htp {
+
+namespace transfer {
+
+inline std::int64_t now_ns() { return token_bucket::steady_clock_ns(); }
+
+struct request {
+  std::uint64_t id = 0;
+  char* dst = nullptr;
+  const char* src = nullptr;
+  std::size_t bytes = 0;
+  copy_direction direction = copy_direction::host_to_device;
+  transfer_priority priority = transfer_priority::prefetch;
+  std::size_t chunk_count = 0;
+  std::size_t issued = 0;  // chunks issued
+  std::size_t done = 0;    // chunks completed
+  bool failed = false;
+  std::string error;
+  transfer::value_word word;
+  std::int64_t submit_ns = 0;
+  std::vector<event_ref> after;  // the stream waits on these before the first chunk
+};
+using request_ptr = std::shared_ptr<request>;
+
+struct finished_record {
+  transfer_status status = transfer_status::complete;
+  std::int64_t latency_ns = 0;
+  std::string error;
+};
+
+struct in_flight_chunk {
+  event_ref ev;
+  request_ptr req;
+  std::size_t bytes = 0;
+};
+
+inline std::size_t dir_index(copy_direction d) {
+  switch (d) {
+    case copy_direction::host_to_device: return 0;
+    case copy_direction::device_to_host: return 1;
+    default: return 2;
+  }
+}
+
+}  // namespace transfer
+
+using transfer::dir_index;
+using transfer::finished_record;
+using transfer::in_flight_chunk;
+using transfer::now_ns;
+using transfer::request;
+using transfer::request_ptr;
+
+/// One stream with its dispatcher and completer. Lane 0: prefetch (H2D); lane 1: reduction (D2H,
+/// D2D). Everything but the owned objects is guarded by impl::mutex_.
+struct lane {
+  lane(device& dev, std::uint64_t rate, std::uint64_t burst) : stream_(dev), bucket(rate, burst) {}
+  stream stream_;
+  token_bucket bucket;  // the host link direction of this lane (D2D chunks take no tokens)
+  std::array<std::deque<request_ptr>, transfer_priority_count> queues;
+  std::deque<in_flight_chunk> in_flight;
+  std::vector<event> events;
+  std::vector<event_ref> free_events;
+  std::condition_variable dispatch_cv;
+  std::condition_variable complete_cv;
+  bool dispatcher_done = false;
+  std::int64_t busy_since = 0;
+  std::uint64_t busy_ns = 0;
+  std::uint64_t token_wait_ns = 0;
+  std::uint64_t link_peak = 0;
+  std::thread dispatcher;
+  std::thread completer;
+};
+
+struct transfer_engine::impl {
+  impl(device& d, transfer_config c);
+  ~impl();
+
+  void dispatch_loop(lane& l);
+  void complete_loop(lane& l);
+  request* pick(lane& l);
+  void issue_chunk(lane& l, const request_ptr& r, std::unique_lock<std::mutex>& lock);
+  void fail_locked(const request_ptr& r, std::string why);
+  void finish_locked(const request_ptr& r, transfer_status st);
+  void remove_from_queue(lane& l, const request_ptr& r);
+  lane& lane_of(copy_direction d) { return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1]; }
+  lane& link_lane(copy_direction d, const char* what);
+  transfer_status status_locked(std::uint64_t id) const;
+  void check_destination(const void* dst, std::size_t bytes, copy_direction d) const;
+
+  device& dev;
+  transfer_config cfg;
+  std::int64_t start_ns = now_ns();
+
+  mutable std::mutex mutex_;
+  std::condition_variable finished_cv;
+  bool stopping = false;
+  std::uint64_t next_id = 1;
+  std::unordered_map<std::uint64_t, request_ptr> live;
+  std::map<std::uint64_t, finished_record> history;
+  transfer::value_word_pool words;
+  std::array<std::uint64_t, 3> bytes_done{};
+  std::array<std::uint64_t, 3> chunks_done{};
+  std::array<transfer_class_metrics, transfer_priority_count> classes{};
+  std::array<latency_histogram, transfer_priority_count> latencies{};
+  std::array<std::unique_ptr<lane>, 2> lanes;
+};
+
+}  // namespace htp
