@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "throws_naming.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -15,22 +17,7 @@ using namespace htp::bench;
 
 const std::string data_dir = HTP_TEST_DATA_DIR;
 
-/// True when `what()` of the htp::invalid_argument thrown by f contains every needle.
-template <typename F>
-::testing::AssertionResult throws_naming(F f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-  } catch (const htp::invalid_argument& e) {
-    const std::string msg = e.what();
-    for (const char* n : needles) {
-      if (msg.find(n) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message lacks '" << n << "': " << msg;
-      }
-    }
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "no htp::invalid_argument thrown";
-}
+using htp::test::throws_naming;
 
 double billions(std::uint64_t n) { return static_cast<double>(n) / 1e9; }
 

@@ -40,6 +40,15 @@ std::size_t belady_misses(const std::vector<int>& trace, std::size_t capacity) {
   return misses;
 }
 
+/// `steps` passes over layers 0..layers-1.
+std::vector<int> cyclic_trace(int layers, int steps) {
+  std::vector<int> trace;
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < layers; ++i) trace.push_back(i);
+  }
+  return trace;
+}
+
 struct run_result {
   std::uint64_t page_ins;
   std::uint64_t faults;
@@ -80,11 +89,7 @@ run_result run_cyclic(int layers, int capacity, int steps, eviction_rule rule, u
 
 TEST(pager_schedule, page_ins_equal_beladys_minimum_and_lru_is_worse) {
   const int layers = 10, capacity = 6, steps = 5;
-  std::vector<int> trace;
-  for (int s = 0; s < steps; ++s) {
-    for (int i = 0; i < layers; ++i) trace.push_back(i);
-  }
-  const std::size_t min = belady_misses(trace, capacity);
+  const std::size_t min = belady_misses(cyclic_trace(layers, steps), capacity);
   const auto belady = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 0, true);
   const auto lru = run_cyclic(layers, capacity, steps, eviction_rule::lru, 0, true);
   EXPECT_EQ(belady.page_ins, min);
@@ -96,11 +101,7 @@ TEST(pager_schedule, page_ins_equal_beladys_minimum_and_lru_is_worse) {
 
 TEST(pager_schedule, lookahead_keeps_page_ins_at_the_minimum_while_faults_fall) {
   const int layers = 10, capacity = 6, steps = 5;
-  std::vector<int> trace;
-  for (int s = 0; s < steps; ++s) {
-    for (int i = 0; i < layers; ++i) trace.push_back(i);
-  }
-  const std::size_t min = belady_misses(trace, capacity);
+  const std::size_t min = belady_misses(cyclic_trace(layers, steps), capacity);
   const auto none = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 0, true);
   for (unsigned k : {1u, 2u}) {
     const auto ahead = run_cyclic(layers, capacity, steps, eviction_rule::automatic, k, true);
@@ -114,11 +115,7 @@ TEST(pager_schedule, pipeline_prefetch_trades_page_ins_for_fewer_faults) {
   // compute. The pipeline mode keeps lookahead + 1 slots rotating: more page-ins than the
   // minimum, bounded by one per layer, and prefetches instead of faults.
   const int layers = 10, capacity = 6, steps = 5;
-  std::vector<int> trace;
-  for (int s = 0; s < steps; ++s) {
-    for (int i = 0; i < layers; ++i) trace.push_back(i);
-  }
-  const std::size_t min = belady_misses(trace, capacity);
+  const std::size_t min = belady_misses(cyclic_trace(layers, steps), capacity);
   const auto none = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 0, true);
   const auto piped = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 2, true, prefetch_mode::pipeline);
   EXPECT_GE(piped.page_ins, min);

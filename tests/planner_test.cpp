@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "throws_naming.hpp"
+
 #include <string>
 
 namespace {
@@ -16,21 +18,7 @@ using namespace htp::bench;
 
 const std::string data_dir = HTP_TEST_DATA_DIR;
 
-template <typename F>
-::testing::AssertionResult throws_naming(F f, std::initializer_list<const char*> needles) {
-  try {
-    f();
-  } catch (const htp::invalid_argument& e) {
-    const std::string msg = e.what();
-    for (const char* n : needles) {
-      if (msg.find(n) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message lacks '" << n << "': " << msg;
-      }
-    }
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "no htp::invalid_argument thrown";
-}
+using htp::test::throws_naming;
 
 /// docs/planner.md's hand calculation: 175B in fp16 on 8 GPUs of 40 GB (A100-40GB rates), 256 GB
 /// of host RAM, 64 MiB pages costing 0.8 ms each.
