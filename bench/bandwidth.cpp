@@ -112,8 +112,7 @@ int main(int argc, char** argv) {
   }
   const auto& props = dev->properties();
   const bool sim = props.kind == htp::backend::sim;
-  std::printf("htp-bandwidth on %s (%s backend)%s\n", props.name.c_str(), htp::to_string(props.kind),
-              sim ? "" : "");
+  std::printf("htp-bandwidth on %s (%s backend)\n", props.name.c_str(), htp::to_string(props.kind));
   if (sim) {
     std::printf("  sim: the link is MODELLED at %.1f GB/s each way with %.1f us per copy; these are not GPU numbers\n",
                 sim_link_gbps, sim_latency_us);
