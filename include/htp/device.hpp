@@ -111,6 +111,19 @@ class device {
   /// Device-side address of pinned host memory (zero-copy access from kernels). On sim it is the
   /// host address itself. @throws htp::invalid_argument if ptr is not inside a pinned allocation.
   virtual void* mapped_device_pointer(void* pinned_host_ptr) const = 0;
+  /// Makes caller-owned host memory [ptr, ptr + bytes) usable as the host side of asynchronous
+  /// copies and of zero-copy access: page-locks it and maps it for every device
+  /// (cudaHostRegister with cudaHostRegisterPortable | cudaHostRegisterMapped, plus
+  /// cudaHostRegisterReadOnly when `read_only`, which a read-only mmap of a file needs; the device
+  /// then never writes it). On sim the range is only recorded. The memory stays the caller's: it
+  /// must outlive the registration and is never freed by the device. Slow (like pinning), so call
+  /// it at set-up. Thread-safe.
+  /// @throws htp::invalid_argument for a null pointer, zero bytes, or a range overlapping one
+  /// already registered; htp::cuda_error if the driver refuses (the message says why).
+  virtual void register_host_memory(void* ptr, std::size_t bytes, bool read_only) = 0;
+  /// Undoes register_host_memory(ptr, ...). The caller guarantees no queued work still uses it.
+  /// @throws htp::invalid_argument if `ptr` is not the start of a registered range.
+  virtual void unregister_host_memory(void* ptr) = 0;
 
   // ---- streams -------------------------------------------------------------------------------
   /// Creates a stream that runs its work in order and concurrently with other streams.

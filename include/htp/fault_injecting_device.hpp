@@ -91,6 +91,8 @@ class fault_injecting_device final : public device {
   void* allocate(memory_kind kind, std::size_t bytes) override;
   void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override;
   void* mapped_device_pointer(void* pinned_host_ptr) const override;
+  void register_host_memory(void* ptr, std::size_t bytes, bool read_only) override;
+  void unregister_host_memory(void* ptr) override;
   stream_ref create_stream(stream_priority priority = stream_priority::normal) override;
   void destroy_stream(stream_ref s) noexcept override;
   void synchronize(stream_ref s) override;

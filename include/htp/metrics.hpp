@@ -41,6 +41,8 @@ struct pager_metrics {
   tier_occupancy host;
 
   std::uint64_t registered_tensors = 0;
+  std::uint64_t caller_host_bytes = 0;  ///< caller memory lent with add_host_region (not htp's).
+  std::uint64_t events_created = 0;     ///< device events the pager created (recycled, so bounded).
   /// acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.
   std::uint64_t acquires = 0;
   std::uint64_t hits = 0;               ///< acquires that found the tensor resident or loading.

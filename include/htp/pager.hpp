@@ -90,10 +90,24 @@ enum class prefetch_mode {
   min_page_ins,
 };
 
+/// What caller memory lent with pager::add_host_region is.
+enum class host_region_kind {
+  /// Already page-locked by the caller (cudaHostAlloc, cudaHostRegister, or memory from
+  /// device::allocate(pinned_host)): used as it is.
+  pinned,
+  /// Ordinary memory: htp registers it with the driver (cudaHostRegister) while it lends it.
+  pageable,
+  /// Read-only memory, e.g. a safetensors file mapped with PROT_READ: registered read-only; only
+  /// weights may live in it (nothing is ever written back there).
+  pageable_read_only,
+};
+
 /// Configuration of a pager.
 struct pager_config {
   std::size_t hbm_budget_bytes = 0;   ///< HBM the pager reserves; at least one slab.
-  std::size_t host_budget_bytes = 0;  ///< pinned host memory it reserves; holds every tensor.
+  /// Pinned host memory it reserves for the tensors it copies in (register_tensor). 0 = none: every
+  /// tensor lives in caller memory (register_tensor_at).
+  std::size_t host_budget_bytes = 0;
   std::size_t slab_bytes = std::size_t{64} << 20;  ///< power of two from 64 KiB.
   std::size_t chunk_bytes = std::size_t{2} << 20;  ///< transfer chunk size.
   std::size_t max_in_flight_chunks = 3;            ///< per direction.
@@ -147,6 +161,24 @@ class pager {
   /// on_oom != allow_degraded; htp::out_of_memory if the host tier is full (nothing changes).
   tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
                                 const void* source = nullptr);
+  /// Registers a tensor whose authoritative host copy is caller memory: `bytes` bytes at
+  /// `host_ptr`, inside a region lent with add_host_region. htp never copies nor frees it; a dirty
+  /// mutable tensor is written back there. State: host. Host memory htp uses for it: none (the
+  /// record, ~200 bytes).
+  /// @throws htp::invalid_argument if bytes == 0, the range is not inside one lent region, a
+  /// mutable tensor is placed in a read-only region, or the tensor could never fit in HBM (as
+  /// register_tensor).
+  tensor_handle register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
+                                   void* host_ptr);
+  /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
+  /// the runner's own pinned buffers. `pageable` kinds are registered with the driver here (slow,
+  /// like pinning: call at set-up). The memory stays the caller's and must outlive the region.
+  /// @throws htp::invalid_argument for a null or empty range or one overlapping another region;
+  /// htp::cuda_error if the driver refuses to register it.
+  void add_host_region(void* ptr, std::size_t bytes, host_region_kind kind);
+  /// Takes a region back (unregistering it from the driver when htp registered it).
+  /// @throws htp::invalid_argument if `ptr` does not start a lent region or tensors still live in it.
+  void remove_host_region(void* ptr);
   /// Drops a tensor and frees its memory, waiting for its copies and release events.
   /// @throws htp::invalid_argument for a stale handle or a tensor still acquired.
   void unregister_tensor(tensor_handle h);
@@ -163,6 +195,18 @@ class pager {
   /// @throws htp::invalid_argument for a stale handle, a release without acquire, or dirty = true
   /// on a weight. Nothing changes then.
   void release(tensor_handle h, stream_ref compute, bool dirty = false);
+
+  /// acquire() for a list of handles in one call (a sequence's KV blocks, a layer's weights), with
+  /// one lock and the same guarantees: on return every span (in the order of `hs`) is usable on
+  /// `compute`. All or nothing: if one element fails, those already pinned are unpinned, the
+  /// schedule is left as it was, and the error is thrown. A handle may appear once.
+  /// @throws what acquire throws; htp::invalid_argument for a repeated handle.
+  std::vector<device_span> acquire(const std::vector<tensor_handle>& hs, stream_ref compute,
+                                   bool wait = false);
+  /// release() for a list of handles: ONE event is recorded on `compute` and shared by all of
+  /// them. Checks every handle first; nothing changes when one is bad.
+  /// @throws what release throws.
+  void release(const std::vector<tensor_handle>& hs, stream_ref compute, bool dirty = false);
 
   /// Hint: bring the tensor into HBM at prefetch priority. Never blocks and never evicts a tensor
   /// needed sooner; does nothing when there is no room or it is already there or coming.

@@ -44,4 +44,10 @@ struct sim_config {
 /// copy_engines < 1.
 std::unique_ptr<device> make_sim_device(const sim_config& config = {});
 
+/// Bytes of pinned host memory the sim device `d` has allocated now (allocate(pinned_host, ...));
+/// caller memory given to register_host_memory is not counted. For tests and benches that check
+/// how much host memory htp itself holds. Thread-safe.
+/// @throws htp::invalid_argument if `d` is not a sim device.
+std::size_t sim_pinned_bytes_in_use(const device& d);
+
 }  // namespace htp

@@ -220,6 +220,13 @@ class transfer_engine {
   /// The calibrated (or configured) link peak of H2D or D2H, bytes per second.
   std::uint64_t link_peak(copy_direction direction) const;
 
+  /// Lets D2H copies write into host memory `r` from now on (caller memory the pager was lent).
+  /// Thread-safe. @throws htp::invalid_argument for an empty region or one overlapping another.
+  void add_host_memory(memory_region r);
+  /// Undoes add_host_memory. The caller guarantees no copy into it is pending.
+  /// @throws htp::invalid_argument if `ptr` does not start a region added before.
+  void remove_host_memory(const void* ptr);
+
   /// The engine's H2D stream. Valid for the engine's lifetime; do not destroy it.
   stream_ref prefetch_stream() const noexcept;
   /// The engine's D2H / D2D stream. Valid for the engine's lifetime; do not destroy it.

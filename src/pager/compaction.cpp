@@ -12,10 +12,13 @@ namespace htp {
 using detail::pending_kind;
 
 std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
+  // Candidates: the unpinned tensors holding HBM (from the victim index, not a scan of all).
   std::unordered_map<void*, std::uint32_t> owner;
-  for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
-    auto& t = tensors[slot];
-    if (can_move(t)) owner.emplace(t.hbm->ptr, slot);
+  for (auto g : {detail::victim_group::clean, detail::victim_group::dirty}) {
+    for (const auto& [key, slot] : victims.lru(g)) {
+      auto& t = tensors[slot];
+      if (can_move(t)) owner.emplace(t.hbm->ptr, slot);
+    }
   }
   if (owner.empty()) return 0;
   compaction_plan plan =
@@ -40,8 +43,7 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
       hbm_bytes_held -= m.to.bytes;
       continue;  // this tensor stays where it is; the others still move
     }
-    t.pending = pending_kind::move;
-    t.ticket = ticket;
+    set_pending(owner.at(m.from.ptr), pending_kind::move, ticket);
     t.ticket_priority = transfer_priority::compaction;
     t.ticket_start = std::chrono::steady_clock::now();
     t.move = m;
@@ -59,7 +61,15 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
 
 void pager::impl::maybe_auto_compact() {
   if (!config.auto_compact || moves_in_flight > 0) return;
-  if (hbm->should_compact()) start_compaction(0);
+  // Planning looks at every tensor in HBM: retry only after enough frees changed the layout
+  // (1 + 1/16 of the tensors in HBM), so the cost stays O(1) amortised per call.
+  const std::size_t in_hbm = victims.size(detail::victim_group::clean) +
+                             victims.size(detail::victim_group::dirty) +
+                             victims.size(detail::victim_group::pinned);
+  if (hbm_frees - hbm_frees_at_compaction < 1 + in_hbm / 16) return;
+  if (!hbm->should_compact()) return;
+  hbm_frees_at_compaction = hbm_frees;
+  start_compaction(0);
 }
 
 }  // namespace htp

@@ -5,6 +5,7 @@
 #include <htp/detail/check.hpp>
 
 #include <cstring>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 namespace htp {
@@ -25,11 +26,17 @@ const char* to_string(residency r) noexcept {
 namespace {
 
 void validate(const pager_config& c) {
+  HTP_EXPECTS(c.slab_bytes >= (std::size_t{64} << 10) && c.slab_bytes <= (std::size_t{1} << 30) &&
+                  (c.slab_bytes & (c.slab_bytes - 1)) == 0,
+              invalid_argument, "pager_config.slab_bytes is ", c.slab_bytes,
+              "; it must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB), e.g. 64 MiB");
   HTP_EXPECTS(c.hbm_budget_bytes >= c.slab_bytes, invalid_argument, "pager_config.hbm_budget_bytes (",
-              c.hbm_budget_bytes, ") must hold at least one slab (slab_bytes = ", c.slab_bytes, ")");
-  HTP_EXPECTS(c.host_budget_bytes >= c.slab_bytes, invalid_argument,
+              c.hbm_budget_bytes, ") must hold at least one slab (pager_config.slab_bytes = ", c.slab_bytes, ")");
+  HTP_EXPECTS(c.host_budget_bytes == 0 || c.host_budget_bytes >= c.slab_bytes, invalid_argument,
               "pager_config.host_budget_bytes (", c.host_budget_bytes,
-              ") must hold at least one slab (slab_bytes = ", c.slab_bytes, ")");
+              ") must be 0 (tensors in caller memory only) or hold at least one slab "
+              "(pager_config.slab_bytes = ", c.slab_bytes, ")");
+  HTP_EXPECTS(c.chunk_bytes > 0, invalid_argument, "pager_config.chunk_bytes is 0; use e.g. 2 MiB");
   HTP_EXPECTS(c.compaction_threshold > 0 && c.compaction_threshold <= 1, invalid_argument,
               "pager_config.compaction_threshold is ", c.compaction_threshold,
               "; it must be in (0, 1], e.g. 0.15");
@@ -45,21 +52,50 @@ std::vector<memory_region> regions_of(slab_allocator& a) {
   return out;
 }
 
+/// Physical memory of this host, in bytes (0 if unknown).
+std::size_t host_physical_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+/// A budget larger than the memory behind it fails here, with the field's name, before any
+/// bookkeeping is sized by it.
+void check_fits(const char* field, std::size_t budget, std::size_t available, const char* what) {
+  if (available == 0 || budget <= available) return;
+  throw out_of_memory(detail::concat("pager_config.", field, " is ", budget, " bytes, but ", what,
+                                     " has ", available, " bytes. Lower ", field, "."),
+                      budget);
+}
+
 }  // namespace
 
-pager::impl::impl(device& d, pager_config c) : dev(d), config(std::move(c)), private_stream(d) {
+pager::impl::impl(device& d, pager_config c)
+    : dev(d), config(std::move(c)), events(d), private_stream(d) {
   validate(config);
+  check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
+             "the device's memory");
+  check_fits("host_budget_bytes", config.host_budget_bytes, host_physical_bytes(),
+             "this host's physical memory");
   slab_allocator_config hc;
   hc.t = tier::hbm;
   hc.budget_bytes = config.hbm_budget_bytes;
   hc.slab_bytes = config.slab_bytes;
   hc.compaction_threshold = config.compaction_threshold;
   hbm = std::make_unique<slab_allocator>(dev, hc);
-  slab_allocator_config pc = hc;
-  pc.t = tier::host;
-  pc.budget_bytes = config.host_budget_bytes;
-  host = std::make_unique<slab_allocator>(dev, pc);
-  host->wait_reserved();
+  if (config.host_budget_bytes > 0) {
+    slab_allocator_config pc = hc;
+    pc.t = tier::host;
+    pc.budget_bytes = config.host_budget_bytes;
+    // Host reservations (pinned in parallel) are at least as large as the HBM budget, so any
+    // tensor that can be paged in has a host extent; with allow_degraded, one reservation.
+    const std::size_t reservation = config.on_oom == oom_policy::allow_degraded
+                                        ? config.host_budget_bytes
+                                        : std::max(config.hbm_budget_bytes, std::size_t{1} << 30);
+    pc.slabs_per_reservation = (reservation + config.slab_bytes - 1) / config.slab_bytes;
+    host = std::make_unique<slab_allocator>(dev, pc);
+    host->wait_reserved();
+  }
 
   transfer_config tc;
   tc.chunk_bytes = config.chunk_bytes;
@@ -67,7 +103,7 @@ pager::impl::impl(device& d, pager_config c) : dev(d), config(std::move(c)), pri
   tc.h2d = config.h2d;
   tc.d2h = config.d2h;
   tc.device_memory = regions_of(*hbm);
-  tc.host_memory = regions_of(*host);
+  if (host) tc.host_memory = regions_of(*host);
   engine = std::make_unique<transfer_engine>(dev, tc);
   if (config.trace) trace = std::make_unique<detail::trace_log>(start);
 }
@@ -76,16 +112,23 @@ pager::impl::~impl() {
   try {
     engine->drain();
     for (auto& t : tensors) {
-      for (auto e : t.release_events) dev.synchronize(e);
+      for (const auto& r : t.release_events) dev.synchronize(r.event);
     }
-    for (auto& f : fences) {  // kernels may still read memory already evicted
+    fences.for_each([&](const detail::fence& f) {  // kernels may still read memory already evicted
       for (auto e : f.events) dev.synchronize(e);
-    }
+    });
   } catch (...) {
     // teardown proceeds: the memory goes back with the allocators below
   }
   engine.reset();
-  for (auto e : all_events) dev.destroy_event(e);
+  for (const auto& [ptr, r] : host_regions) {
+    if (r.kind != host_region_kind::pinned) {
+      try {
+        dev.unregister_host_memory(const_cast<char*>(ptr));
+      } catch (...) {
+      }
+    }
+  }
   hbm.reset();
   host.reset();
 }
@@ -107,6 +150,41 @@ tensor_handle pager::impl::handle_of(std::uint32_t slot) const {
   return {slot, tensors[slot].generation};
 }
 
+detail::host_region* pager::impl::region_of(const void* p, std::size_t bytes) {
+  const auto* q = static_cast<const char*>(p);
+  auto it = host_regions.upper_bound(q);
+  if (it == host_regions.begin()) return nullptr;
+  --it;
+  if (q < it->first || bytes > it->second.bytes || static_cast<std::size_t>(q - it->first) > it->second.bytes - bytes) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+tensor_handle pager::impl::add_record(std::string name, std::size_t bytes, tensor_kind kind,
+                                      extent host_extent, bool external) {
+  std::uint32_t slot;
+  if (!free_slots.empty()) {
+    slot = free_slots.back();
+    free_slots.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(tensors.size());
+    tensors.emplace_back();
+  }
+  tensor_record& t = tensors[slot];
+  const std::uint32_t generation = t.generation == 0 ? 1 : t.generation;
+  t = tensor_record{};
+  t.live = true;
+  t.generation = generation;
+  t.name = std::move(name);
+  t.bytes = bytes;
+  t.kind = kind;
+  t.host = host_extent;
+  t.external = external;
+  ++counters.registered_tensors;
+  return {slot, generation};
+}
+
 // ---- pager ---------------------------------------------------------------------------------------
 
 pager::pager(device& dev, pager_config config)
@@ -114,15 +192,31 @@ pager::pager(device& dev, pager_config config)
 
 pager::~pager() = default;
 
-tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
-                                     const void* source) {
-  auto& p = *impl_;
+namespace {
+void check_fits_hbm(const pager::impl& p, const std::string& name, std::size_t bytes) {
   HTP_EXPECTS(bytes > 0, invalid_argument, "register_tensor('", name, "', 0 bytes): a tensor must have at least one byte");
   HTP_EXPECTS(bytes <= p.hbm->max_request_bytes() || p.config.on_oom == oom_policy::allow_degraded,
               invalid_argument, "register_tensor('", name, "', ", bytes,
               " bytes): it can never fit in HBM, whose largest extent is ", p.hbm->max_request_bytes(),
-              " bytes (budget ", p.config.hbm_budget_bytes,
-              "). Raise hbm_budget_bytes, split the tensor, or set on_oom = allow_degraded");
+              " bytes (pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
+              "). Raise pager_config.hbm_budget_bytes, split the tensor, or set "
+              "pager_config.on_oom = allow_degraded");
+}
+}  // namespace
+
+tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
+                                     const void* source) {
+  auto& p = *impl_;
+  check_fits_hbm(p, name, bytes);
+  HTP_EXPECTS(p.host != nullptr, invalid_argument, "register_tensor('", name,
+              "'): pager_config.host_budget_bytes is 0, so the pager holds no host memory of its "
+              "own. Lend yours with add_host_region and use register_tensor_at, or set "
+              "pager_config.host_budget_bytes");
+  HTP_EXPECTS(bytes <= p.host->max_request_bytes(), invalid_argument, "register_tensor('", name,
+              "', ", bytes, " bytes): larger than the largest host extent (",
+              p.host->max_request_bytes(), " bytes; pager_config.host_budget_bytes = ",
+              p.config.host_budget_bytes, "). Raise pager_config.host_budget_bytes or lend the "
+              "memory with add_host_region and register_tensor_at");
   extent h;
   {
     std::lock_guard lock(p.mutex);
@@ -130,8 +224,9 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
       h = p.host->allocate(bytes);
     } catch (const out_of_memory& e) {
       throw out_of_memory(detail::concat("register_tensor('", name, "', ", bytes,
-                                         " bytes): the host tier is full. Raise host_budget_bytes "
-                                         "or unregister tensors. ", e.what()),
+                                         " bytes): the host tier is full. Raise "
+                                         "pager_config.host_budget_bytes or unregister tensors. ",
+                                         e.what()),
                           bytes);
     }
   }
@@ -142,25 +237,68 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
     std::memset(h.ptr, 0, bytes);
   }
   std::lock_guard lock(p.mutex);
-  std::uint32_t slot;
-  if (!p.free_slots.empty()) {
-    slot = p.free_slots.back();
-    p.free_slots.pop_back();
-  } else {
-    slot = static_cast<std::uint32_t>(p.tensors.size());
-    p.tensors.emplace_back();
+  return p.add_record(std::move(name), bytes, kind, h, /*external=*/false);
+}
+
+tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
+                                        void* host_ptr) {
+  auto& p = *impl_;
+  check_fits_hbm(p, name, bytes);
+  std::lock_guard lock(p.mutex);
+  detail::host_region* r = p.region_of(host_ptr, bytes);
+  HTP_EXPECTS(r != nullptr, invalid_argument, "register_tensor_at('", name, "', ", bytes, " bytes at ",
+              host_ptr, "): the range is not inside one region lent with add_host_region; lend "
+              "the memory first");
+  HTP_EXPECTS(!(kind == tensor_kind::mutable_state && r->kind == host_region_kind::pageable_read_only),
+              invalid_argument, "register_tensor_at('", name, "'): a mutable tensor cannot live in "
+              "a read-only region (its write-backs would land there); lend writable memory");
+  ++r->tensors;
+  return p.add_record(std::move(name), bytes, kind, extent{host_ptr, bytes}, /*external=*/true);
+}
+
+void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind) {
+  auto& p = *impl_;
+  HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "add_host_region(", ptr, ", ", bytes,
+              "): give a non-null range of at least one byte");
+  {
+    std::lock_guard lock(p.mutex);
+    const auto* b = static_cast<const char*>(ptr);
+    auto next = p.host_regions.lower_bound(b);
+    const bool overlaps = (next != p.host_regions.end() && next->first < b + bytes) ||
+                          (next != p.host_regions.begin() &&
+                           std::prev(next)->first + std::prev(next)->second.bytes > b);
+    HTP_EXPECTS(!overlaps, invalid_argument, "add_host_region(", ptr, ", ", bytes,
+                "): overlaps a region already lent; lend each range once");
   }
-  tensor_record& t = p.tensors[slot];
-  const std::uint32_t generation = t.generation == 0 ? 1 : t.generation;
-  t = tensor_record{};
-  t.live = true;
-  t.generation = generation;
-  t.name = std::move(name);
-  t.bytes = bytes;
-  t.kind = kind;
-  t.host = h;
-  ++p.counters.registered_tensors;
-  return {slot, generation};
+  // Registering pins pages: slow, so outside the lock (acquires go on meanwhile).
+  if (kind != host_region_kind::pinned) {
+    p.dev.register_host_memory(ptr, bytes, kind == host_region_kind::pageable_read_only);
+  }
+  try {
+    p.engine->add_host_memory({ptr, bytes});
+  } catch (...) {
+    if (kind != host_region_kind::pinned) p.dev.unregister_host_memory(ptr);
+    throw;
+  }
+  std::lock_guard lock(p.mutex);
+  p.host_regions.emplace(static_cast<const char*>(ptr), detail::host_region{bytes, kind, 0});
+}
+
+void pager::remove_host_region(void* ptr) {
+  auto& p = *impl_;
+  host_region_kind kind;
+  {
+    std::lock_guard lock(p.mutex);
+    auto it = p.host_regions.find(static_cast<const char*>(ptr));
+    HTP_EXPECTS(it != p.host_regions.end(), invalid_argument, "remove_host_region(", ptr,
+                "): not the start of a region lent with add_host_region");
+    HTP_EXPECTS(it->second.tensors == 0, invalid_argument, "remove_host_region(", ptr, "): ",
+                it->second.tensors, " registered tensor(s) still live in it; unregister them first");
+    kind = it->second.kind;
+    p.host_regions.erase(it);
+  }
+  p.engine->remove_host_memory(ptr);
+  if (kind != host_region_kind::pinned) p.dev.unregister_host_memory(ptr);
 }
 
 void pager::unregister_tensor(tensor_handle h) {
@@ -171,193 +309,47 @@ void pager::unregister_tensor(tensor_handle h) {
                 r.pins, " time(s); release it first");
   });
   if (t.hbm) p.free_hbm(*t.hbm);
-  p.host->deallocate(t.host.ptr, t.host.bytes);
-  p.schedule.forget(h.index);
+  if (t.external) {
+    if (auto* r = p.region_of(t.host.ptr, t.bytes)) --r->tensors;
+  } else {
+    p.host->deallocate(t.host.ptr, t.host.bytes);
+  }
+  if (p.schedule.contains(h.index)) {
+    // The schedule's positions shift: re-key every tensor holding HBM (O(n), rare).
+    p.schedule.forget(h.index);
+    t.hbm.reset();
+    p.reindex(h.index);
+    for (std::uint32_t s = 0; s < p.tensors.size(); ++s) {
+      if (p.tensors[s].live && p.tensors[s].hbm) p.reindex(s);
+    }
+  }
   const std::uint32_t next = t.generation + 1 == 0 ? 1 : t.generation + 1;
   t = tensor_record{};
   t.generation = next;
+  p.reindex(h.index);
   p.free_slots.push_back(h.index);
   --p.counters.registered_tensors;
 }
 
 device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
-  auto& p = *impl_;
-  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "acquire: null compute stream");
-  std::unique_lock lock(p.mutex);
-  bool counted = false;
-  bool compacted = false;
-  bool ladder_threw = false;
-  // Outcome counters are bumped only once the acquire has succeeded, so that
-  // acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.
-  try {
-  for (;;) {
-    p.reap();
-    tensor_record& t = p.get(h);
-    const std::uint32_t slot = h.index;
-    if (!counted) {
-      counted = true;
-      ++p.counters.acquires;
-      t.last_access = ++p.tick;
-      p.schedule.on_access(slot);
-    }
-    if (t.load_failed) {  // earlier acquirers still hold an extent whose page-in failed
-      impl::throw_copy_failed(detail::concat("acquire('", t.name, "')"),
-                        "its page-in failed while other acquires hold it; retry after they release");
-    }
-    if (t.degraded) {  // already served zero-copy: every concurrent acquire shares that mode
-      const device_span span{p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
-      ++t.pins;
-      ++p.counters.degraded_acquires;
-      return span;
-    }
-    bool faulted = false, prefetch_hit = false, late = false;
-    switch (t.where) {
-      case residency::resident:
-        prefetch_hit = t.prefetched_unused;
-        if (t.pending == pending_kind::move) p.engine->wait_on(t.ticket, compute);
-        break;
-      case residency::loading:
-        if (t.prefetched_unused) {
-          late = true;
-          // Urgent now: move it ahead of other prefetches, keeping its fence and its word.
-          if (t.ticket_priority != transfer_priority::fault &&
-              p.engine->raise_priority(t.ticket, transfer_priority::fault)) {
-            t.ticket_priority = transfer_priority::fault;
-          }
-        }
-        p.engine->wait_on(t.ticket, compute);
-        break;
-      case residency::writing_back:  // cancel the eviction: the HBM copy is still good
-        p.engine->wait_on(t.ticket, compute);
-        t.where = residency::resident;
-        t.dirty = false;
-        break;
-      case residency::host: {
-        detail::wait_set waits;
-        auto room = p.make_room(t.bytes, /*demand=*/true, slot, !compacted, waits);
-        compacted = compacted || waits.compacted;
-        if (!room) {
-          if (!waits.empty()) {
-            // A write-back, move or load the ladder waited for failed: report it rather than
-            // retry, so a persistent device fault cannot spin here. Nothing changed for `h`.
-            const std::string failed = p.wait_for(lock, waits);
-            if (!failed.empty()) {
-              p.reap();
-              impl::throw_copy_failed(detail::concat("acquire('", p.get(h).name, "')"), failed);
-            }
-            continue;  // state may have changed meanwhile: start over
-          }
-          if (p.config.on_oom == oom_policy::allow_degraded) {
-            const device_span span{p.dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
-            ++p.counters.oom.degraded;
-            ++p.counters.degraded_acquires;
-            t.degraded = true;
-            ++t.pins;
-            spdlog::warn("htp pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of pinned tensors",
-                         t.name, t.bytes);
-            return span;
-          }
-          ++p.counters.oom.thrown;
-          ladder_threw = true;
-          throw out_of_memory(p.oom_message(t.bytes, t.name), t.bytes);
-        }
-        p.start_load(slot, *room, transfer_priority::fault);
-        t.fault_load = true;
-        faulted = true;
-        p.engine->wait_on(t.ticket, compute);
-        break;
-      }
-    }
-    t.prefetched_unused = false;
-    if (t.pins++ == 0 && p.trace) t.acquired_at = std::chrono::steady_clock::now();
-    const device_span span{t.hbm->ptr, t.bytes, false};
-    const transfer_ticket pending = t.pending != pending_kind::none ? t.ticket : transfer_ticket{};
-    p.prefetch_upcoming();
-    p.sample_occupancy();
-    if (wait && pending) {
-      lock.unlock();
-      try {
-        p.engine->wait(pending);
-      } catch (const logic_error& e) {
-        // The bytes never arrived: undo this acquire's pin (nothing was queued on `compute` after
-        // it but the wait, which the failure released) and report the failure.
-        lock.lock();
-        p.reap();
-        tensor_record& u = p.get(h);
-        if (--u.pins == 0 && u.load_failed) {
-          p.free_hbm(*u.hbm, std::move(u.release_events));
-          u.release_events.clear();
-          u.hbm.reset();
-          u.where = residency::host;
-          u.load_failed = false;
-        }
-        impl::throw_copy_failed(detail::concat("acquire('", u.name, "', wait)"), e.what());
-      }
-      lock.lock();
-    }
-    if (faulted) {
-      ++p.counters.faults;
-    } else {
-      ++p.counters.hits;
-      if (prefetch_hit) ++p.counters.prefetch_hits;
-      if (late) ++p.counters.late_prefetches;
-    }
-    return span;
-  }
-  } catch (...) {
-    if (counted && !ladder_threw) {  // the ladder's own out_of_memory is counted in oom.thrown
-      if (!lock.owns_lock()) lock.lock();
-      ++p.counters.failed_acquires;
-    }
-    throw;
-  }
+  device_span out;
+  impl_->acquire_n(&h, 1, compute, wait, &out);
+  return out;
+}
+
+std::vector<device_span> pager::acquire(const std::vector<tensor_handle>& hs, stream_ref compute,
+                                        bool wait) {
+  std::vector<device_span> out(hs.size());
+  impl_->acquire_n(hs.data(), hs.size(), compute, wait, out.data());
+  return out;
 }
 
 void pager::release(tensor_handle h, stream_ref compute, bool dirty) {
-  auto& p = *impl_;
-  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "release: null compute stream");
-  std::lock_guard lock(p.mutex);
-  p.reap();
-  tensor_record& t = p.get(h);
-  HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
-              "') without a matching acquire (or released twice)");
-  HTP_EXPECTS(!(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
-              "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
-              "if kernels write it");
-  const event_ref e = p.take_event();
-  try {
-    p.dev.record(e, compute);
-  } catch (...) {
-    p.recycle_event(e);
-    throw;
-  }
-  t.release_events.push_back(e);
-  --t.pins;
-  if (t.load_failed) {
-    if (t.pins > 0) return;
-    // The last holder of an extent whose page-in failed: free it after the kernels (fenced by
-    // their release events) and tell the caller that what they read was not the tensor.
-    t.load_failed = false;
-    p.free_hbm(*t.hbm, std::move(t.release_events));
-    t.release_events.clear();
-    t.hbm.reset();
-    t.where = residency::host;
-    impl::throw_copy_failed(detail::concat("release('", t.name, "')"),
-                      "its page-in failed after acquire returned; the release took effect, but "
-                      "kernels ordered after that acquire read undefined bytes");
-  }
-  if (t.degraded) {
-    if (t.pins == 0) t.degraded = false;  // writes went straight to the authoritative host copy
-  } else if (dirty) {
-    t.dirty = true;
-  }
-  if (t.pins == 0 && p.trace) {
-    p.trace->add(detail::trace_track::compute, t.name, "acquired", t.acquired_at,
-                 std::chrono::steady_clock::now());
-  }
-  p.prefetch_upcoming();  // the memory just released may be what the next layer needs
-  p.maybe_auto_compact();
-  p.sample_occupancy();
+  impl_->release_n(&h, 1, compute, dirty);
+}
+
+void pager::release(const std::vector<tensor_handle>& hs, stream_ref compute, bool dirty) {
+  impl_->release_n(hs.data(), hs.size(), compute, dirty);
 }
 
 void pager::prefetch(tensor_handle h) {
@@ -382,6 +374,9 @@ void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic
     slots.push_back(sequence[i].index);
   }
   p.schedule.set(std::move(slots), cyclic);
+  for (std::uint32_t s = 0; s < p.tensors.size(); ++s) {  // next uses changed: re-key (O(n log n))
+    if (p.tensors[s].live && p.tensors[s].hbm) p.reindex(s);
+  }
   p.reap();
   p.prefetch_upcoming();
 }
@@ -399,7 +394,7 @@ void pager::evict(tensor_handle h) {
     if (t.pending != pending_kind::none) {
       w.tickets.push_back(t.ticket);
     } else if (!p.settle(t)) {
-      w.events = t.release_events;
+      for (const auto& r : t.release_events) w.events.push_back(r.event);
     } else {
       p.evict_now(h.index);
       if (t.pending == pending_kind::none) return;
@@ -420,8 +415,8 @@ std::size_t pager::compact() {
   p.reap();
   const std::size_t moves = p.start_compaction(0);
   detail::wait_set w;
-  for (auto& t : p.tensors) {
-    if (t.live && t.pending == pending_kind::move) w.tickets.push_back(t.ticket);
+  for (std::uint32_t s : p.in_flight) {
+    if (p.tensors[s].pending == pending_kind::move) w.tickets.push_back(p.tensors[s].ticket);
   }
   p.wait_for(lock, w);
   p.reap();
@@ -451,9 +446,7 @@ void pager::synchronize() {
   for (;;) {
     p.reap();
     detail::wait_set w;
-    for (auto& t : p.tensors) {
-      if (t.live && t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
-    }
+    for (std::uint32_t s : p.in_flight) w.tickets.push_back(p.tensors[s].ticket);
     if (w.empty()) return;
     p.wait_for(lock, w);
   }

@@ -1,20 +1,26 @@
 // The pager's private state, shared by the files of src/pager/. One mutex guards all of it; calls
 // that must block (waiting for a copy or a release event) drop the lock while they wait and
-// re-validate afterwards.
+// re-validate afterwards. No path scans every registered tensor: copies in flight are a list
+// (reap), victims come from victim_index, fences from fence_set (see docs/pager.md, "Costs").
 #pragma once
 
+#include <htp/error.hpp>
 #include <htp/latency_histogram.hpp>
 #include <htp/pager.hpp>
 #include <htp/slab_allocator.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include "pager/event_pool.hpp"
+#include "pager/fences.hpp"
 #include "pager/schedule.hpp"
 #include "pager/trace.hpp"
+#include "pager/victim_index.hpp"
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +34,15 @@ namespace detail {
 /// What a pending copy of a tensor is doing.
 enum class pending_kind { none, load, write_back, move };
 
+/// A release point: an event recorded on the stream that released the tensor. A later release on
+/// the same stream supersedes it (streams run in order), so a tensor holds at most one per stream.
+struct release_point {
+  event_ref event;
+  stream_ref stream;
+};
+
+inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
+
 /// One registered tensor (a slot of the handle table).
 struct tensor_record {
   bool live = false;
@@ -36,7 +51,8 @@ struct tensor_record {
   std::size_t bytes = 0;
   tensor_kind kind = tensor_kind::weight;
 
-  extent host;                 // always allocated while live
+  extent host;                 // always present while live: the pager's host tier, or caller memory
+  bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
   std::optional<extent> hbm;   // present while loading, resident, writing back
   residency where = residency::host;
 
@@ -45,6 +61,7 @@ struct tensor_record {
   transfer_priority ticket_priority = transfer_priority::prefetch;
   std::chrono::steady_clock::time_point ticket_start;
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
+  std::uint32_t in_flight_pos = not_in_flight;  // index in impl::in_flight while pending
 
   int pins = 0;
   bool degraded = false;       // acquired in zero-copy mode (pins > 0)
@@ -53,20 +70,10 @@ struct tensor_record {
   bool fault_load = false;     // the pending load is a demand fault (for latency metrics)
   bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
                                // last release, which frees the extent and reports the failure
-  std::vector<event_ref> release_events;  // recorded at release; cleared once complete
+  std::vector<release_point> release_events;  // recorded at release; dropped once complete
   std::uint64_t last_access = 0;          // LRU tick
+  std::uint64_t list_mark = 0;            // the list call that last named it (duplicate check)
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
-};
-
-/// HBM that was freed while kernels may still read it: whoever is handed memory overlapping
-/// [begin, end) next must order its copy after `events` on the device. Dropped once the events
-/// have completed and every request that was told to wait on them has finished (until then the
-/// events must not be recycled: a re-recorded event would make the wait mean something else).
-struct fence {
-  const char* begin = nullptr;
-  const char* end = nullptr;
-  std::vector<event_ref> events;
-  std::vector<transfer_ticket> users;
 };
 
 /// Things a blocked request waits for before retrying.
@@ -75,6 +82,29 @@ struct wait_set {
   std::vector<event_ref> events;
   bool compacted = false;  // a compaction for the request was started
   bool empty() const { return tickets.empty() && events.empty(); }
+};
+
+/// The ladder's last rung (already counted in oom.thrown), told apart from other failures.
+class ladder_exhausted : public out_of_memory {
+ public:
+  using out_of_memory::out_of_memory;
+};
+
+/// Caller memory lent with pager::add_host_region.
+struct host_region {
+  std::size_t bytes = 0;
+  host_region_kind kind = host_region_kind::pinned;
+  std::size_t tensors = 0;  // live tensors inside it
+};
+
+/// How one element of an acquire ended (counted once the whole call succeeds).
+enum class acquire_outcome {
+  hit,
+  prefetch_hit,
+  late_prefetch,
+  fault,
+  degraded,      // shares a degraded (zero-copy) acquire already in place
+  degraded_oom,  // the ladder's rung 5 served it zero-copy
 };
 
 }  // namespace detail
@@ -94,10 +124,15 @@ struct pager::impl {
   std::vector<detail::tensor_record> tensors;
   std::vector<std::uint32_t> free_slots;
   detail::access_schedule schedule;
+  std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
+  detail::victim_index victims;
+  std::vector<std::uint32_t> in_flight;  // slots with a pending copy
   std::uint64_t tick = 0;
-  std::vector<event_ref> event_pool;  // idle events for release points
-  std::vector<detail::fence> fences;  // freed HBM still read by queued kernels
-  std::vector<event_ref> all_events;  // every event created, destroyed at the end
+  detail::event_pool events;
+  detail::fence_set fences;              // freed HBM still read by queued kernels
+  std::map<const char*, detail::host_region> host_regions;  // caller memory, by start address
+  std::uint64_t hbm_frees = 0;           // HBM extents freed so far
+  std::uint64_t hbm_frees_at_compaction = 0;  // ... when auto-compaction last ran
   stream private_stream;               // for copy_to_host of a dirty resident tensor
 
   // ---- metrics state ----
@@ -113,12 +148,46 @@ struct pager::impl {
   detail::tensor_record& get(tensor_handle h);
   const detail::tensor_record& get(tensor_handle h) const;
   tensor_handle handle_of(std::uint32_t slot) const;
+  /// The caller region holding [p, p + bytes), or null.
+  detail::host_region* region_of(const void* p, std::size_t bytes);
+  /// Takes a free handle-table slot and fills it; returns the handle.
+  tensor_handle add_record(std::string name, std::size_t bytes, tensor_kind kind, extent host,
+                           bool external);
+
+  // ---- acquire and release (acquire.cpp) ----
+  /// Pins one tensor for `compute` (the body of acquire; may drop the lock while the ladder
+  /// waits). Sets `pending` to the copy the compute stream must wait for (null when none).
+  /// Does not advance the schedule: the caller does once every element has succeeded.
+  device_span acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h,
+                          detail::acquire_outcome& outcome, transfer_ticket& pending);
+  /// Undoes acquire_one's pin (nothing was queued on the stream but waits).
+  void unpin(tensor_handle h);
+  /// Adds (sign 1) or takes back (sign -1) an acquire outcome in the counters.
+  void count_outcome(detail::acquire_outcome o, int sign);
+  std::uint64_t list_epoch = 0;  // marks handles seen in one list call (tensor_record::list_mark)
+  /// acquire() for n handles: all or nothing.
+  void acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
+                 device_span* out);
+  /// release() for n handles: one event recorded on `compute` for all of them.
+  void release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty);
 
   // ---- residency (residency.cpp) ----
-  /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit.
+  /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit. Looks
+  /// only at the copies in flight.
   void reap();
-  /// Frees release events that have completed; true when none is pending.
+  /// Marks `slot` as having `ticket` in flight (kind), or clears it (none).
+  void set_pending(std::uint32_t slot, detail::pending_kind kind, transfer_ticket ticket = {});
+  /// Puts `slot` where its state says in the victim index. Call after any change of hbm, pins,
+  /// dirty, load_failed, last_access or its next use.
+  void reindex(std::uint32_t slot);
+  /// Advances the schedule for an access of `slot` and re-keys what the access skipped.
+  void record_access(std::uint32_t slot);
+  /// True when Belady's rule is in force.
+  bool belady() const;
+  /// Releases completed release events; true when none is pending.
   bool settle(detail::tensor_record& t);
+  /// Drops every release event of `t` into `out` (ownership moves).
+  static std::vector<event_ref> take_release_events(detail::tensor_record& t);
   /// True when the tensor may be evicted now: resident, unpinned, no copy in flight. Its release
   /// events may still be pending: the next user of the memory waits on them on the device.
   bool can_evict(const detail::tensor_record& t) const;
@@ -126,20 +195,27 @@ struct pager::impl {
   bool can_move(detail::tensor_record& t);
   /// How strongly `slot` should be evicted (larger first) under the eviction rule.
   std::uint64_t eviction_rank(std::uint32_t slot) const;
+  /// The best victim of group `g` under the rule in force, skipping slots in `skip`.
+  std::optional<std::uint32_t> best_in(detail::victim_group g,
+                                       const std::vector<std::uint32_t>& skip = {}) const;
   /// Tries to get an HBM extent for `bytes`. demand: the ladder's rungs 1-4 may run (rungs that
-  /// must block return a wait set instead; compaction at most once per request, when allowed). Otherwise (prefetch): only clean, settled victims whose
-  /// next use is farther than `for_slot`'s.
+  /// must block return a wait set instead; compaction at most once per request, when allowed).
+  /// Otherwise (prefetch for `for_slot`): only the evictions a demand fault would make then.
   std::optional<extent> make_room(std::size_t bytes, bool demand, std::uint32_t for_slot,
                                   bool allow_compaction, detail::wait_set& waits);
+  /// The prefetch's victim for `for_slot`, or none when a prefetch must not evict now.
+  std::optional<std::uint32_t> prefetch_victim(std::uint32_t for_slot) const;
   /// Starts loading `slot` into `where` at `priority`.
   void start_load(std::uint32_t slot, extent where, transfer_priority priority);
   /// Evicts a tensor that can_evict: frees HBM now if clean (fenced by its release events), else
   /// starts its write-back ordered after them.
   void evict_now(std::uint32_t slot);
-  /// Issues prefetches for the next lookahead tensors of the schedule.
+  /// Issues prefetches for the next lookahead tensors of the schedule, in order, stopping at the
+  /// first that cannot be brought in (a later one must not take the room an earlier one needs).
   void prefetch_upcoming();
-  /// Prefetches one slot if it is in host and there is room without blocking.
-  void prefetch_slot(std::uint32_t slot);
+  /// Prefetches one slot if it is in host and there is room without blocking; false if it could
+  /// not (already there or coming counts as done).
+  bool prefetch_slot(std::uint32_t slot);
   /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
   /// copy in `w` that failed (empty when none did); reap() accounts the failure.
   std::string wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
@@ -148,17 +224,15 @@ struct pager::impl {
   detail::tensor_record& quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
                                  const std::function<void(const detail::tensor_record&)>& check);
   /// Returns HBM memory to the allocator (poisoned in checked mode). `readers`: release events of
-  /// kernels that may still read it; they become a fence the next user waits on.
+  /// kernels that may still read it (held; the fence now holds them); the next user waits on them.
   void free_hbm(const extent& e, std::vector<event_ref> readers = {});
   /// The fence events the next user of `e` must wait on, and registers `user` as waiting on them.
   std::vector<event_ref> fence_events(const extent& e) const;
   void add_fence_user(const extent& e, transfer_ticket user);
-  /// Drops fences whose events completed and whose users finished; recycles their events.
+  /// Drops fences whose events completed and whose users finished; releases their events.
   void drop_fences();
-  event_ref take_event();
   /// Throws htp::cuda_error for a copy the transfer engine reported failed.
   [[noreturn]] static void throw_copy_failed(const std::string& what, const std::string& why);
-  void recycle_event(event_ref e);
 
   // ---- compaction (compaction.cpp) ----
   /// Plans and submits compaction moves (for `request_bytes`, or a full pass when 0). Returns the

@@ -38,9 +38,13 @@ pager_metrics pager::impl::snapshot() const {
   m.elapsed_ms = secs * 1e3;
   m.latency_budget_ms = static_cast<std::uint64_t>(config.latency_budget.count());
   m.hbm = occupancy_of(*hbm, hbm_peak_pct, secs > 0 ? hbm_occupancy_integral / secs : 0);
-  const auto host_pct = 100.0 * static_cast<double>(host->statistics().bytes_in_use) /
-                        static_cast<double>(host->capacity_bytes());
-  m.host = occupancy_of(*host, host_pct, host_pct);
+  if (host) {
+    const auto host_pct = 100.0 * static_cast<double>(host->statistics().bytes_in_use) /
+                          static_cast<double>(host->capacity_bytes());
+    m.host = occupancy_of(*host, host_pct, host_pct);
+  }
+  for (const auto& [ptr, r] : host_regions) m.caller_host_bytes += r.bytes;
+  m.events_created = events.created();
   m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
   m.fault_latency = fault_latency.summary();
   m.transfers = engine->metrics();
@@ -48,7 +52,7 @@ pager_metrics pager::impl::snapshot() const {
 }
 
 std::string pager::impl::oom_message(std::size_t bytes, const std::string& name) const {
-  std::size_t pinned = 0, in_flight = 0;
+  std::size_t pinned = 0, in_flight_bytes = 0;
   std::size_t pinned_count = 0;
   for (const auto& t : tensors) {
     if (!t.live || !t.hbm) continue;
@@ -56,7 +60,7 @@ std::string pager::impl::oom_message(std::size_t bytes, const std::string& name)
       pinned += t.bytes;
       ++pinned_count;
     } else if (t.pending != detail::pending_kind::none || !t.release_events.empty()) {
-      in_flight += t.bytes;
+      in_flight_bytes += t.bytes;
     }
   }
   const auto f = hbm->fragmentation();
@@ -65,7 +69,7 @@ std::string pager::impl::oom_message(std::size_t bytes, const std::string& name)
       "htp out of memory: cannot page in '", name, "' (", bytes, " bytes) to HBM. HBM budget ", cap,
       " bytes; held ", hbm_bytes_held, ", free ", cap - std::min(cap, hbm_bytes_held),
       "; pinned by ", pinned_count, " acquired tensor(s): ", pinned, " bytes; in flight: ",
-      in_flight, " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
+      in_flight_bytes, " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
       f.largest_free_extent_bytes,
       " bytes. The ladder evicted what it could (clean, dirty, in-flight, compaction). Release "
       "tensors sooner, acquire fewer at once, raise hbm_budget_bytes, or set on_oom = "
@@ -104,6 +108,8 @@ std::string to_json(const pager_metrics& m) {
       {"hbm", occ(m.hbm)},
       {"host", occ(m.host)},
       {"registered_tensors", m.registered_tensors},
+      {"caller_host_bytes", m.caller_host_bytes},
+      {"events_created", m.events_created},
       {"acquires", m.acquires},
       {"hits", m.hits},
       {"faults", m.faults},

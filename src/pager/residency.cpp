@@ -1,5 +1,7 @@
 // Residency: loads, evictions, write-backs, the out-of-memory ladder's non-blocking rungs, and
-// prefetch. Every function here runs with the pager's mutex held.
+// prefetch. Every function here runs with the pager's mutex held. Nothing here scans the tensors:
+// completions come from the in-flight list, victims from the victim index, fences from the fence
+// set (docs/pager.md, "Costs").
 #include "pager/pager_impl.hpp"
 
 #include <htp/detail/check.hpp>
@@ -10,12 +12,60 @@ namespace htp {
 
 using detail::pending_kind;
 using detail::tensor_record;
+using detail::victim_group;
+
+void pager::impl::set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket) {
+  tensor_record& t = tensors[slot];
+  if (t.in_flight_pos != detail::not_in_flight) {  // leave the list (swap with the last)
+    const std::uint32_t last = in_flight.back();
+    in_flight[t.in_flight_pos] = last;
+    tensors[last].in_flight_pos = t.in_flight_pos;
+    in_flight.pop_back();
+    t.in_flight_pos = detail::not_in_flight;
+  }
+  t.pending = kind;
+  t.ticket = ticket;
+  if (kind != pending_kind::none) {
+    t.in_flight_pos = static_cast<std::uint32_t>(in_flight.size());
+    in_flight.push_back(slot);
+  }
+}
+
+bool pager::impl::belady() const {
+  return config.eviction == eviction_rule::belady ||
+         (config.eviction == eviction_rule::automatic && !schedule.empty());
+}
+
+void pager::impl::reindex(std::uint32_t slot) {
+  const tensor_record& t = tensors[slot];
+  detail::victim_key k;
+  k.indexed = t.live && t.hbm.has_value() && !t.load_failed;
+  if (k.indexed) {
+    k.group = t.pins > 0                                            ? victim_group::pinned
+              : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty
+                                                                : victim_group::clean;
+    k.last_access = t.last_access;
+    k.next_use = schedule.next_use(slot);
+  }
+  victims.update(slot, k);
+}
+
+void pager::impl::record_access(std::uint32_t slot) {
+  skipped.clear();
+  schedule.on_access(slot, &skipped);
+  for (std::uint32_t s : skipped) {
+    if (s < tensors.size()) reindex(s);
+  }
+}
 
 void pager::impl::reap() {
-  for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
+  for (std::size_t i = 0; i < in_flight.size();) {
+    const std::uint32_t slot = in_flight[i];
     tensor_record& t = tensors[slot];
-    if (!t.live || t.pending == pending_kind::none) continue;
-    if (!engine->is_complete(t.ticket)) continue;
+    if (!engine->is_complete(t.ticket)) {
+      ++i;
+      continue;
+    }
     const transfer_status status = engine->status(t.ticket);
     const bool ok = status == transfer_status::complete || status == transfer_status::expired;
     const auto lat = engine->latency(t.ticket);
@@ -43,8 +93,7 @@ void pager::impl::reap() {
           t.load_failed = true;
         } else {  // the bytes never arrived: back to host, the host copy is still authoritative
           // Kernels acquired and released it meanwhile may still run: fence the extent.
-          free_hbm(*t.hbm, std::move(t.release_events));
-          t.release_events.clear();
+          free_hbm(*t.hbm, take_release_events(t));
           t.hbm.reset();
           t.where = residency::host;
           t.dirty = false;  // whatever they wrote landed in undefined HBM, never in the host copy
@@ -78,8 +127,8 @@ void pager::impl::reap() {
       case pending_kind::none:
         break;
     }
-    t.pending = pending_kind::none;
-    t.ticket = {};
+    set_pending(slot, pending_kind::none);  // swaps another slot into position i
+    reindex(slot);
   }
   drop_fences();
 }
@@ -87,13 +136,21 @@ void pager::impl::reap() {
 bool pager::impl::settle(tensor_record& t) {
   auto& ev = t.release_events;
   ev.erase(std::remove_if(ev.begin(), ev.end(),
-                          [&](event_ref e) {
-                            if (!dev.query(e)) return false;
-                            recycle_event(e);
+                          [&](const detail::release_point& r) {
+                            if (!dev.query(r.event)) return false;
+                            events.release(r.event);
                             return true;
                           }),
            ev.end());
   return ev.empty();
+}
+
+std::vector<event_ref> pager::impl::take_release_events(tensor_record& t) {
+  std::vector<event_ref> out;
+  out.reserve(t.release_events.size());
+  for (const auto& r : t.release_events) out.push_back(r.event);
+  t.release_events.clear();
+  return out;
 }
 
 bool pager::impl::can_evict(const tensor_record& t) const {
@@ -106,25 +163,126 @@ bool pager::impl::can_move(tensor_record& t) { return can_evict(t) && settle(t);
 std::uint64_t pager::impl::eviction_rank(std::uint32_t slot) const {
   const auto& t = tensors[slot];
   const std::uint64_t age = tick - std::min(tick, t.last_access);
-  const bool belady = config.eviction == eviction_rule::belady ||
-                      (config.eviction == eviction_rule::automatic && !schedule.empty());
-  if (!belady || schedule.empty()) return age;
+  if (!belady() || schedule.empty()) return age;
   const std::uint64_t d = schedule.distance(slot);
   // Never used again: evict first, the least recently used of those first.
   if (d == detail::access_schedule::never) return (std::uint64_t{1} << 62) + age;
   return d;
 }
 
+std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
+                                                  const std::vector<std::uint32_t>& skip) const {
+  const auto skipped_slot = [&](std::uint32_t s) {
+    return std::find(skip.begin(), skip.end(), s) != skip.end();
+  };
+  if (!belady()) {
+    for (const auto& [key, s] : victims.lru(g)) {
+      if (!skipped_slot(s)) return s;
+    }
+    return std::nullopt;
+  }
+  for (const auto& [key, s] : victims.never(g)) {  // never used again: first, oldest first
+    if (!skipped_slot(s)) return s;
+  }
+  const auto& next = victims.next(g);
+  for (auto it = next.rbegin(); it != next.rend(); ++it) {  // farthest next use
+    if (!skipped_slot(it->second)) return it->second;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot) const {
+  const auto is_clean_evictable = [&](std::uint32_t s) {
+    return victims.key_of(s).group == victim_group::clean && can_evict(tensors[s]);
+  };
+  if (!belady()) {
+    // LRU: the least recently used clean tensor outside the lookahead window.
+    const auto window = schedule.upcoming(config.prefetch_lookahead + 1);
+    for (const auto& [key, s] : victims.lru(victim_group::clean)) {
+      if (std::find(window.begin(), window.end(), s) != window.end()) continue;
+      if (can_evict(tensors[s])) return s;
+    }
+    return std::nullopt;
+  }
+  if (config.prefetch == prefetch_mode::pipeline) {
+    // The tensor used farthest in the future outside the lookahead window, among all that hold
+    // HBM (pinned and dirty ones included: if it is one of those, no prefetch now), and only if
+    // it is needed later than the tensor coming in.
+    const auto window = schedule.upcoming(config.prefetch_lookahead + 1);
+    std::optional<std::uint32_t> best;
+    std::uint64_t best_rank = 0;
+    for (victim_group g : {victim_group::clean, victim_group::dirty, victim_group::pinned}) {
+      const auto s = best_in(g, window);
+      if (!s) continue;
+      const std::uint64_t r = eviction_rank(*s);
+      if (!best || r > best_rank) {
+        best = s;
+        best_rank = r;
+      }
+    }
+    if (!best || !is_clean_evictable(*best) || best_rank <= eviction_rank(for_slot)) return std::nullopt;
+    return best;
+  }
+  // min_page_ins: exactly the victim a demand fault of `for_slot` would evict when it comes (at
+  // time T): the clean tensor (pinned ones count: they will be released by then) whose next use
+  // after T is farthest. Evicting it now is the same decision made earlier, unless it is needed
+  // before T, pinned, or busy: then no prefetch now (it would add a page-in).
+  const std::uint64_t T = schedule.next_use(for_slot);
+  if (T == detail::access_schedule::never) return std::nullopt;
+  std::optional<std::uint32_t> best;
+  std::uint64_t best_rank = 0;  // next use after T, `never` first then LRU among those
+  bool best_never = false;
+  std::uint64_t best_age_key = 0;
+  const auto consider = [&](std::uint32_t s, std::uint64_t after_t) {
+    const bool nv = after_t == detail::access_schedule::never;
+    const std::uint64_t age_key = tensors[s].last_access;
+    bool better;
+    if (!best) {
+      better = true;
+    } else if (nv != best_never) {
+      better = nv;
+    } else if (nv) {
+      better = age_key < best_age_key;  // least recently used of the never-again ones
+    } else {
+      better = after_t > best_rank;
+    }
+    if (better) {
+      best = s;
+      best_rank = after_t;
+      best_never = nv;
+      best_age_key = age_key;
+    }
+  };
+  for (victim_group g : {victim_group::clean, victim_group::pinned}) {
+    if (!victims.never(g).empty()) consider(victims.never(g).begin()->second, detail::access_schedule::never);
+    const auto& next = victims.next(g);
+    if (!next.empty() && next.rbegin()->first > T) consider(next.rbegin()->second, next.rbegin()->first);
+    // Tensors used before T: at T their next use is a later one. There are at most as many as
+    // schedule positions before T (the lookahead), so this loop is short; it is capped all the same.
+    int looked = 0;
+    for (auto it = next.begin(); it != next.end() && it->first < T; ++it) {
+      if (++looked > 64) return std::nullopt;  // a hint far ahead: do not guess
+      consider(it->second, schedule.next_use_after(it->second, T));
+    }
+  }
+  if (!best) return std::nullopt;  // only dirty tensors: the fault would write one back
+  const std::uint64_t next_use_now = schedule.next_use(*best);
+  if (next_use_now != detail::access_schedule::never && next_use_now < T) return std::nullopt;
+  if (!is_clean_evictable(*best)) return std::nullopt;
+  return best;
+}
+
 std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std::uint32_t for_slot,
                                              bool allow_compaction, detail::wait_set& waits) {
-  const bool belady = config.eviction == eviction_rule::belady ||
-                      (config.eviction == eviction_rule::automatic && !schedule.empty());
-  std::vector<std::uint32_t> window;
-  if (!demand && !schedule.empty()) window = schedule.upcoming(config.prefetch_lookahead + 1);
-  const std::uint64_t target_rank = eviction_rank(for_slot);
   // Larger than any HBM extent (registered under allow_degraded): no eviction can help, and the
   // allocator would reject the request as invalid. The caller serves it degraded (or throws).
   if (bytes > hbm->max_request_bytes()) return std::nullopt;
+  const auto free_bytes = [&] { return hbm->capacity_bytes() - std::min(hbm->capacity_bytes(), hbm_bytes_held); };
+  const auto add_move_waits = [&] {
+    for (std::uint32_t s : in_flight) {
+      if (tensors[s].pending == pending_kind::move) waits.tickets.push_back(tensors[s].ticket);
+    }
+  };
   for (;;) {
     try {
       extent e = hbm->allocate(bytes);
@@ -132,72 +290,31 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       return e;
     } catch (const out_of_memory&) {
     }
+    const bool fragmented = free_bytes() >= hbm->rounded_size(bytes);
+    if (!demand) {
+      // A prefetch makes only the evictions the demand fault would make, earlier; where the fault
+      // would compact instead (enough free bytes, no extent), it leaves that to the fault.
+      if (fragmented) return std::nullopt;
+      const auto victim = prefetch_victim(for_slot);
+      if (!victim) return std::nullopt;
+      evict_now(*victim);
+      continue;
+    }
     // Enough free bytes in total but no extent for them (fragmentation): compacting moves bytes
     // at HBM speed, far cheaper than evicting and faulting back over the link. (Rung 4, taken
     // early because it is the cause.)
-    if (demand && allow_compaction && moves_in_flight == 0 &&
-        hbm->capacity_bytes() - std::min(hbm->capacity_bytes(), hbm_bytes_held) >= hbm->rounded_size(bytes) &&
-        start_compaction(bytes) > 0) {
+    if (allow_compaction && moves_in_flight == 0 && fragmented && start_compaction(bytes) > 0) {
       ++counters.oom.compact;
       waits.compacted = true;
-      for (auto& t : tensors) {
-        if (t.live && t.pending == pending_kind::move) waits.tickets.push_back(t.ticket);
-      }
+      add_move_waits();
       return std::nullopt;
     }
-    // The victim is chosen among every unpinned tensor holding HBM, whatever its state, so that a
-    // host running ahead of the GPU (whose recent loads are still in flight) does not push the
-    // rule onto tensors needed sooner. A victim with a copy in flight is waited for (demand) or
-    // skipped (prefetch); one whose kernels still run is evicted at once, fenced.
-    const auto is_dirty = [](const tensor_record& t) {
-      return t.kind == tensor_kind::mutable_state && t.dirty;
-    };
-    if (!demand) {
-      // prefetch_mode::min_page_ins (Belady active): make exactly the eviction MIN would make when
-      // the tensor is first used (the resident whose next use lies farthest beyond that point),
-      // only earlier, and only if that victim is not needed before then; otherwise wait. So
-      // prefetching never adds a page-in. prefetch_mode::pipeline: the tensor used farthest in
-      // the future (Belady) outside the lookahead window, so lookahead + 1 slots rotate and loads
-      // overlap compute; under LRU, the least recently used evictable clean tensor outside the
-      // window. Never a dirty victim (a prefetch does not pay for a write-back), never a pinned
-      // one, never one needed sooner, and never a wait: no victim now means no prefetch now.
-      const bool min_mode = belady && config.prefetch == prefetch_mode::min_page_ins;
-      std::optional<std::uint32_t> best;
-      std::uint64_t best_rank = 0;
-      for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
-        const tensor_record& t = tensors[slot];
-        if (slot == for_slot || !t.live || !t.hbm) continue;
-        if (!min_mode && std::find(window.begin(), window.end(), slot) != window.end()) continue;
-        if (!belady && (!can_evict(t) || is_dirty(t))) continue;
-        const std::uint64_t rank = min_mode ? schedule.distance_after(slot, for_slot) : eviction_rank(slot);
-        if (!best || rank > best_rank) {
-          best = slot;
-          best_rank = rank;
-        }
-      }
-      if (!best) return std::nullopt;
-      const tensor_record& v = tensors[*best];
-      if (!can_evict(v) || is_dirty(v)) return std::nullopt;
-      if (belady && eviction_rank(*best) <= target_rank) return std::nullopt;  // needed sooner
-      evict_now(*best);
-      continue;
-    }
-    // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight.
-    std::optional<std::uint32_t> clean, dirty;
-    std::uint64_t clean_rank = 0, dirty_rank = 0;
-    for (std::uint32_t slot = 0; slot < tensors.size(); ++slot) {
-      if (slot == for_slot) continue;
-      const tensor_record& t = tensors[slot];
-      if (!t.live || !t.hbm || t.pins != 0 || t.load_failed) continue;
-      const std::uint64_t rank = eviction_rank(slot);
-      auto& best = is_dirty(t) ? dirty : clean;
-      auto& best_rank = is_dirty(t) ? dirty_rank : clean_rank;
-      if (!best || rank > best_rank) {
-        best = slot;
-        best_rank = rank;
-      }
-    }
-    const std::optional<std::uint32_t> victim = clean ? clean : dirty;
+    // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight. The
+    // victim is chosen among every unpinned tensor holding HBM, whatever its state, so that a host
+    // running ahead of the GPU (whose recent loads are still in flight) does not push the rule onto
+    // tensors needed sooner. One whose kernels still run is evicted at once, fenced.
+    const auto clean = best_in(victim_group::clean);
+    const auto victim = clean ? clean : best_in(victim_group::dirty);
     if (victim && can_evict(tensors[*victim])) {
       evict_now(*victim);
       if (clean) {
@@ -212,10 +329,9 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
     if (victim) {
       waits.tickets.push_back(tensors[*victim].ticket);
     } else {
-      for (auto& t : tensors) {
-        if (t.live && t.hbm && t.pins == 0 && t.pending != pending_kind::none) {
-          waits.tickets.push_back(t.ticket);
-        }
+      for (std::uint32_t s : in_flight) {
+        const tensor_record& t = tensors[s];
+        if (t.hbm && t.pins == 0) waits.tickets.push_back(t.ticket);
       }
     }
     if (!waits.empty()) {
@@ -226,9 +342,7 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
     if (allow_compaction && start_compaction(bytes) > 0) {
       ++counters.oom.compact;
       waits.compacted = true;
-      for (auto& t : tensors) {
-        if (t.live && t.pending == pending_kind::move) waits.tickets.push_back(t.ticket);
-      }
+      add_move_waits();
       return std::nullopt;
     }
     return std::nullopt;
@@ -241,7 +355,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   // may still write the source: a tensor last acquired in degraded mode was written in host memory.
   settle(t);
   std::vector<event_ref> after = fence_events(where);
-  after.insert(after.end(), t.release_events.begin(), t.release_events.end());
+  for (const auto& r : t.release_events) after.push_back(r.event);
   transfer_ticket ticket;
   try {
     ticket = engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
@@ -253,17 +367,16 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   add_fence_user(where, ticket);
   if (!t.release_events.empty()) {  // kept until the load has finished: the engine refers to them
     const auto* b = static_cast<const char*>(where.ptr);
-    fences.push_back({b, b + hbm->rounded_size(t.bytes), std::move(t.release_events), {ticket}});
-    t.release_events.clear();
+    fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
   }
   t.hbm = where;
   t.where = residency::loading;
-  t.pending = pending_kind::load;
-  t.ticket = ticket;
+  set_pending(slot, pending_kind::load, ticket);
   t.ticket_priority = priority;
   t.ticket_start = std::chrono::steady_clock::now();
   ++counters.page_ins;
   counters.page_in_bytes += t.bytes;
+  reindex(slot);
 }
 
 void pager::impl::evict_now(std::uint32_t slot) {
@@ -272,22 +385,23 @@ void pager::impl::evict_now(std::uint32_t slot) {
   if (t.kind == tensor_kind::mutable_state && t.dirty) {
     // The write-back reads what the kernels wrote: it waits for their release events on the
     // device. Those events join a fence over the extent until the write-back has finished.
-    t.ticket = engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
-                              transfer_priority::writeback, t.release_events);
+    std::vector<event_ref> after;
+    for (const auto& r : t.release_events) after.push_back(r.event);
+    const transfer_ticket ticket =
+        engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
+                       transfer_priority::writeback, std::move(after));
     if (!t.release_events.empty()) {
       const auto* b = static_cast<const char*>(t.hbm->ptr);
-      fences.push_back({b, b + hbm->rounded_size(t.bytes), std::move(t.release_events), {t.ticket}});
-      t.release_events.clear();
+      fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
     }
+    set_pending(slot, pending_kind::write_back, ticket);
     t.ticket_priority = transfer_priority::writeback;
     t.ticket_start = std::chrono::steady_clock::now();
-    t.pending = pending_kind::write_back;
     t.where = residency::writing_back;
     ++counters.write_backs;
     counters.write_back_bytes += t.bytes;
   } else {
-    free_hbm(*t.hbm, std::move(t.release_events));
-    t.release_events.clear();
+    free_hbm(*t.hbm, take_release_events(t));
     t.hbm.reset();
     t.where = residency::host;
   }
@@ -296,11 +410,13 @@ void pager::impl::evict_now(std::uint32_t slot) {
     t.prefetched_unused = false;
   }
   ++counters.evictions;
+  reindex(slot);
 }
 
-void pager::impl::prefetch_slot(std::uint32_t slot) {
+bool pager::impl::prefetch_slot(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
-  if (!t.live || t.where != residency::host || t.pins > 0) return;  // there, coming, or degraded
+  if (!t.live || t.pins > 0) return false;   // degraded (pinned without HBM) or in use
+  if (t.where != residency::host) return true;  // there or coming
   // A prefetch is a hint: a device failure while issuing it drops the hint (start_load and
   // evict_now leave the state as it was), it does not fail the acquire or release that issued it.
   try {
@@ -308,25 +424,29 @@ void pager::impl::prefetch_slot(std::uint32_t slot) {
     auto room = make_room(t.bytes, /*demand=*/false, slot, /*allow_compaction=*/false, unused);
     if (!room) {
       ++counters.prefetch_skipped;
-      return;
+      return false;
     }
     start_load(slot, *room, transfer_priority::prefetch);
   } catch (const out_of_memory&) {
     ++counters.prefetch_skipped;
-    return;
+    return false;
   } catch (const cuda_error& e) {
     if (e.is_sticky()) throw;
     ++counters.prefetch_skipped;
-    return;
+    return false;
   }
   t.prefetched_unused = true;
   t.last_access = tick;  // fresh: LRU must not pick what was just brought in
   ++counters.prefetches;
+  reindex(slot);
+  return true;
 }
 
 void pager::impl::prefetch_upcoming() {
   if (config.prefetch_lookahead == 0 || schedule.empty()) return;
-  for (std::uint32_t slot : schedule.upcoming(config.prefetch_lookahead)) prefetch_slot(slot);
+  for (std::uint32_t slot : schedule.upcoming(config.prefetch_lookahead)) {
+    if (!prefetch_slot(slot)) return;
+  }
 }
 
 tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
@@ -337,7 +457,9 @@ tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_h
     check(t);
     detail::wait_set w;
     if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
-    if (!settle(t)) w.events = t.release_events;
+    if (!settle(t)) {
+      for (const auto& r : t.release_events) w.events.push_back(r.event);
+    }
     if (w.empty()) return t;
     wait_for(lock, w);  // a failed copy is accounted by reap() on the next look
   }
@@ -345,6 +467,9 @@ tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_h
 
 std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w) {
   std::string error;
+  // The events stay held by their owners while the lock is dropped: hold them here too, so none
+  // is recycled (and re-recorded) while this thread waits on it.
+  for (auto e : w.events) events.retain(e);
   lock.unlock();
   try {
     for (auto t : w.tickets) {
@@ -358,9 +483,11 @@ std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const deta
     for (auto e : w.events) dev.synchronize(e);
   } catch (...) {
     lock.lock();
+    for (auto e : w.events) events.release(e);
     throw;
   }
   lock.lock();
+  for (auto e : w.events) events.release(e);
   return error;
 }
 
@@ -385,58 +512,33 @@ void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
   }
   if (!readers.empty()) {
     const auto* b = static_cast<const char*>(e.ptr);
-    fences.push_back({b, b + hbm->rounded_size(e.bytes), std::move(readers), {}});
+    fences.add(b, b + hbm->rounded_size(e.bytes), std::move(readers));
   }
   hbm->deallocate(e.ptr, e.bytes);
   hbm_bytes_held -= e.bytes;
+  ++hbm_frees;
 }
 
 std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
   std::vector<event_ref> out;
   const auto* b = static_cast<const char*>(e.ptr);
-  const auto* end = b + e.bytes;
-  for (const auto& f : fences) {
-    if (f.begin < end && b < f.end) out.insert(out.end(), f.events.begin(), f.events.end());
-  }
+  fences.events_over(b, b + e.bytes, out);
   return out;
 }
 
 void pager::impl::add_fence_user(const extent& e, transfer_ticket user) {
   const auto* b = static_cast<const char*>(e.ptr);
-  const auto* end = b + e.bytes;
-  for (auto& f : fences) {
-    if (f.begin < end && b < f.end) f.users.push_back(user);
-  }
+  fences.add_user(b, b + e.bytes, user);
 }
 
 void pager::impl::drop_fences() {
-  for (std::size_t i = 0; i < fences.size();) {
-    auto& f = fences[i];
-    const bool users_done = std::all_of(f.users.begin(), f.users.end(),
-                                        [&](transfer_ticket t) { return engine->is_complete(t); });
-    const bool events_done =
-        users_done && std::all_of(f.events.begin(), f.events.end(), [&](event_ref e) { return dev.query(e); });
-    if (!events_done) {
-      ++i;
-      continue;
-    }
-    for (event_ref e : f.events) recycle_event(e);
-    f = std::move(fences.back());
-    fences.pop_back();
-  }
+  fences.drop_finished(
+      [&](const detail::fence& f) {
+        return std::all_of(f.users.begin(), f.users.end(),
+                           [&](transfer_ticket t) { return engine->is_complete(t); }) &&
+               std::all_of(f.events.begin(), f.events.end(), [&](event_ref e) { return dev.query(e); });
+      },
+      [&](event_ref e) { events.release(e); });
 }
-
-event_ref pager::impl::take_event() {
-  if (!event_pool.empty()) {
-    event_ref e = event_pool.back();
-    event_pool.pop_back();
-    return e;
-  }
-  event_ref e = dev.create_event();
-  all_events.push_back(e);
-  return e;
-}
-
-void pager::impl::recycle_event(event_ref e) { event_pool.push_back(e); }
 
 }  // namespace htp

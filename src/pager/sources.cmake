@@ -1,6 +1,10 @@
 # Sources of the pager (issue 5).
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/acquire.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/event_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fences.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/victim_index.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residency.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compaction.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pager_metrics.cpp

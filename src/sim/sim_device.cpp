@@ -98,10 +98,39 @@ class sim_device final : public device {
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     std::lock_guard lock(memory_mutex_);
     const allocation* a = allocations_.find_containing(pinned_host_ptr, 1);
-    HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
-                "mapped_device_pointer(", pinned_host_ptr,
-                "): not inside pinned host memory allocated from this device");
+    HTP_EXPECTS((a != nullptr && a->kind == memory_kind::pinned_host) ||
+                    registered_containing(pinned_host_ptr, 1),
+                invalid_argument, "mapped_device_pointer(", pinned_host_ptr,
+                "): not inside pinned host memory allocated from (or registered with) this device");
     return pinned_host_ptr;
+  }
+
+  void register_host_memory(void* ptr, std::size_t bytes, bool read_only) override {
+    HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "register_host_memory(", ptr, ", ",
+                bytes, "): give a non-null range of at least one byte");
+    std::lock_guard lock(memory_mutex_);
+    const auto* b = static_cast<const char*>(ptr);
+    auto next = registered_.lower_bound(ptr);
+    const bool overlaps_next = next != registered_.end() && static_cast<const char*>(next->first) < b + bytes;
+    const bool overlaps_prev = next != registered_.begin() &&
+                               static_cast<const char*>(std::prev(next)->first) + std::prev(next)->second.bytes > b;
+    HTP_EXPECTS(!overlaps_next && !overlaps_prev, invalid_argument, "register_host_memory(", ptr, ", ",
+                bytes, "): the range overlaps one already registered; register each range once");
+    HTP_EXPECTS(allocations_.find_containing(ptr, 1) == nullptr, invalid_argument,
+                "register_host_memory(", ptr, "): the range is memory this device allocated");
+    registered_.emplace(ptr, registration{bytes, read_only});
+  }
+
+  void unregister_host_memory(void* ptr) override {
+    std::lock_guard lock(memory_mutex_);
+    HTP_EXPECTS(registered_.erase(ptr) == 1, invalid_argument, "unregister_host_memory(", ptr,
+                "): not the start of a range registered with register_host_memory");
+  }
+
+  /// Bytes of pinned host memory allocated now (registered caller memory not counted).
+  std::size_t pinned_bytes_in_use() const {
+    std::lock_guard lock(memory_mutex_);
+    return used_[index(memory_kind::pinned_host)];
   }
 
   stream_ref create_stream(stream_priority) override {
@@ -314,6 +343,21 @@ class sim_device final : public device {
   mutable std::mutex memory_mutex_;
   detail::allocation_registry allocations_;
   std::size_t used_[2] = {0, 0};
+  struct registration {
+    std::size_t bytes;
+    bool read_only;
+  };
+  std::map<void*, registration> registered_;  // caller memory given to register_host_memory
+
+  /// True when [p, p + bytes) lies inside one registered range. Call with memory_mutex_ held.
+  bool registered_containing(const void* p, std::size_t bytes) const {
+    auto it = registered_.upper_bound(const_cast<void*>(p));
+    if (it == registered_.begin()) return false;
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    const auto* q = static_cast<const char*>(p);
+    return q >= base && q + bytes <= base + it->second.bytes;
+  }
 
   std::mutex values_mutex_;  // guards the wake-up of streams waiting on value words
   std::condition_variable values_cv_;
@@ -327,6 +371,13 @@ class sim_device final : public device {
 
 std::unique_ptr<device> make_sim_device(const sim_config& config) {
   return std::make_unique<sim_device>(config);
+}
+
+std::size_t sim_pinned_bytes_in_use(const device& d) {
+  const auto* s = dynamic_cast<const sim_device*>(&d);
+  HTP_EXPECTS(s != nullptr, invalid_argument,
+              "sim_pinned_bytes_in_use: the device is not a sim device (make it with make_sim_device)");
+  return s->pinned_bytes_in_use();
 }
 
 }  // namespace htp

@@ -124,6 +124,13 @@ void* fault_injecting_device::mapped_device_pointer(void* pinned_host_ptr) const
   return inner_.mapped_device_pointer(pinned_host_ptr);
 }
 
+void fault_injecting_device::register_host_memory(void* ptr, std::size_t bytes, bool read_only) {
+  intercept(fault_kind::pinned_allocation, "register_host_memory");
+  inner_.register_host_memory(ptr, bytes, read_only);
+}
+
+void fault_injecting_device::unregister_host_memory(void* ptr) { inner_.unregister_host_memory(ptr); }
+
 stream_ref fault_injecting_device::create_stream(stream_priority priority) {
   intercept(fault_kind::create, "create_stream");
   return inner_.create_stream(priority);

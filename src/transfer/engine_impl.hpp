@@ -113,6 +113,12 @@ struct transfer_engine::impl {
   transfer_status status_locked(std::uint64_t id) const;
   void check_destination(const void* dst, std::size_t bytes, copy_direction d) const;
 
+  // Memory copies may write into, by start address (O(log n) lookups; host regions come and go
+  // as callers lend memory). Guarded by regions_mutex_, never held with mutex_.
+  mutable std::mutex regions_mutex_;
+  std::map<const char*, std::size_t> device_regions_;
+  std::map<const char*, std::size_t> host_regions_;
+
   device& dev;
   transfer_config cfg;
   std::int64_t start_ns = now_ns();

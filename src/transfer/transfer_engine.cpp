@@ -65,6 +65,8 @@ void validate(const transfer_config& c) {
 
 transfer_engine::impl::impl(device& d, transfer_config c) : dev(d), cfg(std::move(c)), words(d) {
   validate(cfg);
+  for (const auto& r : cfg.device_memory) device_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
+  for (const auto& r : cfg.host_memory) host_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
   const std::uint64_t peak[2] = {resolve_link(dev, cfg, cfg.h2d, copy_direction::host_to_device),
                                  resolve_link(dev, cfg, cfg.d2h, copy_direction::device_to_host)};
   const transfer_link_config* links[2] = {&cfg.h2d, &cfg.d2h};
@@ -127,17 +129,40 @@ transfer_engine::impl::~impl() {
 void transfer_engine::impl::check_destination(const void* dst, std::size_t bytes,
                                               copy_direction d) const {
   const bool to_device = d != copy_direction::device_to_host;
-  const auto& regions = to_device ? cfg.device_memory : cfg.host_memory;
   const auto* p = static_cast<const char*>(dst);
-  for (const auto& m : regions) {
-    const auto* base = static_cast<const char*>(m.ptr);
-    if (p >= base && p <= base + m.bytes && bytes <= static_cast<std::size_t>(base + m.bytes - p)) return;
+  std::lock_guard lock(regions_mutex_);
+  const auto& regions = to_device ? device_regions_ : host_regions_;
+  auto it = regions.upper_bound(p);
+  if (it != regions.begin()) {
+    --it;
+    const char* base = it->first;
+    if (p >= base && bytes <= it->second && static_cast<std::size_t>(p - base) <= it->second - bytes) return;
   }
   throw invalid_argument(detail::concat(
       "transfer_engine::submit: destination [", dst, ", +", bytes, ") (", to_string(d),
       ") is not inside the ", to_device ? "device" : "host", " memory the engine was given (",
       regions.size(), " regions in transfer_config::", to_device ? "device_memory" : "host_memory",
-      ")"));
+      " and add_host_memory)"));
+}
+
+void transfer_engine::add_host_memory(memory_region r) {
+  HTP_EXPECTS(r.ptr != nullptr && r.bytes > 0, invalid_argument,
+              "transfer_engine::add_host_memory: give a non-null region of at least one byte");
+  std::lock_guard lock(impl_->regions_mutex_);
+  const auto* b = static_cast<const char*>(r.ptr);
+  auto& m = impl_->host_regions_;
+  auto next = m.lower_bound(b);
+  const bool overlaps = (next != m.end() && next->first < b + r.bytes) ||
+                        (next != m.begin() && std::prev(next)->first + std::prev(next)->second > b);
+  HTP_EXPECTS(!overlaps, invalid_argument, "transfer_engine::add_host_memory(", r.ptr, ", ", r.bytes,
+              "): overlaps a region the engine already has");
+  m.emplace(b, r.bytes);
+}
+
+void transfer_engine::remove_host_memory(const void* ptr) {
+  std::lock_guard lock(impl_->regions_mutex_);
+  HTP_EXPECTS(impl_->host_regions_.erase(static_cast<const char*>(ptr)) == 1, invalid_argument,
+              "transfer_engine::remove_host_memory(", ptr, "): not the start of a host region");
 }
 
 lane& transfer_engine::impl::link_lane(copy_direction d, const char* what) {
