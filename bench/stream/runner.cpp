@@ -146,6 +146,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   }
   pc.prefetch_lookahead = pol.lookahead;
   pc.eviction = pol.rule;
+  pc.prefetch = prefetch_mode::pipeline;  // the latency choice (the bench measures step time)
   pc.latency_budget = cfg.latency_budget;
   pc.trace = !trace_path.empty();
   pager p(dev, pc);

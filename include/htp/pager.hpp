@@ -82,11 +82,12 @@ enum class eviction_rule {
 enum class prefetch_mode {
   /// Evict the tensor used farthest in the future outside the lookahead window. Keeps
   /// lookahead + 1 slots rotating, so loads overlap the previous layers' compute; in tight memory
-  /// it pages in more than Belady's minimum. The default: latency is what a runner pays.
+  /// it pages in more than Belady's minimum (at most one extra page-in per access).
   pipeline,
-  /// Make only the eviction Belady's MIN would make when the tensor is first used, and only if
-  /// that victim is not needed before then. Page-ins equal the minimum; in tight memory the load
-  /// waits for the previous layer's compute (little overlap).
+  /// Make only the eviction a demand fault would make when the tensor is first used, and only if
+  /// that victim is not needed before then. So prefetching never adds a page-in to demand paging
+  /// with the same rule, for any tensor sizes (docs/pager.md); in tight memory the load waits for
+  /// the previous layer's compute (little overlap). The default.
   min_page_ins,
 };
 
@@ -115,7 +116,7 @@ struct pager_config {
   transfer_link_config d2h;
   unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead at each acquire/release (0 = none)
   eviction_rule eviction = eviction_rule::automatic;
-  prefetch_mode prefetch = prefetch_mode::pipeline;
+  prefetch_mode prefetch = prefetch_mode::min_page_ins;
   double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.
   bool auto_compact = true;            ///< compact in the background past the threshold.
   oom_policy on_oom = oom_policy::throw_error;

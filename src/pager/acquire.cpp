@@ -219,6 +219,8 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     throw;
   }
   for (std::size_t i = 1; i < n; ++i) events.retain(e);
+  const std::uint64_t seq = ++release_seq;
+  auto& queue = releases[compute.native];
   std::string failed;  // a page-in that failed after acquire returned
   for (std::size_t i = 0; i < n; ++i) {
     tensor_record& t = tensors[hs[i].index];
@@ -227,15 +229,13 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     for (auto& r : t.release_events) {
       if (r.stream == compute) {
         events.release(r.event);
-        r.event = e;
+        r = {e, compute, seq};
         replaced = true;
         break;
       }
     }
-    if (!replaced) {
-      t.release_events.push_back({e, compute});
-      if (t.release_events.size() > 4) settle(t);
-    }
+    if (!replaced) t.release_events.push_back({e, compute, seq});
+    queue.push_back({seq, hs[i].index, t.generation});
     --t.pins;
     if (t.load_failed) {
       if (t.pins == 0) {
@@ -266,6 +266,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
                       "its page-in failed after acquire returned; the release took effect, but "
                       "kernels ordered after that acquire read undefined bytes");
   }
+  retire_releases(compute.native);
   prefetch_upcoming();  // the memory just released may be what the next layer needs
   maybe_auto_compact();
   sample_occupancy();

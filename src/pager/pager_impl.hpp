@@ -18,6 +18,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <unordered_map>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,8 +39,19 @@ enum class pending_kind { none, load, write_back, move };
 /// A release point: an event recorded on the stream that released the tensor. A later release on
 /// the same stream supersedes it (streams run in order), so a tensor holds at most one per stream.
 struct release_point {
-  event_ref event;
+  event_ref event;   // held (event_pool reference) while the point is
   stream_ref stream;
+  std::uint64_t seq = 0;  // release number, to match the stream's retirement queue
+};
+
+/// A release waiting to be retired: once its event completes, the tensor's point is dropped and
+/// the event recycled. One queue per stream, in release order (a stream completes in order), so
+/// retiring costs O(1) amortised and never scans the tensors. An entry is stale (popped without a
+/// look) when its tensor no longer holds that point: superseded, handed to a fence, unregistered.
+struct release_entry {
+  std::uint64_t seq;
+  std::uint32_t slot;
+  std::uint32_t generation;
 };
 
 inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
@@ -129,6 +142,8 @@ struct pager::impl {
   std::vector<std::uint32_t> in_flight;  // slots with a pending copy
   std::uint64_t tick = 0;
   detail::event_pool events;
+  std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first
+  std::uint64_t release_seq = 0;
   detail::fence_set fences;              // freed HBM still read by queued kernels
   std::map<const char*, detail::host_region> host_regions;  // caller memory, by start address
   std::uint64_t hbm_frees = 0;           // HBM extents freed so far
@@ -184,6 +199,8 @@ struct pager::impl {
   void record_access(std::uint32_t slot);
   /// True when Belady's rule is in force.
   bool belady() const;
+  /// Retires the releases on stream `s` (native handle) whose events completed, oldest first.
+  void retire_releases(void* s);
   /// Releases completed release events; true when none is pending.
   bool settle(detail::tensor_record& t);
   /// Drops every release event of `t` into `out` (ownership moves).

@@ -130,7 +130,30 @@ void pager::impl::reap() {
     set_pending(slot, pending_kind::none);  // swaps another slot into position i
     reindex(slot);
   }
+  for (auto& [s, queue] : releases) {  // a few streams
+    if (!queue.empty()) retire_releases(s);
+  }
   drop_fences();
+}
+
+void pager::impl::retire_releases(void* s) {
+  auto it = releases.find(s);
+  if (it == releases.end()) return;
+  auto& queue = it->second;
+  while (!queue.empty()) {
+    const detail::release_entry& r = queue.front();
+    tensor_record& t = tensors[r.slot];
+    auto point = t.live && t.generation == r.generation
+                     ? std::find_if(t.release_events.begin(), t.release_events.end(),
+                                    [&](const detail::release_point& p) { return p.seq == r.seq; })
+                     : t.release_events.end();
+    if (point != t.release_events.end()) {
+      if (!dev.query(point->event)) return;  // and so are the younger ones on this stream
+      events.release(point->event);
+      t.release_events.erase(point);
+    }
+    queue.pop_front();
+  }
 }
 
 bool pager::impl::settle(tensor_record& t) {
