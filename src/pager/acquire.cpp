@@ -160,8 +160,6 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   for (std::size_t i = 0; i < n; ++i) {
     count_outcome(outcomes[i], +1);
     if (!first[i]) continue;  // already acquired elsewhere: the same access, not a new one
-    tensor_record& t = tensors[hs[i].index];
-    t.last_access = ++tick;
     record_access(hs[i].index);
     reindex(hs[i].index);
   }

@@ -15,10 +15,11 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
   // Candidates: the unpinned tensors holding HBM (from the victim index, not a scan of all).
   std::unordered_map<void*, std::uint32_t> owner;
   for (auto g : {detail::victim_group::clean, detail::victim_group::dirty}) {
-    for (const auto& [key, slot] : victims.lru(g)) {
+    victims.find_lru(g, [&](std::uint32_t slot) {
       auto& t = tensors[slot];
       if (can_move(t)) owner.emplace(t.hbm->ptr, slot);
-    }
+      return false;  // visit them all
+    });
   }
   if (owner.empty()) return 0;
   compaction_plan plan =

@@ -56,37 +56,37 @@ struct release_entry {
 
 inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
 
-/// One registered tensor (a slot of the handle table).
+/// One registered tensor (a slot of the handle table). The fields an acquire or release touches
+/// come first, so a call on a cold tensor costs few cache misses at 10^6 tensors.
 struct tensor_record {
+  // ---- hot: every acquire and release ----
   bool live = false;
-  std::uint32_t generation = 0;  // bumped on unregister; handles carry it
-  std::string name;
-  std::size_t bytes = 0;
-  tensor_kind kind = tensor_kind::weight;
-
-  extent host;                 // always present while live: the pager's host tier, or caller memory
-  bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
-  std::optional<extent> hbm;   // present while loading, resident, writing back
-  residency where = residency::host;
-
-  pending_kind pending = pending_kind::none;
-  transfer_ticket ticket;      // the pending copy
-  transfer_priority ticket_priority = transfer_priority::prefetch;
-  std::chrono::steady_clock::time_point ticket_start;
-  std::optional<slab_move> move;  // while pending == move: the planned move to commit
-  std::uint32_t in_flight_pos = not_in_flight;  // index in impl::in_flight while pending
-
-  int pins = 0;
   bool degraded = false;       // acquired in zero-copy mode (pins > 0)
   bool dirty = false;          // HBM copy newer than host copy
   bool prefetched_unused = false;  // loaded by a prefetch, not acquired since
   bool fault_load = false;     // the pending load is a demand fault (for latency metrics)
   bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
                                // last release, which frees the extent and reports the failure
-  std::vector<release_point> release_events;  // recorded at release; dropped once complete
-  std::uint64_t last_access = 0;          // LRU tick
+  bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
+  tensor_kind kind = tensor_kind::weight;
+  residency where = residency::host;
+  pending_kind pending = pending_kind::none;
+  std::uint32_t generation = 0;  // bumped on unregister; handles carry it
+  int pins = 0;
+  std::uint32_t in_flight_pos = not_in_flight;  // index in impl::in_flight while pending
+  std::size_t bytes = 0;
   std::uint64_t list_mark = 0;            // the list call that last named it (duplicate check)
+  std::optional<extent> hbm;   // present while loading, resident, writing back
+  transfer_ticket ticket;      // the pending copy
+  std::vector<release_point> release_events;  // recorded at release; dropped once complete
+
+  // ---- the rest ----
+  extent host;                 // always present while live: the pager's host tier, or caller memory
+  transfer_priority ticket_priority = transfer_priority::prefetch;
+  std::chrono::steady_clock::time_point ticket_start;
+  std::optional<slab_move> move;  // while pending == move: the planned move to commit
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
+  std::string name;
 };
 
 /// Things a blocked request waits for before retrying.
@@ -140,7 +140,6 @@ struct pager::impl {
   std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
   detail::victim_index victims;
   std::vector<std::uint32_t> in_flight;  // slots with a pending copy
-  std::uint64_t tick = 0;
   detail::event_pool events;
   std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first
   std::uint64_t release_seq = 0;
@@ -193,7 +192,7 @@ struct pager::impl {
   /// Marks `slot` as having `ticket` in flight (kind), or clears it (none).
   void set_pending(std::uint32_t slot, detail::pending_kind kind, transfer_ticket ticket = {});
   /// Puts `slot` where its state says in the victim index. Call after any change of hbm, pins,
-  /// dirty, load_failed, last_access or its next use.
+  /// dirty, load_failed or its next use. Recency (LRU) is the order of joining a group.
   void reindex(std::uint32_t slot);
   /// Advances the schedule for an access of `slot` and re-keys what the access skipped.
   void record_access(std::uint32_t slot);

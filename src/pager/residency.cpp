@@ -44,7 +44,6 @@ void pager::impl::reindex(std::uint32_t slot) {
     k.group = t.pins > 0                                            ? victim_group::pinned
               : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty
                                                                 : victim_group::clean;
-    k.last_access = t.last_access;
     k.next_use = schedule.next_use(slot);
   }
   victims.update(slot, k);
@@ -185,7 +184,9 @@ bool pager::impl::can_move(tensor_record& t) { return can_evict(t) && settle(t);
 
 std::uint64_t pager::impl::eviction_rank(std::uint32_t slot) const {
   const auto& t = tensors[slot];
-  const std::uint64_t age = tick - std::min(tick, t.last_access);
+  (void)t;
+  const std::uint64_t joined = victims.recency(slot);
+  const std::uint64_t age = joined == 0 ? 0 : victims.clock() - joined;
   if (!belady() || schedule.empty()) return age;
   const std::uint64_t d = schedule.distance(slot);
   // Never used again: evict first, the least recently used of those first.
@@ -198,15 +199,13 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
   const auto skipped_slot = [&](std::uint32_t s) {
     return std::find(skip.begin(), skip.end(), s) != skip.end();
   };
+  const auto pick = [&](std::uint32_t s) { return !skipped_slot(s); };
   if (!belady()) {
-    for (const auto& [key, s] : victims.lru(g)) {
-      if (!skipped_slot(s)) return s;
-    }
-    return std::nullopt;
+    const std::uint32_t s = victims.find_lru(g, pick);
+    return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
   }
-  for (const auto& [key, s] : victims.never(g)) {  // never used again: first, oldest first
-    if (!skipped_slot(s)) return s;
-  }
+  // Never used again: first, least recent first.
+  if (const std::uint32_t s = victims.find_never(g, pick); s != detail::victim_index::none) return s;
   const auto& next = victims.next(g);
   for (auto it = next.rbegin(); it != next.rend(); ++it) {  // farthest next use
     if (!skipped_slot(it->second)) return it->second;
@@ -221,11 +220,10 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
   if (!belady()) {
     // LRU: the least recently used clean tensor outside the lookahead window.
     const auto window = schedule.upcoming(config.prefetch_lookahead + 1);
-    for (const auto& [key, s] : victims.lru(victim_group::clean)) {
-      if (std::find(window.begin(), window.end(), s) != window.end()) continue;
-      if (can_evict(tensors[s])) return s;
-    }
-    return std::nullopt;
+    const std::uint32_t s = victims.find_lru(victim_group::clean, [&](std::uint32_t c) {
+      return std::find(window.begin(), window.end(), c) == window.end() && can_evict(tensors[c]);
+    });
+    return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
   }
   if (config.prefetch == prefetch_mode::pipeline) {
     // The tensor used farthest in the future outside the lookahead window, among all that hold
@@ -258,7 +256,7 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
   std::uint64_t best_age_key = 0;
   const auto consider = [&](std::uint32_t s, std::uint64_t after_t) {
     const bool nv = after_t == detail::access_schedule::never;
-    const std::uint64_t age_key = tensors[s].last_access;
+    const std::uint64_t age_key = victims.recency(s);
     bool better;
     if (!best) {
       better = true;
@@ -277,7 +275,8 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
     }
   };
   for (victim_group g : {victim_group::clean, victim_group::pinned}) {
-    if (!victims.never(g).empty()) consider(victims.never(g).begin()->second, detail::access_schedule::never);
+    const std::uint32_t oldest_never = victims.find_never(g, [](std::uint32_t) { return true; });
+    if (oldest_never != detail::victim_index::none) consider(oldest_never, detail::access_schedule::never);
     const auto& next = victims.next(g);
     if (!next.empty() && next.rbegin()->first > T) consider(next.rbegin()->second, next.rbegin()->first);
     // Tensors used before T: at T their next use is a later one. There are at most as many as
@@ -459,7 +458,7 @@ bool pager::impl::prefetch_slot(std::uint32_t slot) {
     return false;
   }
   t.prefetched_unused = true;
-  t.last_access = tick;  // fresh: LRU must not pick what was just brought in
+  // Fresh in LRU order: it joined the index when its load started.
   ++counters.prefetches;
   reindex(slot);
   return true;
