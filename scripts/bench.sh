@@ -3,6 +3,9 @@
 # otherwise on the sim backend (Llama-3.1-8B, 8 layers of the real shape, about a minute on a
 # 2-core machine). Installs what is missing, builds (Release), runs, and plots. Extra arguments go
 # to htp-stream-bench (see --help); e.g. scripts/bench.sh --model llama-3.1-70b --hbm-budget 0.3
+# scripts/bench.sh --scale runs the scale benchmarks instead (sim, a few minutes): per-call cost
+# against 10^2..10^6 registered tensors (htp-pager-bench) and a paged KV cache of 100,000 blocks
+# (htp-kv-bench, once fitting in HBM and once paging), JSON in build-release/results/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bash "$root/scripts/setup.sh"
@@ -10,6 +13,15 @@ cd "$root"
 configure_and_build build-release -DCMAKE_BUILD_TYPE=Release -DHTP_BUILD_TESTS=OFF -DHTP_BUILD_EXAMPLES=OFF
 out=$root/build-release/results
 mkdir -p "$out"
+if [[ ${1:-} == --scale ]]; then
+  bin=$root/build-release/bench
+  "$bin/htp-pager-bench" --benchmark_min_time=0.3 --benchmark_out="$out/pager-scale.json" \
+    --benchmark_out_format=json
+  "$bin/htp-kv-bench" --batch 16 --steps 4 --json "$out/kv-fits.json"
+  "$bin/htp-kv-bench" --batch 40 --steps 3 --json "$out/kv-paging.json"
+  echo "JSON in $out"
+  exit 0
+fi
 "$root/build-release/bench/htp-stream-bench" --json "$out/stream.json" --trace "$out/trace.json" "$@"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$root/scripts/plot.py" --bench "$out/stream.json" --trace "$out/trace.json" --out "$out" \
