@@ -199,6 +199,13 @@ std::string take_flag(int& argc, char** argv, const std::string& name, std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") {  // this tool's flags, then Google Benchmark's
+      std::printf("htp-slab-bench [--json_out=FILE (slab_bench.json)] [--churn_out=FILE (slab_churn.json)]\n"
+                  "               [--churn_ops=N (100000)] [--churn_budget_gib=N (16)] [benchmark flags]\n"
+                  "JSON goes to the two files named (relative paths: the working directory).\n");
+    }
+  }
   const std::string json_out = take_flag(argc, argv, "--json_out", "slab_bench.json");
   const std::string churn_out = take_flag(argc, argv, "--churn_out", "slab_churn.json");
   const auto churn_ops = std::stoul(take_flag(argc, argv, "--churn_ops", "100000"));

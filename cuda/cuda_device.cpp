@@ -1,21 +1,29 @@
 // The cuda backend: htp::device over the CUDA runtime. Every call is checked (HTP_CUDA_TRY) and
-// made with this device's ordinal current, so any host thread may use it.
+// made with this device's ordinal current through a device_guard, which restores the caller's
+// current device afterwards, so any host thread may use it and htp never changes which device the
+// host program has current.
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/detail/cuda_backend.hpp>
 
+#include "checksum_scratch.hpp"
 #include "cuda_kernels.hpp"
+#include "device_guard.hpp"
+#include "driver_api.hpp"
+#include "hardware_queues.hpp"
+#include "host_memory_facts.hpp"
+#include "registered_ranges.hpp"
 
 #include <cuda.h>  // types of the driver entry points only; nothing links libcuda
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 
 namespace htp {
 namespace {
+
+using cuda::device_guard;
 
 cudaMemcpyKind to_cuda(copy_direction d) {
   switch (d) {
@@ -32,8 +40,8 @@ cudaEvent_t native(event_ref e) { return static_cast<cudaEvent_t>(e.native); }
 
 class cuda_device final : public device {
  public:
-  explicit cuda_device(int ordinal) : ordinal_(ordinal) {
-    HTP_CUDA_TRY(cudaSetDevice(ordinal_));
+  explicit cuda_device(int ordinal) : ordinal_(ordinal), driver_(cuda::driver_api::get()) {
+    device_guard g(ordinal_);
     cudaDeviceProp p{};
     HTP_CUDA_TRY(cudaGetDeviceProperties(&p, ordinal_));
     props_.kind = backend::cuda;
@@ -45,12 +53,21 @@ class cuda_device final : public device {
     props_.compute_capability_minor = p.minor;
     props_.can_map_host_memory = p.canMapHostMemory != 0;
     HTP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
-    load_stream_memops();
+    cuda::report_hardware_queues(ordinal_);
+    // Load the kernels and the checksum scratch now: a lazy kernel load or an allocation later
+    // could wait for a context that a stream parked on a value word keeps busy.
+    HTP_CUDA_TRY(cuda::preload_kernels());
+    scratch_.reserve();
   }
 
   ~cuda_device() override {
     // Tolerate the CUDA runtime shutting down first: ignore every status here.
+    device_guard g(ordinal_, std::nothrow);
     std::lock_guard lock(memory_mutex_);
+    registered_.for_each([](const void* p, const cuda::registered_ranges::range& r) {
+      if (r.device_base != nullptr) (void)cudaHostUnregister(const_cast<void*>(p));
+    });
+    registered_.clear();
     allocations_.for_each([](void* p, const detail::allocation_registry::entry& a) {
       if (a.kind == memory_kind::device) {
         (void)cudaFree(p);
@@ -58,12 +75,14 @@ class cuda_device final : public device {
         (void)cudaFreeHost(p);
       }
     });
+    scratch_.free_all();
+    (void)cudaGetLastError();
   }
 
   const device_properties& properties() const noexcept override { return props_; }
 
   memory_info memory() const override {
-    current();
+    device_guard g(ordinal_);
     memory_info m;
     HTP_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
     return m;
@@ -72,20 +91,14 @@ class cuda_device final : public device {
   void* allocate(memory_kind kind, std::size_t bytes) override {
     HTP_EXPECTS(bytes > 0, invalid_argument, "allocate(", to_string(kind),
                 ", 0 bytes): a request must be at least one byte");
-    current();
+    device_guard g(ordinal_);
     void* p = nullptr;
-    cudaError_t e = kind == memory_kind::device
-                        ? cudaMalloc(&p, bytes)
-                        : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    const cudaError_t e = kind == memory_kind::device
+                              ? cudaMalloc(&p, bytes)
+                              : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      std::size_t free_b = 0, total_b = 0;
-      (void)cudaMemGetInfo(&free_b, &total_b);
-      throw out_of_memory(
-          detail::concat("cuda device ", ordinal_, ": cannot allocate ", bytes, " bytes of ",
-                         to_string(kind), " memory (GPU reports ", free_b, " of ", total_b,
-                         " bytes free). Lower the budget or free memory held by other processes."),
-          bytes);
+      throw out_of_memory(allocation_failure(kind, bytes), bytes);
     }
     HTP_CUDA_TRY(e);
     std::lock_guard lock(memory_mutex_);
@@ -98,7 +111,7 @@ class cuda_device final : public device {
       std::lock_guard lock(memory_mutex_);
       allocations_.remove(kind, ptr, bytes);
     }
-    current();
+    device_guard g(ordinal_);
     if (kind == memory_kind::device) {
       HTP_CUDA_TRY(cudaFree(ptr));
     } else {
@@ -109,19 +122,87 @@ class cuda_device final : public device {
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     {
       std::lock_guard lock(memory_mutex_);
+      if (void* d = registered_.device_address(pinned_host_ptr)) return d;
       const auto* a = allocations_.find_containing(pinned_host_ptr, 1);
       HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
                   "mapped_device_pointer(", pinned_host_ptr,
-                  "): not inside pinned host memory allocated from this device");
+                  "): not inside pinned host memory allocated from or registered with this device");
     }
-    current();
+    device_guard g(ordinal_);
     void* d = nullptr;
     HTP_CUDA_TRY(cudaHostGetDevicePointer(&d, pinned_host_ptr, 0));
     return d;
   }
 
+  void register_host_memory(void* ptr, std::size_t bytes, bool read_only) override {
+    HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "register_host_memory(", ptr, ", ",
+                bytes, "): the pointer must be non-null and the range at least one byte");
+    {
+      // Claim the range (pending: no device address yet), so that an overlapping call made while
+      // the driver pins this one is refused; pinning runs without the lock, which the hot path
+      // (value words, checksums) takes.
+      std::lock_guard lock(memory_mutex_);
+      HTP_EXPECTS(!registered_.overlaps(ptr, bytes), invalid_argument, "register_host_memory(",
+                  ptr, ", ", bytes, "): the range overlaps one already registered with this device");
+      HTP_EXPECTS(!overlaps_pinned_allocation(ptr, bytes), invalid_argument,
+                  "register_host_memory(", ptr, ", ", bytes,
+                  "): the range overlaps pinned host memory allocated from this device (already "
+                  "page-locked; use it directly)");
+      registered_.add(ptr, {bytes, read_only, nullptr});
+    }
+    const auto give_up = [&] {
+      std::lock_guard lock(memory_mutex_);
+      registered_.remove(ptr);
+    };
+    device_guard g(ordinal_);
+    unsigned int flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+    if (read_only) flags |= cudaHostRegisterReadOnly;
+    const cudaError_t e = cudaHostRegister(ptr, bytes, flags);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      give_up();
+      throw cuda_error(static_cast<int>(e), cudaGetErrorName(e), "cudaHostRegister", __FILE__,
+                       __LINE__, registration_failure(e, ptr, bytes, read_only));
+    }
+    void* d = nullptr;
+    const cudaError_t m = cudaHostGetDevicePointer(&d, ptr, 0);
+    if (m != cudaSuccess || d == nullptr) {
+      (void)cudaGetLastError();
+      (void)cudaHostUnregister(ptr);
+      give_up();
+      throw cuda_error(static_cast<int>(m), cudaGetErrorName(m), "cudaHostGetDevicePointer",
+                       __FILE__, __LINE__,
+                       "registered host memory has no device address (the GPU cannot map host "
+                       "memory); the registration was undone");
+    }
+    std::lock_guard lock(memory_mutex_);
+    registered_.set_device_base(ptr, d);
+  }
+
+  void unregister_host_memory(void* ptr) override {
+    cuda::registered_ranges::range r;
+    {
+      std::lock_guard lock(memory_mutex_);
+      const auto* found = registered_.find_start(ptr);
+      HTP_EXPECTS(found != nullptr && found->device_base != nullptr, invalid_argument,
+                  "unregister_host_memory(", ptr,
+                  "): not the start of a range registered with this device");
+      r = *found;
+      registered_.remove(ptr);
+    }
+    device_guard g(ordinal_);
+    const cudaError_t e = cudaHostUnregister(ptr);
+    if (e != cudaSuccess) {
+      {
+        std::lock_guard lock(memory_mutex_);
+        registered_.add(ptr, r);  // still registered as far as the driver is concerned
+      }
+      HTP_CUDA_TRY(e);
+    }
+  }
+
   stream_ref create_stream(stream_priority priority) override {
-    current();
+    device_guard g(ordinal_);
     cudaStream_t s = nullptr;
     const int prio = priority == stream_priority::high ? greatest_priority_ : lowest_priority_;
     HTP_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, prio));
@@ -130,34 +211,40 @@ class cuda_device final : public device {
 
   void destroy_stream(stream_ref s) noexcept override {
     if (!s) return;
-    (void)cudaSetDevice(ordinal_);
+    device_guard g(ordinal_, std::nothrow);
     (void)cudaStreamSynchronize(native(s));
+    scratch_.release(native(s));
     (void)cudaStreamDestroy(native(s));
+    (void)cudaGetLastError();
   }
 
   void synchronize(stream_ref s) override {
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaStreamSynchronize(native(s)));
   }
 
   event_ref create_event() override {
-    current();
+    device_guard g(ordinal_);
     cudaEvent_t e = nullptr;
-    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    // No timing (cheaper to record); a host thread waiting on it sleeps instead of spinning a core
+    // (see docs/transfer_engine.md, "Host waits").
+    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
     return event_ref{e};
   }
 
   void destroy_event(event_ref e) noexcept override {
-    if (e) (void)cudaEventDestroy(native(e));
+    if (!e) return;
+    device_guard g(ordinal_, std::nothrow);
+    if (cudaEventDestroy(native(e)) != cudaSuccess) (void)cudaGetLastError();
   }
 
   void record(event_ref e, stream_ref s) override {
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaEventRecord(native(e), native(s)));
   }
 
   void wait(event_ref e, stream_ref s) override {
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
   }
 
@@ -181,13 +268,13 @@ class cuda_device final : public device {
     const auto* b = static_cast<const char*>(src);
     HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
                 ", ", bytes, "): source and destination overlap");
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));
   }
 
   void launch_host_func(std::function<void()> fn, stream_ref s) override {
     HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
-    current();
+    device_guard g(ordinal_);
     auto owned = std::make_unique<std::function<void()>>(std::move(fn));
     HTP_CUDA_TRY(cudaLaunchHostFunc(native(s), &cuda_device::trampoline, owned.get()));
     owned.release();  // the trampoline deletes it after running
@@ -198,28 +285,32 @@ class cuda_device final : public device {
     HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
                 "checksum_async(", ptr, ", ", bytes, ", ", result,
                 "): pointers must be non-null and bytes positive");
-    current();
-    HTP_CUDA_TRY(cuda::launch_checksum(ptr, bytes, result, native(s)));
+    // The kernel stores the result itself, through the word's device address (so `result` must
+    // be pinned host memory of this device, as documented; invalid_argument otherwise).
+    auto* result_device = static_cast<std::uint64_t*>(mapped_device_pointer(result));
+    device_guard g(ordinal_);
+    HTP_CUDA_TRY(cuda::launch_checksum(ptr, bytes, scratch_.slot_for(native(s)), result_device,
+                                       native(s)));
   }
 
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
                           stream_ref s) override {
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
-    current();
-    check_driver(write_value32_(native(s), device_address(word), value, 0 /*DEFAULT*/),
-                 "cuStreamWriteValue32");
+    const CUdeviceptr d = device_address(word);
+    device_guard g(ordinal_);
+    HTP_DRIVER_TRY(driver_.write_value32(native(s), d, value, 0 /*DEFAULT*/));
   }
 
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
-    current();
-    check_driver(wait_value32_(native(s), device_address(word), value, 0 /*GEQ, wrap-safe*/),
-                 "cuStreamWaitValue32");
+    const CUdeviceptr d = device_address(word);
+    device_guard g(ordinal_);
+    HTP_DRIVER_TRY(driver_.wait_value32(native(s), d, value, 0 /*GEQ, wrap-safe*/));
   }
 
   void write_value(std::uint32_t* word, std::uint32_t value) override {
@@ -228,7 +319,7 @@ class cuda_device final : public device {
   }
 
   void synchronize_all() override {
-    current();
+    device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaDeviceSynchronize());
   }
 
@@ -242,62 +333,75 @@ class cuda_device final : public device {
     }
   }
 
-  void current() const { HTP_CUDA_TRY(cudaSetDevice(ordinal_)); }
-
   CUdeviceptr device_address(const std::uint32_t* word) const {
     void* d = mapped_device_pointer(const_cast<std::uint32_t*>(word));
     return reinterpret_cast<CUdeviceptr>(d);
   }
 
-  static void check_driver(CUresult r, const char* call) {
-    if (r != CUDA_SUCCESS) {
-      throw cuda_error(static_cast<int>(r), detail::concat("CUresult ", static_cast<int>(r)), call,
-                       __FILE__, __LINE__, "stream memory operation failed");
+  /// Whether [ptr, ptr + bytes) shares a byte with a pinned allocation. Memory lock held.
+  bool overlaps_pinned_allocation(const void* ptr, std::size_t bytes) const {
+    const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
+    bool hit = false;
+    allocations_.for_each([&](void* p, const detail::allocation_registry::entry& a) {
+      const auto start = reinterpret_cast<std::uintptr_t>(p);
+      if (a.kind == memory_kind::pinned_host && start < lo + bytes && lo < start + a.bytes) hit = true;
+    });
+    return hit;
+  }
+
+  /// The diagnostic of a failed allocation: GPU facts for device memory, host facts for pinned.
+  std::string allocation_failure(memory_kind kind, std::size_t bytes) const {
+    if (kind == memory_kind::pinned_host) {
+      return detail::concat("cuda device ", ordinal_, ": cannot allocate ", bytes,
+                            " bytes of pinned host memory (", cuda::host_memory_facts(),
+                            "). Lower the host budget or free host RAM (and check the locked-memory "
+                            "limit).");
+    }
+    std::size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    return detail::concat("cuda device ", ordinal_, ": cannot allocate ", bytes,
+                          " bytes of device memory (GPU reports ", free_b, " of ", total_b,
+                          " bytes free). Lower the budget or free memory held by other processes.");
+  }
+
+  /// Why cudaHostRegister refused, in words.
+  std::string registration_failure(cudaError_t e, const void* ptr, std::size_t bytes,
+                                   bool read_only) const {
+    const std::string what = detail::concat("cannot register ", bytes, " bytes of host memory at ",
+                                            ptr, read_only ? " read-only" : "", ": ");
+    switch (e) {
+      case cudaErrorMemoryAllocation:
+        return what + "the host could not page-lock it (" + cuda::host_memory_facts() + ")";
+      case cudaErrorHostMemoryAlreadyRegistered:
+        return what + "part of it is already page-locked by another registration or allocation "
+                      "in this process";
+      case cudaErrorNotSupported:
+        return what + (read_only ? "this GPU or driver cannot map host memory read-only "
+                                   "(cudaDevAttrHostRegisterReadOnlySupported is 0); register a "
+                                   "writable mapping or copy into pinned memory"
+                                 : "this GPU or driver cannot register host memory");
+      default:
+        return what + cudaGetErrorString(e);
     }
   }
 
-  /// The driver's stream memory operations, looked up at run time so htp links no libcuda.
-  void load_stream_memops() {
-    cudaDriverEntryPointQueryResult found{};
-    void* fn = nullptr;
-    HTP_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
-                                                  cudaEnableDefault, &found));
-    HTP_EXPECTS(found == cudaDriverEntryPointSuccess && fn != nullptr, invalid_argument,
-                "the CUDA driver has no cuStreamWaitValue32; update the driver to 12.0 or later");
-    wait_value32_ = reinterpret_cast<memop_fn>(fn);
-    HTP_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
-                                                  cudaEnableDefault, &found));
-    HTP_EXPECTS(found == cudaDriverEntryPointSuccess && fn != nullptr, invalid_argument,
-                "the CUDA driver has no cuStreamWriteValue32; update the driver to 12.0 or later");
-    write_value32_ = reinterpret_cast<memop_fn>(fn);
-  }
-
-  using memop_fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-  memop_fn wait_value32_ = nullptr;
-  memop_fn write_value32_ = nullptr;
-
   int ordinal_;
+  const cuda::driver_api& driver_;
   device_properties props_;
   int lowest_priority_ = 0;
   int greatest_priority_ = 0;
   mutable std::mutex memory_mutex_;
   detail::allocation_registry allocations_;
+  cuda::registered_ranges registered_;
+  cuda::checksum_scratch_pool scratch_;
 };
 
 }  // namespace
 
 namespace detail {
 
-namespace {
-/// Streams blocked on a value word (cuStreamWaitValue32) stall whatever shares their hardware
-/// queue. The default of 8 queues makes that likely once a runner has a few compute streams beside
-/// htp's two; 32 (the maximum) makes false dependencies between streams rare. Read when the CUDA
-/// context is created, so it is set before the first runtime call; a user's setting wins.
-void widen_hardware_queues() noexcept { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
-}  // namespace
-
 std::unique_ptr<device> make_cuda_device(int ordinal) {
-  widen_hardware_queues();
+  cuda::widen_hardware_queues();
   std::string why;
   const int n = cuda_device_count(&why);
   HTP_EXPECTS(ordinal >= 0 && ordinal < n, invalid_argument, "no CUDA GPU with ordinal ", ordinal,
@@ -306,7 +410,9 @@ std::unique_ptr<device> make_cuda_device(int ordinal) {
 }
 
 int cuda_device_count(std::string* why) noexcept {
-  widen_hardware_queues();
+  // Records the environment and context state, and asks for 32 hardware queues, before anything
+  // else of htp's touches CUDA (see hardware_queues.hpp).
+  cuda::widen_hardware_queues();
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -314,6 +420,9 @@ int cuda_device_count(std::string* why) noexcept {
     if (why) {
       *why = detail::concat("the CUDA runtime found no usable GPU (", cudaGetErrorName(e), ": ",
                             cudaGetErrorString(e), ")");
+      if (e == cudaErrorInsufficientDriver) {
+        *why += "; no NVIDIA driver, or one older than htp's static CUDA 13 runtime needs (580 or later)";
+      }
     }
     return 0;
   }

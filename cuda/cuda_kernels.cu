@@ -8,8 +8,11 @@ namespace {
 constexpr int block_size = 256;
 
 // Each thread sums the terms of a grid-strided set of words; a block reduces in shared memory and
-// adds its partial sum atomically. The sum is order-independent, so the result equals the host's.
-__global__ void checksum_kernel(const unsigned char* p, std::size_t bytes,
+// adds its partial sum to the slot atomically. The sum is order-independent, so the result equals
+// the host's. The last block to finish (counted in the slot) writes the total to the pinned host
+// word through its device address (a plain store: atomics on mapped memory are not guaranteed over
+// PCIe) and zeroes the slot for the stream's next checksum.
+__global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, checksum_slot* slot,
                                 unsigned long long* result) {
   __shared__ unsigned long long partial[block_size];
   const std::size_t words = bytes / 8;
@@ -41,17 +44,41 @@ __global__ void checksum_kernel(const unsigned char* p, std::size_t bytes,
     if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(result, partial[0]);
+  if (threadIdx.x != 0) return;
+  atomicAdd(&slot->sum, partial[0]);
+  __threadfence();  // this block's sum is visible before its count
+  const unsigned int done = atomicAdd(&slot->blocks_done, 1u) + 1u;
+  if (done != gridDim.x) return;
+  __threadfence();  // every other block's sum is visible to the reads below
+  const unsigned long long total = atomicExch(&slot->sum, 0ull);
+  atomicExch(&slot->blocks_done, 0u);
+  *reinterpret_cast<volatile unsigned long long*>(result) = total;
 }
 
+// The pattern is word i = mix64(seed + i), little-endian, counted from `p` whatever its alignment.
+// The body is the 8-aligned part: its word k starts `head` bytes into pattern word k, so it is the
+// upper bytes of pattern word k followed by the lower bytes of pattern word k + 1.
 __global__ void fill_kernel(unsigned char* p, std::size_t bytes, std::uint64_t seed) {
-  const std::size_t words = (bytes + 7) / 8;
+  const std::size_t misalign = reinterpret_cast<std::uintptr_t>(p) & 7u;
+  const std::size_t head = misalign == 0 ? 0 : (8 - misalign < bytes ? 8 - misalign : bytes);
+  const std::size_t body_words = (bytes - head) / 8;
+  const unsigned int shift = static_cast<unsigned int>(8 * head);
+  auto* body = reinterpret_cast<std::uint64_t*>(p + head);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
-       i += stride) {
-    const std::uint64_t w = detail::mix64(seed + i);
-    const std::size_t n = bytes - i * 8 < 8 ? bytes - i * 8 : 8;
-    for (std::size_t b = 0; b < n; ++b) p[i * 8 + b] = static_cast<unsigned char>(w >> (8 * b));
+  for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; k < body_words;
+       k += stride) {
+    const std::uint64_t lo = detail::mix64(seed + k);
+    body[k] = shift == 0 ? lo : (lo >> shift) | (detail::mix64(seed + k + 1) << (64 - shift));
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    // Head bytes [0, head) and tail bytes [head + 8 * body_words, bytes): byte q is byte q % 8 of
+    // pattern word q / 8.
+    for (std::size_t q = 0; q < head; ++q) {
+      p[q] = static_cast<unsigned char>(detail::mix64(seed) >> (8 * q));
+    }
+    for (std::size_t q = head + 8 * body_words; q < bytes; ++q) {
+      p[q] = static_cast<unsigned char>(detail::mix64(seed + q / 8) >> (8 * (q % 8)));
+    }
   }
 }
 
@@ -62,30 +89,25 @@ unsigned grid_for(std::size_t words) {
 
 }  // namespace
 
-cudaError_t launch_checksum(const void* ptr, std::size_t bytes, std::uint64_t* result_host,
-                            cudaStream_t s) {
-  // Reduce into stream-ordered device scratch, then copy the 8 bytes out: atomics on mapped host
-  // memory are not guaranteed over PCIe.
-  void* scratch = nullptr;
-  cudaError_t e = cudaMallocAsync(&scratch, sizeof(unsigned long long), s);
-  if (e != cudaSuccess) return e;
-  e = cudaMemsetAsync(scratch, 0, sizeof(unsigned long long), s);
-  if (e == cudaSuccess) {
-    checksum_kernel<<<grid_for(bytes / 8), block_size, 0, s>>>(
-        static_cast<const unsigned char*>(ptr), bytes, static_cast<unsigned long long*>(scratch));
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess) {
-    e = cudaMemcpyAsync(result_host, scratch, sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s);
-  }
-  const cudaError_t f = cudaFreeAsync(scratch, s);
-  return e != cudaSuccess ? e : f;
+cudaError_t launch_checksum(const void* ptr, std::size_t bytes, checksum_slot* slot,
+                            std::uint64_t* result_device, cudaStream_t s) {
+  checksum_kernel<<<grid_for(bytes / 8), block_size, 0, s>>>(
+      static_cast<const unsigned char*>(ptr), bytes, slot,
+      reinterpret_cast<unsigned long long*>(result_device));
+  return cudaGetLastError();
 }
 
 cudaError_t launch_fill_pattern(void* ptr, std::size_t bytes, std::uint64_t seed, cudaStream_t s) {
-  fill_kernel<<<grid_for((bytes + 7) / 8), block_size, 0, s>>>(static_cast<unsigned char*>(ptr),
-                                                               bytes, seed);
+  fill_kernel<<<grid_for(bytes / 8), block_size, 0, s>>>(static_cast<unsigned char*>(ptr), bytes,
+                                                         seed);
   return cudaGetLastError();
+}
+
+cudaError_t preload_kernels() {
+  cudaFuncAttributes a{};
+  cudaError_t e = cudaFuncGetAttributes(&a, checksum_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, fill_kernel);
+  return e;
 }
 
 }  // namespace htp::cuda

@@ -8,12 +8,28 @@
 
 namespace htp::cuda {
 
-/// Launches the checksum of [ptr, ptr + bytes) on `s`; the result lands in `result_host` (pinned
-/// host memory) when the stream reaches that point. Returns the first failing status.
-cudaError_t launch_checksum(const void* ptr, std::size_t bytes, std::uint64_t* result_host,
-                            cudaStream_t s);
+/// Device scratch of one checksum in flight on one stream: the blocks' running sum and how many
+/// blocks have added theirs. Zero between checksums (the last block resets it).
+struct checksum_slot {
+  unsigned long long sum;
+  unsigned int blocks_done;
+  unsigned int unused;
+};
 
-/// Launches filling [ptr, ptr + bytes) with fill_pattern(seed) on `s`.
+/// Launches the checksum of [ptr, ptr + bytes) on `s`, reducing in `slot` (device memory, zero,
+/// used by no other stream meanwhile). The last block stores the result at `result_device`, the
+/// device address of a pinned host word: it is there once the stream reaches that point. One
+/// kernel, no copy. Returns the launch status.
+cudaError_t launch_checksum(const void* ptr, std::size_t bytes, checksum_slot* slot,
+                            std::uint64_t* result_device, cudaStream_t s);
+
+/// Launches filling [ptr, ptr + bytes) with fill_pattern(seed) on `s`: 8-byte stores on the
+/// 8-aligned body, single bytes only for the unaligned head and the tail.
 cudaError_t launch_fill_pattern(void* ptr, std::size_t bytes, std::uint64_t seed, cudaStream_t s);
+
+/// Loads htp's kernels into the current device's context now (cudaFuncGetAttributes on each), so
+/// that no kernel is loaded lazily later, while a stream may be parked on a value word: a lazy load
+/// may need the context idle, which a parked stream prevents. Returns the first failing status.
+cudaError_t preload_kernels();
 
 }  // namespace htp::cuda

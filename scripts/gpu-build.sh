@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, what scripts/gpu-check.sh runs on the GPU machine: a Release
-# build with the CUDA backend, reduced to a small folder build-gpu/ (stripped test and bench
-# binaries, plus lib/ with the one shared library they need that a GPU machine without a package
-# registry lacks: Google Benchmark's). Carry build-gpu with the device tool's `carry` (the working
-# tree and carried paths must stay under 64 MiB together).
+# build with the CUDA backend, reduced to a small folder build-gpu/ (stripped test, bench and
+# example binaries, plus lib/ with the one shared library they need that a GPU machine without a
+# package registry lacks: Google Benchmark's). Carry build-gpu with the device tool's `carry` (the
+# working tree and carried paths must stay under 64 MiB together; this script fails above 56 MiB).
+# cudart is linked statically; cuBLAS (libcublas.so.13, hundreds of MiB) is not carried: gpu-check
+# takes it from the GPU machine's CUDA 13 toolkit or Python wheels.
+# HTP_GPU_BUILD_DIR names the output folder (default build-gpu; the full build goes to DIR-full).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bash "$root/scripts/setup.sh"
 cd "$root"
-configure_and_build build-gpu-full -DCMAKE_BUILD_TYPE=Release -DHTP_WITH_CUDA=ON -DHTP_WERROR=ON
-rm -rf build-gpu
-mkdir -p build-gpu/tests build-gpu/bench build-gpu/examples build-gpu/lib
-cp build-gpu-full/tests/test_* build-gpu/tests/ 2>/dev/null || true
-rm -f build-gpu/tests/*.cmake
-cp build-gpu-full/bench/htp-* build-gpu/bench/
-cp build-gpu-full/examples/htp-example-* build-gpu/examples/
-strip --strip-unneeded build-gpu/tests/* build-gpu/bench/* build-gpu/examples/*
-cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian build-gpu/lib/
-du -sh build-gpu
+out=${HTP_GPU_BUILD_DIR:-build-gpu}
+full=$out-full
+configure_and_build "$full" -DCMAKE_BUILD_TYPE=Release -DHTP_WITH_CUDA=ON -DHTP_WERROR=ON
+rm -rf "$out"
+mkdir -p "$out/tests" "$out/bench" "$out/examples" "$out/lib"
+for t in "$full"/tests/test_*; do
+  [[ -f $t && -x $t ]] && cp "$t" "$out/tests/"
+done
+cp "$full"/bench/htp-* "$out/bench/"
+cp "$full"/examples/htp-example-* "$out/examples/"
+strip --strip-unneeded "$out"/tests/* "$out"/bench/* "$out"/examples/*
+cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$out/lib/"
+
+# The GPU machine has a driver, the CUDA 13 toolkit and Python, nothing else: no binary may need a
+# shared CUDA runtime, and nothing but the C/C++ runtime, cuBLAS and lib/ may be left to resolve.
+if ldd "$out"/tests/* "$out"/bench/* "$out"/examples/* | grep -q 'libcudart\.so'; then
+  echo "gpu-build: a binary links the shared CUDA runtime; it must be static (CUDA::cudart_static)" >&2
+  exit 1
+fi
+extra=$(ldd "$out"/tests/* "$out"/bench/* "$out"/examples/* 2>/dev/null | awk '/=>/ {print $1}' | sort -u |
+        grep -v -E '^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libbenchmark)' || true)
+[[ -z $extra ]] || echo "gpu-build: note: binaries also need $(echo $extra) (present on the GPU machine?)"
+
+size_kib=$(du -sk "$out" | cut -f1)
+echo "gpu-build: $out is $((size_kib / 1024)) MiB"
+if (( size_kib > 56 * 1024 )); then
+  echo "gpu-build: $out is over 56 MiB; with the working tree it would not fit the 64 MiB carry" >&2
+  exit 1
+fi

@@ -16,12 +16,24 @@ cuda_error::cuda_error(int code, std::string name, std::string call, std::string
       name_(std::move(name)) {}
 
 bool cuda_error::is_sticky() const noexcept {
-  // The errors after which the context is corrupt and every later call fails the same way.
-  return name_ == "cudaErrorIllegalAddress" || name_ == "cudaErrorLaunchFailure" ||
-         name_ == "cudaErrorHardwareStackError" || name_ == "cudaErrorIllegalInstruction" ||
-         name_ == "cudaErrorMisalignedAddress" || name_ == "cudaErrorInvalidAddressSpace" ||
-         name_ == "cudaErrorInvalidPc" || name_ == "cudaErrorAssert" ||
-         name_ == "cudaErrorECCUncorrectable";
+  // The errors after which the context is corrupt and every later call fails the same way, by
+  // their runtime names (cudaError_t) and by their driver names (CUresult, from the stream memory
+  // operations, which the cuda backend calls through the driver).
+  static constexpr const char* sticky[] = {
+      "cudaErrorIllegalAddress",     "CUDA_ERROR_ILLEGAL_ADDRESS",
+      "cudaErrorLaunchFailure",      "CUDA_ERROR_LAUNCH_FAILED",
+      "cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR",
+      "cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+      "cudaErrorMisalignedAddress",  "CUDA_ERROR_MISALIGNED_ADDRESS",
+      "cudaErrorInvalidAddressSpace", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+      "cudaErrorInvalidPc",          "CUDA_ERROR_INVALID_PC",
+      "cudaErrorAssert",             "CUDA_ERROR_ASSERT",
+      "cudaErrorECCUncorrectable",   "CUDA_ERROR_ECC_UNCORRECTABLE",
+  };
+  for (const char* s : sticky) {
+    if (name_ == s) return true;
+  }
+  return false;
 }
 
 namespace detail {

@@ -5,3 +5,4 @@ target_include_directories(test_pager_schedule PRIVATE ${PROJECT_SOURCE_DIR}/src
 htp_add_test(test_pager_shadow pager_shadow_test.cpp)
 htp_add_test(test_pager_threads pager_threads_test.cpp)
 htp_add_test(test_pager_scale pager_scale_test.cpp)
+htp_add_test(test_pager_queue_limit pager_queue_limit_test.cpp)

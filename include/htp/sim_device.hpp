@@ -38,6 +38,10 @@ struct sim_config {
   /// Fill freshly allocated device memory with this byte (0xA5 by default) so a read of memory
   /// nothing wrote shows up in checksums instead of reading zeros by luck. -1 leaves it as is.
   int poison_byte = 0xA5;
+  /// Depth of every stream's queue: 0 = unlimited; N > 0 = a call that enqueues work on a stream
+  /// already holding N unfinished tasks blocks until one finishes, as on a GPU whose stream queue
+  /// is full. For tests of what htp enqueues while holding its locks.
+  std::size_t stream_queue_limit = 0;
 };
 
 /// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0 or

@@ -134,7 +134,7 @@ class sim_device final : public device {
   }
 
   stream_ref create_stream(stream_priority) override {
-    auto s = std::make_unique<sim::stream>(errors_);
+    auto s = std::make_unique<sim::stream>(errors_, config_.stream_queue_limit);
     stream_ref ref{s.get()};
     std::lock_guard lock(objects_mutex_);
     streams_.emplace(s.get(), std::move(s));

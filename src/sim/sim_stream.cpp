@@ -61,7 +61,8 @@ void error_sink::rethrow() const {
   }
 }
 
-stream::stream(error_sink& errors) : errors_(errors), worker_([this] { run(); }) {}
+stream::stream(error_sink& errors, std::size_t queue_limit)
+    : errors_(errors), queue_limit_(queue_limit), worker_([this] { run(); }) {}
 
 stream::~stream() {
   {
@@ -74,7 +75,10 @@ stream::~stream() {
 
 void stream::enqueue(std::function<void()> task) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    if (queue_limit_ > 0) {  // a full device queue: the caller blocks until a task completes
+      done_cv_.wait(lock, [&] { return enqueued_ - completed_ < queue_limit_; });
+    }
     queue_.push_back({std::chrono::steady_clock::now(), std::move(task)});
     ++enqueued_;
   }

@@ -63,12 +63,14 @@ void set_current_task_completion(std::chrono::steady_clock::time_point t) noexce
 /// A stream: a worker thread that runs queued tasks strictly in order.
 class stream {
  public:
-  explicit stream(error_sink& errors);
+  /// `queue_limit` > 0 models a device queue of that depth: enqueue blocks while that many tasks
+  /// (the running one included) are queued, as a CUDA launch does when a stream's queue is full.
+  explicit stream(error_sink& errors, std::size_t queue_limit = 0);
   ~stream();  ///< drains the queue, then joins the worker.
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
 
-  /// Queues a task. Thread-safe.
+  /// Queues a task; blocks while the queue is at its limit. Thread-safe.
   void enqueue(std::function<void()> task);
   /// Blocks until every task queued before this call has run.
   void synchronize();
@@ -89,6 +91,7 @@ class stream {
   std::uint64_t enqueued_ = 0;
   std::uint64_t completed_ = 0;
   bool stopping_ = false;
+  std::size_t queue_limit_ = 0;
   std::thread worker_;
 };
 

@@ -134,7 +134,7 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
       l.dispatch_cv.wait(lock);
       continue;
     }
-    if (l.in_flight.size() >= cfg.max_in_flight_chunks) {
+    if (l.in_flight.size() >= cfg.max_in_flight_chunks || l.free_events.empty()) {
       l.dispatch_cv.wait(lock);
       continue;
     }
@@ -175,7 +175,11 @@ void transfer_engine::impl::complete_loop(lane& l) {
     lock.lock();
     in_flight_chunk c = std::move(l.in_flight.front());
     l.in_flight.pop_front();
-    l.free_events.push_back(c.ev);
+    if (l.held.count(c.ev.native) != 0) {
+      l.deferred.push_back(c.ev);  // a wait_on is enqueueing a wait on it: recycled when it is done
+    } else {
+      l.free_events.push_back(c.ev);
+    }
     const request_ptr& r = c.req;
     ++r->done;
     const std::size_t d = dir_index(r->direction);

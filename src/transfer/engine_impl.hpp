@@ -86,6 +86,10 @@ struct lane {
   std::deque<in_flight_chunk> in_flight;
   std::vector<event> events;
   std::vector<event_ref> free_events;
+  // Chunk events a wait_on is about to enqueue a wait on (outside the lock): not recycled (and
+  // so not re-recorded) until the hold is dropped. Completed held events wait in `deferred`.
+  std::unordered_map<void*, int> held;
+  std::vector<event_ref> deferred;
   std::condition_variable dispatch_cv;
   std::condition_variable complete_cv;
   bool dispatcher_done = false;

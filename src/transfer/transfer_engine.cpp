@@ -262,11 +262,58 @@ bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priori
 
 void transfer_engine::wait_on(transfer_ticket t, stream_ref compute) {
   HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "transfer_engine::wait_on: null stream");
-  std::lock_guard lock(impl_->mutex_);
-  impl_->status_locked(t.id);  // validates the ticket
-  auto it = impl_->live.find(t.id);
-  if (it == impl_->live.end()) return;  // finished: nothing to wait for
-  impl_->dev.wait_value_async(it->second->word.word, it->second->word.generation, compute);
+  // Decide under the lock, enqueue without it: a caller's stream whose queue is full blocks the
+  // enqueue, and the dispatcher needs this lock to issue the copy that would drain it.
+  transfer::value_word word;
+  event_ref last_chunk;
+  lane* held_in = nullptr;
+  {
+    std::lock_guard lock(impl_->mutex_);
+    impl_->status_locked(t.id);  // validates the ticket
+    auto it = impl_->live.find(t.id);
+    if (it == impl_->live.end()) return;  // finished: nothing to wait for
+    const request_ptr& r = it->second;
+    lane& l = impl_->lane_of(r->direction);
+    if (r->issued == r->chunk_count && !r->failed) {
+      // Every chunk is on the stream: wait on the last one's event (a plain event wait, no
+      // stream memory operation), held so it is not recycled before the wait is enqueued.
+      for (auto c = l.in_flight.rbegin(); c != l.in_flight.rend(); ++c) {
+        if (c->req == r) {
+          last_chunk = c->ev;
+          ++l.held[last_chunk.native];
+          held_in = &l;
+          break;
+        }
+      }
+    }
+    if (!last_chunk) word = r->word;  // not issued yet: the word its last chunk will write
+  }
+  if (!last_chunk) {
+    // Safe after the lock: words are never freed, and a generation, once written, stays reached
+    // (later users write larger ones; the wait is wrap-safe >=; value_word_pool.hpp).
+    impl_->dev.wait_value_async(word.word, word.generation, compute);
+    return;
+  }
+  const auto unhold = [&] {
+    std::lock_guard lock(impl_->mutex_);
+    lane& l = *held_in;
+    auto h = l.held.find(last_chunk.native);
+    if (--h->second > 0) return;
+    l.held.erase(h);
+    auto d = std::find(l.deferred.begin(), l.deferred.end(), last_chunk);
+    if (d != l.deferred.end()) {  // completed meanwhile: recyclable now
+      l.deferred.erase(d);
+      l.free_events.push_back(last_chunk);
+      l.dispatch_cv.notify_one();
+    }
+  };
+  try {
+    impl_->dev.wait(last_chunk, compute);
+  } catch (...) {
+    unhold();
+    throw;
+  }
+  unhold();
 }
 
 void transfer_engine::wait(transfer_ticket t) {

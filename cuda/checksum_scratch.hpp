@@ -1,0 +1,94 @@
+// Device scratch for the checksum kernel: one slot per stream that has run a checksum, taken from
+// chunks allocated once (the first at device creation) and kept until the device is destroyed, so
+// a checksum never allocates or frees device memory (cudaMallocAsync/cudaFreeAsync per call would
+// touch the stream-ordered pool on every acquire of an integrity run). Included only by
+// cuda_device.cpp.
+#pragma once
+
+#include "cuda_kernels.hpp"
+
+#include <htp/detail/check.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace htp::cuda {
+
+/// Per-stream checksum slots. Thread-safe. The device's ordinal must be current (device_guard)
+/// around reserve() and slot_for(); free_all() runs with it current too.
+class checksum_scratch_pool {
+ public:
+  /// Slots per chunk: 1024 streams at 16 bytes each, one small allocation.
+  static constexpr std::size_t chunk_slots = 1024;
+
+  checksum_scratch_pool() = default;
+  checksum_scratch_pool(const checksum_scratch_pool&) = delete;
+  checksum_scratch_pool& operator=(const checksum_scratch_pool&) = delete;
+
+  /// Allocates the first chunk now (at device creation, so later free-memory readings include
+  /// it) and zeroes it on a private stream, waiting for that: the first memset of the process then
+  /// happens here, not on a stream parked on a value word.
+  /// @throws htp::out_of_memory / htp::cuda_error if the driver fails.
+  void reserve() {
+    std::lock_guard lock(mutex_);
+    if (!free_.empty()) return;
+    add_chunk();
+    cudaStream_t s = nullptr;
+    HTP_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cudaError_t e = cudaMemsetAsync(chunks_.back(), 0, chunk_slots * sizeof(checksum_slot), s);
+    const cudaError_t w = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
+    (void)cudaStreamDestroy(s);
+    HTP_CUDA_TRY(w);
+  }
+
+  /// The slot of stream `s`, assigned on its first checksum and zeroed on `s` (stream-ordered, so
+  /// no host wait). The kernel leaves the slot zeroed again after each use.
+  checksum_slot* slot_for(cudaStream_t s) {
+    std::lock_guard lock(mutex_);
+    if (auto it = by_stream_.find(s); it != by_stream_.end()) return it->second;
+    if (free_.empty()) add_chunk();
+    checksum_slot* slot = free_.back();
+    HTP_CUDA_TRY(cudaMemsetAsync(slot, 0, sizeof(checksum_slot), s));
+    free_.pop_back();
+    by_stream_.emplace(s, slot);
+    return slot;
+  }
+
+  /// Returns the slot of `s` (after the stream has drained, before it is destroyed). Never throws.
+  void release(cudaStream_t s) noexcept {
+    std::lock_guard lock(mutex_);
+    if (auto it = by_stream_.find(s); it != by_stream_.end()) {
+      free_.push_back(it->second);
+      by_stream_.erase(it);
+    }
+  }
+
+  /// Frees every chunk; statuses are ignored (the runtime may be shutting down). Never throws.
+  void free_all() noexcept {
+    std::lock_guard lock(mutex_);
+    for (void* c : chunks_) (void)cudaFree(c);
+    chunks_.clear();
+    free_.clear();
+    by_stream_.clear();
+  }
+
+ private:
+  void add_chunk() {
+    void* p = nullptr;
+    HTP_CUDA_TRY(cudaMalloc(&p, chunk_slots * sizeof(checksum_slot)));
+    chunks_.push_back(p);
+    auto* slots = static_cast<checksum_slot*>(p);
+    for (std::size_t i = chunk_slots; i-- > 0;) free_.push_back(slots + i);
+  }
+
+  std::mutex mutex_;
+  std::vector<void*> chunks_;
+  std::vector<checksum_slot*> free_;
+  std::map<cudaStream_t, checksum_slot*> by_stream_;
+};
+
+}  // namespace htp::cuda
