@@ -1,6 +1,6 @@
-// The pager at real-model scale: tensors of any size that fits the budget (a Llama-3.1-405B layer's
-// shapes, the 70B embedding), absurd budgets and config errors, recycled release events, block
-// tables (list acquire/release), caller-owned host memory, and the schedule at its edges.
+// The pager at real-model scale: absurd budgets and config errors, recycled release events, block
+// tables (list acquire/release), caller-owned host memory, and the schedule at its edges. Tensors of
+// real-model size (GB each) are in pager_model_size_test.cpp, a binary that runs alone.
 #include "pager_fixture.hpp"
 #include "throws_naming.hpp"
 
@@ -15,96 +15,6 @@
 
 namespace htp::test {
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-
-/// Anonymous memory the kernel commits only where it is written: multi-GB "models" cost little.
-struct lazy_buffer {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  explicit lazy_buffer(std::size_t b) : bytes(b) {
-    p = ::mmap(nullptr, b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) p = nullptr;
-  }
-  ~lazy_buffer() {
-    if (p) ::munmap(p, bytes);
-  }
-  char* at(std::size_t off) const { return static_cast<char*>(p) + off; }
-};
-
-/// Marks a few bytes at both ends of [p, p + n) so a checksum tells tensors (and offsets) apart.
-void mark(char* p, std::size_t n, std::uint64_t seed) {
-  fill_pattern(p, 4096, seed);
-  fill_pattern(p + n - 4096, 4096, seed + 1);
-}
-
-std::unique_ptr<device> big_sim_device(std::size_t hbm) {
-  sim_config c;
-  c.device_memory_bytes = hbm;
-  c.poison_byte = -1;  // leave untouched pages uncommitted
-  return make_sim_device(c);
-}
-
-pager_config big_config(std::size_t hbm, std::size_t host) {
-  pager_config c;
-  c.hbm_budget_bytes = hbm;
-  c.host_budget_bytes = host;
-  c.h2d.link_bytes_per_second = 10'000'000'000;
-  c.h2d.unlimited = true;
-  c.d2h.link_bytes_per_second = 10'000'000'000;
-  c.d2h.unlimited = true;
-  c.chunk_bytes = 64 * MiB;
-  return c;
-}
-
-TEST(pager_scale, a_llama_405b_layer_and_the_70b_embedding_register_and_page) {
-  // Llama-3.1-405B: hidden 16384, 8 KV heads of 128, MLP 53248. Each MLP matrix is 1.74 GB.
-  const std::size_t h = 16384, kv = 1024, ffn = 53248, bf16 = 2;
-  const std::vector<std::pair<std::string, std::size_t>> layer = {
-      {"q_proj", h * h * bf16},   {"k_proj", h * kv * bf16},     {"v_proj", h * kv * bf16},
-      {"o_proj", h * h * bf16},   {"gate_proj", h * ffn * bf16}, {"up_proj", h * ffn * bf16},
-      {"down_proj", ffn * h * bf16}, {"input_norm", h * bf16}};
-  const std::size_t embedding = std::size_t{128256} * 8192 * bf16;  // Llama-3.1-70B, 2.1 GB
-  const std::size_t hbm = 2 * GiB;
-  auto dev = big_sim_device(hbm + 256 * MiB);
-  pager p(*dev, big_config(hbm, embedding + 64 * MiB));  // host tier: the embedding only
-  stream compute(*dev);
-  checksum_slot slot(*dev);
-
-  std::size_t total = 0;
-  for (const auto& [n, b] : layer) total += (b + 4095) / 4096 * 4096;
-  lazy_buffer model(total);
-  ASSERT_NE(model.p, nullptr);
-  p.add_host_region(model.p, model.bytes, host_region_kind::pageable);
-  std::vector<tensor_handle> hs;
-  std::vector<std::uint64_t> sums;
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < layer.size(); ++i) {
-    char* at = model.at(off);
-    mark(at, layer[i].second, 40 + i);
-    hs.push_back(p.register_tensor_at(layer[i].first, layer[i].second, tensor_kind::weight, at));
-    sums.push_back(checksum(at, layer[i].second));
-    off += (layer[i].second + 4095) / 4096 * 4096;
-  }
-  const auto emb = p.register_tensor("embed_tokens", embedding, tensor_kind::weight);
-  hs.push_back(emb);
-  {
-    // The embedding was registered without a source: zeros. Its expected checksum is that of
-    // zeros, computed over untouched lazy memory.
-    lazy_buffer zeros(embedding);
-    ASSERT_NE(zeros.p, nullptr);
-    sums.push_back(checksum(zeros.p, embedding));
-  }
-  for (std::size_t i = 0; i < hs.size(); ++i) {  // each pages in, evicting the one before
-    EXPECT_EQ(device_checksum(p, *dev, hs[i], compute, slot), sums[i]) << "tensor " << i;
-  }
-  const auto m = p.metrics();
-  EXPECT_EQ(m.page_ins, hs.size());
-  EXPECT_GE(m.evictions, hs.size() - 3);
-  for (auto t : hs) p.unregister_tensor(t);
-  p.remove_host_region(model.p);
-}
 
 TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
   auto dev = small_sim_device();

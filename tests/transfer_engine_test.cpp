@@ -249,6 +249,35 @@ TEST_F(transfer_test, only_queued_requests_can_be_cancelled_and_they_copy_nothin
   EXPECT_EQ(eng.metrics().classes[1].cancelled, 1u);
 }
 
+TEST_F(transfer_test, the_finished_queue_reports_each_finished_request_once) {
+  for (const bool on : {true, false}) {
+    auto c = base_config();
+    c.finished_queue = on;
+    transfer_engine eng(*dev, c);
+    gate g;
+    g.hold(*dev, eng.prefetch_stream());
+    std::vector<transfer_ticket> t;
+    for (std::size_t i = 0; i < 6; ++i)
+      t.push_back(eng.submit(hbm->ptr + i * chunk, host->ptr + i * chunk, chunk,
+                             copy_direction::host_to_device, transfer_priority::prefetch));
+    EXPECT_TRUE(eng.take_finished().empty()) << "nothing has finished behind the gate";
+    ASSERT_TRUE(eng.cancel(t[5]));  // still queued: finishes now, cancelled
+    g.open();
+    eng.drain();
+    std::vector<std::uint64_t> got;
+    for (const auto f : eng.take_finished()) got.push_back(f.id);
+    EXPECT_TRUE(eng.take_finished().empty()) << "a finished request is reported once";
+    if (!on) {
+      EXPECT_TRUE(got.empty()) << "the queue is kept only when transfer_config::finished_queue is set";
+      continue;
+    }
+    ASSERT_EQ(got.size(), t.size());
+    EXPECT_EQ(got.front(), t[5].id) << "the cancelled request finished first";
+    std::sort(got.begin(), got.end());
+    for (std::size_t i = 0; i < t.size(); ++i) EXPECT_EQ(got[i], t[i].id);
+  }
+}
+
 TEST_F(transfer_test, compute_stream_waits_for_a_request_not_yet_issued_without_the_host) {
   transfer_engine eng(*dev, base_config());
   gate g;

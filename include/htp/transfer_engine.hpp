@@ -88,6 +88,9 @@ struct transfer_config {
   std::function<void(const transfer_chunk_info&)> on_chunk_issued;
   /// Finished requests whose status and latency stay queryable; older ones report `expired`.
   std::size_t history = 65536;
+  /// Keep a queue of finished requests for take_finished(), so an owner learns of completions in
+  /// O(finished) instead of asking about everything in flight. Off: nothing is kept.
+  bool finished_queue = false;
 };
 
 /// A request's handle: a value, never reused by one engine. Default-constructed tickets are null.
@@ -201,6 +204,10 @@ class transfer_engine {
 
   /// Blocks until every request submitted so far has finished.
   void drain();
+
+  /// The requests that finished (complete, cancelled or failed) since the last call, oldest first.
+  /// Empty unless transfer_config::finished_queue is set. Thread-safe; one consumer expected.
+  std::vector<transfer_ticket> take_finished();
 
   /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
   bool is_complete(transfer_ticket t) const;

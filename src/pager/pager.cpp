@@ -102,6 +102,7 @@ pager::impl::impl(device& d, pager_config c)
   tc.max_in_flight_chunks = config.max_in_flight_chunks;
   tc.h2d = config.h2d;
   tc.d2h = config.d2h;
+  tc.finished_queue = true;  // reap() learns of completions from the engine's queue
   tc.device_memory = regions_of(*hbm);
   if (host) tc.host_memory = regions_of(*host);
   engine = std::make_unique<transfer_engine>(dev, tc);

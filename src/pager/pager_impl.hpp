@@ -140,6 +140,7 @@ struct pager::impl {
   std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
   detail::victim_index victims;
   std::vector<std::uint32_t> in_flight;  // slots with a pending copy
+  std::unordered_map<std::uint64_t, std::uint32_t> ticket_slot;  // pending ticket id -> slot
   detail::event_pool events;
   std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first
   std::uint64_t release_seq = 0;
@@ -187,7 +188,7 @@ struct pager::impl {
 
   // ---- residency (residency.cpp) ----
   /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit. Looks
-  /// only at the copies in flight.
+  /// only at the copies the engine reports finished since the last call.
   void reap();
   /// Marks `slot` as having `ticket` in flight (kind), or clears it (none).
   void set_pending(std::uint32_t slot, detail::pending_kind kind, transfer_ticket ticket = {});

@@ -16,6 +16,7 @@ using detail::victim_group;
 
 void pager::impl::set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket) {
   tensor_record& t = tensors[slot];
+  if (t.ticket) ticket_slot.erase(t.ticket.id);
   if (t.in_flight_pos != detail::not_in_flight) {  // leave the list (swap with the last)
     const std::uint32_t last = in_flight.back();
     in_flight[t.in_flight_pos] = last;
@@ -28,6 +29,7 @@ void pager::impl::set_pending(std::uint32_t slot, pending_kind kind, transfer_ti
   if (kind != pending_kind::none) {
     t.in_flight_pos = static_cast<std::uint32_t>(in_flight.size());
     in_flight.push_back(slot);
+    ticket_slot[ticket.id] = slot;
   }
 }
 
@@ -58,13 +60,11 @@ void pager::impl::record_access(std::uint32_t slot) {
 }
 
 void pager::impl::reap() {
-  for (std::size_t i = 0; i < in_flight.size();) {
-    const std::uint32_t slot = in_flight[i];
+  for (const transfer_ticket done : engine->take_finished()) {
+    const auto owner = ticket_slot.find(done.id);
+    if (owner == ticket_slot.end()) continue;  // not a copy the pager is waiting for any more
+    const std::uint32_t slot = owner->second;
     tensor_record& t = tensors[slot];
-    if (!engine->is_complete(t.ticket)) {
-      ++i;
-      continue;
-    }
     const transfer_status status = engine->status(t.ticket);
     const bool ok = status == transfer_status::complete || status == transfer_status::expired;
     const auto lat = engine->latency(t.ticket);
@@ -126,7 +126,7 @@ void pager::impl::reap() {
       case pending_kind::none:
         break;
     }
-    set_pending(slot, pending_kind::none);  // swaps another slot into position i
+    set_pending(slot, pending_kind::none);
     reindex(slot);
   }
   for (auto& [s, queue] : releases) {  // a few streams

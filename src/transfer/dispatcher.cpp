@@ -57,6 +57,7 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
   live.erase(r->id);
   history.emplace(r->id, std::move(rec));
   while (history.size() > cfg.history) history.erase(history.begin());
+  if (cfg.finished_queue) finished.push_back({r->id});
   finished_cv.notify_all();
 }
 

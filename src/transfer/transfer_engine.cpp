@@ -330,6 +330,13 @@ void transfer_engine::drain() {
   impl_->finished_cv.wait(lock, [&] { return impl_->live.empty(); });
 }
 
+std::vector<transfer_ticket> transfer_engine::take_finished() {
+  std::vector<transfer_ticket> out;
+  std::lock_guard lock(impl_->mutex_);
+  out.swap(impl_->finished);
+  return out;
+}
+
 bool transfer_engine::is_complete(transfer_ticket t) const {
   const auto s = status(t);
   return s != transfer_status::queued && s != transfer_status::in_flight;
