@@ -86,10 +86,10 @@ TEST(token_bucket, greedy_consumer_gets_the_rate_within_one_percent_and_never_ex
       total += chunk;
     }
     // Every one-second window: at most rate + burst; at least 99% of rate once past the burst.
-    for (std::size_t i = 0; i < takes.size(); ++i) {
-      std::uint64_t in_window = 0;
-      for (std::size_t j = i; j < takes.size() && takes[j].first < takes[i].first + second; ++j)
-        in_window += takes[j].second;
+    // A sliding window over the takes: [i, j) are those in [takes[i].time, takes[i].time + 1 s).
+    std::uint64_t in_window = 0;
+    for (std::size_t i = 0, j = 0; i < takes.size(); in_window -= takes[i].second, ++i) {
+      for (; j < takes.size() && takes[j].first < takes[i].first + second; ++j) in_window += takes[j].second;
       EXPECT_LE(in_window, rate + burst) << "rate " << rate << " window at " << takes[i].first;
       if (takes[i].first + second <= takes.back().first) {
         EXPECT_GE(static_cast<double>(in_window), 0.99 * static_cast<double>(rate))
