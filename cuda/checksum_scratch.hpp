@@ -29,30 +29,21 @@ class checksum_scratch_pool {
   checksum_scratch_pool(const checksum_scratch_pool&) = delete;
   checksum_scratch_pool& operator=(const checksum_scratch_pool&) = delete;
 
-  /// Allocates the first chunk now (at device creation, so later free-memory readings include
-  /// it) and zeroes it on a private stream, waiting for that: the first memset of the process then
-  /// happens here, not on a stream parked on a value word.
+  /// Allocates the first chunk now (at device creation, so later free-memory readings include it).
   /// @throws htp::out_of_memory / htp::cuda_error if the driver fails.
   void reserve() {
     std::lock_guard lock(mutex_);
-    if (!free_.empty()) return;
-    add_chunk();
-    cudaStream_t s = nullptr;
-    HTP_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const cudaError_t e = cudaMemsetAsync(chunks_.back(), 0, chunk_slots * sizeof(checksum_slot), s);
-    const cudaError_t w = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
-    (void)cudaStreamDestroy(s);
-    HTP_CUDA_TRY(w);
+    if (free_.empty()) add_chunk();
   }
 
-  /// The slot of stream `s`, assigned on its first checksum and zeroed on `s` (stream-ordered, so
-  /// no host wait). The kernel leaves the slot zeroed again after each use.
+  /// The slot of stream `s`, assigned on its first checksum. Free slots are always zero (chunks
+  /// are zeroed when added; the kernel leaves a slot zeroed after each use), so this enqueues
+  /// nothing on `s`: no call here can block behind a caller's full stream queue.
   checksum_slot* slot_for(cudaStream_t s) {
     std::lock_guard lock(mutex_);
     if (auto it = by_stream_.find(s); it != by_stream_.end()) return it->second;
     if (free_.empty()) add_chunk();
     checksum_slot* slot = free_.back();
-    HTP_CUDA_TRY(cudaMemsetAsync(slot, 0, sizeof(checksum_slot), s));
     free_.pop_back();
     by_stream_.emplace(s, slot);
     return slot;
@@ -77,9 +68,23 @@ class checksum_scratch_pool {
   }
 
  private:
+  /// Allocates a chunk and zeroes it on a private stream, waiting for that (the first chunk at
+  /// device creation, so the process's first memset happens there, not behind a parked stream).
   void add_chunk() {
     void* p = nullptr;
     HTP_CUDA_TRY(cudaMalloc(&p, chunk_slots * sizeof(checksum_slot)));
+    cudaStream_t s = nullptr;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+      e = cudaMemsetAsync(p, 0, chunk_slots * sizeof(checksum_slot), s);
+      const cudaError_t w = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
+      (void)cudaStreamDestroy(s);
+      e = w;
+    }
+    if (e != cudaSuccess) {
+      (void)cudaFree(p);
+      HTP_CUDA_TRY(e);
+    }
     chunks_.push_back(p);
     auto* slots = static_cast<checksum_slot*>(p);
     for (std::size_t i = chunk_slots; i-- > 0;) free_.push_back(slots + i);

@@ -6,6 +6,8 @@
 
 #include "driver_api.hpp"
 
+#include <htp/error.hpp>
+
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -92,6 +94,20 @@ inline int report_hardware_queues(int ordinal) {
   static std::set<int> reported;
   std::lock_guard lock(mutex);
   if (!reported.insert(ordinal).second) return n;
+  if (n == 1) {
+    // Every stream shares one queue: a compute stream parked on a value word blocks the copy that
+    // would write it, on the first fault. Refuse rather than hang, unless told otherwise.
+    const char* allow = std::getenv("HTP_ALLOW_ONE_HARDWARE_QUEUE");
+    if (allow == nullptr || std::string(allow) != "1") {
+      reported.erase(ordinal);
+      throw cuda_error(0, "htp_one_hardware_queue", "make_device", __FILE__, __LINE__,
+                       "GPU " + std::to_string(ordinal) +
+                           " has 1 hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=" + f.user_value +
+                           "): htp's device-side waits would deadlock on the first page fault. Set "
+                           "CUDA_DEVICE_MAX_CONNECTIONS=32 (at least 4) before the process's first "
+                           "CUDA call, or HTP_ALLOW_ONE_HARDWARE_QUEUE=1 to run anyway");
+    }
+  }
   if (n < risky_connections) {
     spdlog::warn(
         "htp: GPU {} has {} hardware queue(s) (CUDA_DEVICE_MAX_CONNECTIONS={} was set by the host "

@@ -3,7 +3,7 @@
 # Usage: scripts/gpu-check.sh [--dry-run] OUT_DIR
 #
 # Runs, in this order, each step under its own `timeout` so that a stuck step still leaves the
-# other steps' JSON in OUT_DIR, all within HTP_GPU_CHECK_SECONDS (540) in total:
+# other steps' JSON in OUT_DIR, all within HTP_GPU_CHECK_SECONDS (450) in total:
 #   facts (nvidia-smi, driver version, cuBLAS resolved, ldd of each binary) -> htp-bandwidth ->
 #   htp-transfer-bench -> htp-stream-bench decode and prefill -> htp-integrity -> the PyTorch
 #   baseline (when torch is there) -> htp-slab-bench -> the cuda test suite and the examples ->
@@ -22,18 +22,22 @@
 # build-gpu/ is absent.
 set -uo pipefail
 dry=${HTP_GPU_CHECK_DRY_RUN:-0}
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 if [[ ${1:-} == --dry-run ]]; then
   dry=1
   shift
 fi
 out=${1:?usage: scripts/gpu-check.sh [--dry-run] OUT_DIR}
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
+out=$(cd "$out" && pwd) || { echo "gpu-check: cannot use $out as the output folder" >&2; exit 1; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export PATH=/usr/local/cuda/bin:$PATH
 start=$(date +%s)
-deadline=$((start + ${HTP_GPU_CHECK_SECONDS:-540}))
+deadline=$((start + ${HTP_GPU_CHECK_SECONDS:-450}))
 
 build=${HTP_GPU_CHECK_BUILD:-build-gpu}
 if [[ $dry == 1 && -z ${HTP_GPU_CHECK_BUILD:-} && ! -d $build/tests ]]; then build=build; fi
@@ -60,7 +64,7 @@ fail() { note "FAIL $*"; failed=1; }
 
 # ---- facts ---------------------------------------------------------------------------------------
 note "== gpu-check $(date -u +%FT%TZ)$([[ $dry == 1 ]] && echo ' (DRY RUN: nothing runs on a GPU)') =="
-note "build: $build; time budget ${HTP_GPU_CHECK_SECONDS:-540} s"
+note "build: $build; time budget ${HTP_GPU_CHECK_SECONDS:-450} s"
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
   {
@@ -173,7 +177,7 @@ run_step() {
   local t
   t=$(timeout_for "$nominal")
   if (( t < 10 )); then
-    fail "$name: skipped, out of time (budget ${HTP_GPU_CHECK_SECONDS:-540} s)"
+    fail "$name: skipped, out of time (budget ${HTP_GPU_CHECK_SECONDS:-450} s)"
     skipped+=("$name")
     steps_left=$((steps_left - 1))
     return 1
@@ -198,34 +202,34 @@ run_step() {
 }
 
 b=$build/bench
-run_step bandwidth 60 "$out/bench.log" "$b/htp-bandwidth" --backend cuda --json "$out/bandwidth.json"
-run_step transfer 60 "$out/bench.log" "$b/htp-transfer-bench" --backend cuda --json "$out/transfer.json"
+run_step bandwidth 40 "$out/bench.log" "$b/htp-bandwidth" --backend cuda --json "$out/bandwidth.json"
+run_step transfer 40 "$out/bench.log" "$b/htp-transfer-bench" --backend cuda --json "$out/transfer.json"
 # The streaming benchmark: the policies side by side on Llama-3.1-8B (16 of 32 layers, real shape,
 # 8 GB of weights through a 4 GB HBM budget), real cuBLAS GEMMs, every weight read verified.
 # CUDA_MODULE_LOADING=EAGER: cuBLAS may pick a kernel the bench's warm-up did not load, and a lazy
 # load while the compute stream is parked on a copy's value word can stall the GPU.
 step_env=(CUDA_MODULE_LOADING=EAGER)
-run_step stream-decode 150 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
+run_step stream-decode 120 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
   --layers 16 --hbm-budget 0.5 --steps 5 --json "$out/stream.json" --trace "$out/trace.json"
 step_env=(CUDA_MODULE_LOADING=EAGER)
-run_step stream-prefill 90 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
+run_step stream-prefill 60 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
   --layers 16 --hbm-budget 0.5 --steps 3 --tokens 2048 --policies on-demand,schedule-k2 \
   --json "$out/stream-prefill.json"
 # The integrity run of issue 7: ~3 GiB of tensors through a 1 GiB HBM budget, every acquire
 # checksummed by a CUDA kernel, memory returned at the end (exit 1 on any mismatch).
-run_step integrity 90 "$out/bench.log" "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
+run_step integrity 60 "$out/bench.log" "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
   --max-mib 48 --hbm-mib 1024 --ops 10000 --zipf 1.1 --seed 1 --json "$out/integrity.json"
 # The naive ways on the same shapes (per-layer .to("cuda"), accelerate's cpu_offload), when this
 # machine's python has torch with CUDA.
 if [[ $dry == 1 ]] || python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
-  run_step torch-baseline 90 "$out/bench.log" bench/baselines/torch_offload.py --model llama-3.1-8b \
+  run_step torch-baseline 60 "$out/bench.log" bench/baselines/torch_offload.py --model llama-3.1-8b \
     --layers 16 --steps 5 --json "$out/torch-baseline.json"
 else
   note "skip torch-baseline: no PyTorch with CUDA in this python"
   skipped+=(torch-baseline)
   steps_left=$((steps_left - 1))
 fi
-run_step slab 40 "$out/slab.log" "$b/htp-slab-bench" --benchmark_min_time=0.05 \
+run_step slab 30 "$out/slab.log" "$b/htp-slab-bench" --benchmark_min_time=0.05 \
   --json_out="$out/slab.json" --churn_out="$out/slab-churn.json"
 
 # The cuda test suite: the device conformance suite (its cuda instance runs for real here) and the
@@ -240,7 +244,7 @@ fi
 for e in "$build"/examples/htp-example-*; do
   [[ -x $e ]] || continue
   steps_left=$((steps_left + 1))  # the examples are short: they reserve nothing for later steps
-  run_step "example $(basename "$e")" 30 "$out/tests.log" "$e"
+  run_step "example $(basename "$e")" 20 "$out/tests.log" "$e"
 done
 
 # compute-sanitizer memcheck last, briefly: the cuda tests without the deliberate oversize
@@ -248,7 +252,7 @@ done
 # expected failure would be one).
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 if [[ -n $sanitizer ]]; then
-  run_step memcheck 90 "$out/sanitizer.log" "$sanitizer" --tool memcheck --report-api-errors no \
+  run_step memcheck 60 "$out/sanitizer.log" "$sanitizer" --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$build/tests/test_device" --gtest_filter='*cuda*:-*oversize*'
 else
   note "skip memcheck: no compute-sanitizer on this machine"

@@ -29,6 +29,7 @@ bool cuda_error::is_sticky() const noexcept {
       "cudaErrorInvalidPc",          "CUDA_ERROR_INVALID_PC",
       "cudaErrorAssert",             "CUDA_ERROR_ASSERT",
       "cudaErrorECCUncorrectable",   "CUDA_ERROR_ECC_UNCORRECTABLE",
+      "cudaErrorLaunchTimeout",      "CUDA_ERROR_LAUNCH_TIMEOUT",
   };
   for (const char* s : sticky) {
     if (name_ == s) return true;

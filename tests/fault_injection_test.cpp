@@ -61,6 +61,18 @@ TEST(fault_injecting_device, other_calls_throw_a_recognisable_cuda_error) {
   EXPECT_THROW(dev.set_plan(fault_plan{all_fault_kinds, 0, 1.5, 0, false}), invalid_argument);
 }
 
+TEST(cuda_error, sticky_errors_are_recognised_by_runtime_and_driver_names) {
+  // A stream memory operation (called through the driver) reports CUresult names; the runtime
+  // reports cudaError_t names. Both must be recognised as corrupting the context.
+  const auto named = [](int code, const char* name) { return cuda_error(code, name, "call", "f", 1, "d"); };
+  EXPECT_TRUE(named(700, "CUDA_ERROR_ILLEGAL_ADDRESS").is_sticky());
+  EXPECT_TRUE(named(700, "cudaErrorIllegalAddress").is_sticky());
+  EXPECT_TRUE(named(702, "CUDA_ERROR_LAUNCH_TIMEOUT").is_sticky());
+  EXPECT_TRUE(named(719, "cudaErrorLaunchFailure").is_sticky());
+  EXPECT_FALSE(named(1, "cudaErrorInvalidValue").is_sticky());
+  EXPECT_FALSE(named(2, "CUDA_ERROR_OUT_OF_MEMORY").is_sticky());
+}
+
 TEST(fault_injecting_device, persistent_and_seeded_rates) {
   auto inner = bounded_sim();
   fault_injecting_device dev(*inner);

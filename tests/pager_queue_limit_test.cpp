@@ -4,6 +4,8 @@
 // backend models the depth (sim_config::stream_queue_limit) so these tests can show it.
 #include "pager_fixture.hpp"
 
+#include <htp/sim_device.hpp>
+
 #include <csignal>
 #include <future>
 #include <mutex>
@@ -81,6 +83,48 @@ TEST(queue_limit, acquire_into_a_full_compute_queue_does_not_deadlock) {
   p.release(b, compute);
   compute.synchronize();
   checksum_slot slot(*dev);
+  EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(b_bytes.data(), b_bytes.size()));
+}
+
+
+// release records its event on the caller's stream outside the pager's lock: while one thread is
+// stuck recording into a full compute queue, other threads' pager calls go on. (Before, release
+// recorded under the lock, so the second acquire below waited until the queue drained.)
+TEST(queue_limit, a_release_stuck_on_a_full_compute_queue_holds_no_pager_lock) {
+  auto dev = limited_sim_device();
+  auto c = small_pager_config(8);
+  pager p(*dev, c);
+  stream compute(*dev), other(*dev);
+  const auto a_bytes = payload(2 * slab, 1);
+  const auto b_bytes = payload(slab, 2);
+  const auto c_bytes = payload(slab, 3);
+  const auto a = p.register_tensor("a", a_bytes.size(), tensor_kind::weight, a_bytes.data());
+  const auto b = p.register_tensor("b", b_bytes.size(), tensor_kind::weight, b_bytes.data());
+  const auto t = p.register_tensor("c", c_bytes.size(), tensor_kind::weight, c_bytes.data());
+  p.acquire(b, compute, /*wait=*/true);  // resident: its release below waits for nothing
+  gate hold_copies;
+  hold_copies.hold(*dev, p.engine().prefetch_stream());
+  p.acquire(a, compute);  // compute parks on A's copy, which the gate holds back
+  for (std::size_t i = 1; i < queue_limit; ++i) dev->launch_host_func([] {}, compute);
+  auto releasing = std::async(std::launch::async, [&] { p.release(b, compute); });
+  // Wait (bounded) until the release is stuck in its enqueue: the queue is full until A arrives.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (sim_blocked_enqueues(*dev) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(sim_blocked_enqueues(*dev), 1u) << "the release never reached the full queue";
+  auto third = std::async(std::launch::async, [&] { return p.acquire(t, other); });
+  const bool went_on = third.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  EXPECT_TRUE(went_on) << "an acquire on another stream waited for a release stuck on a full queue";
+  EXPECT_EQ(sim_blocked_enqueues(*dev), 1u) << "the release must still be stuck: the gate is closed";
+  hold_copies.open();
+  releasing.get();
+  const device_span s = third.get();
+  EXPECT_EQ(s.bytes, c_bytes.size());
+  p.release(a, compute);
+  p.release(t, other);
+  compute.synchronize();
+  other.synchronize();
+  checksum_slot slot(*dev);
+  EXPECT_EQ(device_checksum(p, *dev, t, other, slot), checksum(c_bytes.data(), c_bytes.size()));
   EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(b_bytes.data(), b_bytes.size()));
 }
 

@@ -37,6 +37,19 @@ TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
   c = small_pager_config(4);
   c.slab_bytes = 3;
   EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.slab_bytes"}));
+  // Every config error names the field as the user set it, and its value.
+  c = small_pager_config(4);
+  c.max_in_flight_chunks = 0;
+  EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.max_in_flight_chunks is 0"}));
+  c = small_pager_config(4);
+  c.h2d.rate_bytes_per_second = 0;
+  EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.h2d.rate_bytes_per_second is 0"}));
+  c = small_pager_config(4);
+  c.d2h.burst_bytes = 1;
+  EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.d2h.burst_bytes is 1"}));
+  c = small_pager_config(4);
+  c.latency_budget = std::chrono::milliseconds(-5);
+  EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.latency_budget is -5"}));
   c = small_pager_config(4);
   pager p(*dev, c);
   EXPECT_TRUE(throws_naming(

@@ -265,7 +265,11 @@ TEST_F(transfer_test, the_finished_queue_reports_each_finished_request_once) {
     g.open();
     eng.drain();
     std::vector<std::uint64_t> got;
-    for (const auto f : eng.take_finished()) got.push_back(f.id);
+    for (const auto& f : eng.take_finished()) {
+      // The outcome travels with the ticket (no later status query that may find it expired).
+      EXPECT_EQ(f.status, f.ticket == t[5] ? transfer_status::cancelled : transfer_status::complete);
+      got.push_back(f.ticket.id);
+    }
     EXPECT_TRUE(eng.take_finished().empty()) << "a finished request is reported once";
     if (!on) {
       EXPECT_TRUE(got.empty()) << "the queue is kept only when transfer_config::finished_queue is set";

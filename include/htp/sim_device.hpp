@@ -54,4 +54,9 @@ std::unique_ptr<device> make_sim_device(const sim_config& config = {});
 /// @throws htp::invalid_argument if `d` is not a sim device.
 std::size_t sim_pinned_bytes_in_use(const device& d);
 
+/// Threads blocked right now in a call that enqueues on a full stream queue of the sim device `d`
+/// (sim_config::stream_queue_limit). For tests that must know a thread is stuck in an enqueue.
+/// Thread-safe. @throws htp::invalid_argument if `d` is not a sim device.
+std::size_t sim_blocked_enqueues(const device& d);
+
 }  // namespace htp

@@ -111,6 +111,14 @@ enum class transfer_status {
 };
 const char* to_string(transfer_status s) noexcept;
 
+/// A request as it finished, from transfer_engine::take_finished(): its outcome travels with it,
+/// so an owner never has to query a status that may have left the history meanwhile.
+struct finished_transfer {
+  transfer_ticket ticket;
+  transfer_status status = transfer_status::complete;  ///< complete, cancelled or failed
+  std::chrono::nanoseconds latency{0};                 ///< submission to completion
+};
+
 /// Counters of one copy direction.
 struct transfer_direction_metrics {
   std::uint64_t bytes = 0;                 ///< bytes whose chunks have completed.
@@ -205,9 +213,10 @@ class transfer_engine {
   /// Blocks until every request submitted so far has finished.
   void drain();
 
-  /// The requests that finished (complete, cancelled or failed) since the last call, oldest first.
-  /// Empty unless transfer_config::finished_queue is set. Thread-safe; one consumer expected.
-  std::vector<transfer_ticket> take_finished();
+  /// The requests that finished (complete, cancelled or failed) since the last call, oldest first,
+  /// each with its outcome and latency. Empty unless transfer_config::finished_queue is set.
+  /// Thread-safe; one consumer expected.
+  std::vector<finished_transfer> take_finished();
 
   /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
   bool is_complete(transfer_ticket t) const;

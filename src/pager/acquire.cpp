@@ -111,6 +111,7 @@ void pager::impl::unpin(tensor_handle h) {
   tensor_record& t = get(h);
   if (--t.pins == 0) {
     t.degraded = false;
+    t.access_counted = false;
     if (t.load_failed) {
       free_hbm(*t.hbm, take_release_events(t));
       t.hbm.reset();
@@ -136,7 +137,6 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   counters.acquires += n;
   std::vector<acquire_outcome> outcomes(n);
   std::vector<transfer_ticket> pending(n);
-  std::vector<bool> first(n);  // the first acquirer: an access of the schedule
   std::size_t done = 0;
   // Acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown: an element that
   // did not succeed is counted failed, unless the ladder's own out_of_memory counted it.
@@ -146,7 +146,6 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   };
   try {
     for (; done < n; ++done) {
-      first[done] = get(hs[done]).pins == 0;
       out[done] = acquire_one(lock, hs[done], outcomes[done], pending[done]);
     }
   } catch (const detail::ladder_exhausted& e) {
@@ -159,7 +158,12 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   // Every element succeeded: now they are accesses (a failed call left the schedule alone).
   for (std::size_t i = 0; i < n; ++i) {
     count_outcome(outcomes[i], +1);
-    if (!first[i]) continue;  // already acquired elsewhere: the same access, not a new one
+    // Acquired elsewhere meanwhile (on another stream, or by a call that dropped the lock while
+    // this one waited): the same access, not a new one. Exactly one holder of overlapping pins
+    // counts it, whichever succeeds first.
+    tensor_record& t = tensors[hs[i].index];
+    if (t.access_counted) continue;
+    t.access_counted = true;
     record_access(hs[i].index);
     reindex(hs[i].index);
   }
@@ -194,29 +198,51 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
 
 void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty) {
   HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "release: null compute stream");
-  std::lock_guard lock(mutex);
+  std::unique_lock lock(mutex);
+  const auto check = [&] {  // everything, before anything changes
+    const std::uint64_t epoch = ++list_epoch;
+    for (std::size_t i = 0; i < n; ++i) {
+      tensor_record& t = get(hs[i]);
+      HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
+                  "') without a matching acquire (or released twice)");
+      HTP_EXPECTS(!(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
+                  "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
+                  "if kernels write it");
+      HTP_EXPECTS(t.list_mark != epoch, invalid_argument, "release: '", t.name,
+                  "' appears twice in the list (entry ", i, "); name each tensor once");
+      t.list_mark = epoch;
+    }
+  };
   reap();
-  const std::uint64_t epoch = ++list_epoch;
-  for (std::size_t i = 0; i < n; ++i) {  // check everything before anything changes
-    tensor_record& t = get(hs[i]);
-    HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
-                "') without a matching acquire (or released twice)");
-    HTP_EXPECTS(!(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
-                "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
-                "if kernels write it");
-    HTP_EXPECTS(t.list_mark != epoch, invalid_argument, "release: '", t.name,
-                "' appears twice in the list (entry ", i, "); name each tensor once");
-    t.list_mark = epoch;
-  }
+  check();
   if (n == 0) return;
   const event_ref e = events.take();  // one event for the whole list, held once per tensor
+  // Recording on the caller's stream may block while its queue is full: never under the lock.
+  // The tensors stay pinned meanwhile, so nothing about them can change but their pin counts.
+  const bool alone_at_start = records_in_progress++ == 0;
+  const std::uint64_t my_record = ++records_started;
+  lock.unlock();
   try {
     dev.record(e, compute);
+  } catch (...) {
+    lock.lock();
+    --records_in_progress;
+    events.release(e);
+    throw;
+  }
+  lock.lock();
+  --records_in_progress;
+  // Nobody recorded concurrently: this event is the latest on `compute` of every release so far.
+  const bool ordered = alone_at_start && records_started == my_record;
+  reap();
+  try {
+    check();  // a concurrent release of the same pins (a caller's double release) shows here
   } catch (...) {
     events.release(e);
     throw;
   }
   for (std::size_t i = 1; i < n; ++i) events.retain(e);
+  std::vector<detail::release_point> no_release_points;  // when unordered: supersede nothing
   const std::uint64_t seq = ++release_seq;
   auto& queue = releases[compute.native];
   std::string failed;  // a page-in that failed after acquire returned
@@ -224,7 +250,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     tensor_record& t = tensors[hs[i].index];
     // A later release on the same stream supersedes an earlier one: streams run in order.
     bool replaced = false;
-    for (auto& r : t.release_events) {
+    for (auto& r : ordered ? t.release_events : no_release_points) {
       if (r.stream == compute) {
         events.release(r.event);
         r = {e, compute, seq};
@@ -234,7 +260,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     }
     if (!replaced) t.release_events.push_back({e, compute, seq});
     queue.push_back({seq, hs[i].index, t.generation});
-    --t.pins;
+    if (--t.pins == 0) t.access_counted = false;
     if (t.load_failed) {
       if (t.pins == 0) {
         // The last holder of an extent whose page-in failed: free it after the kernels (fenced by

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -53,7 +54,9 @@ class fence_set {
   std::map<key, fence> by_address_;
   std::deque<key> by_age_;
   std::uint64_t next_id_ = 0;
-  std::size_t longest_ = 0;  // the longest fence ever: bounds the search to the left of `begin`
+  // Lengths of the live fences: the longest bounds the search to the left of `begin`, and shrinks
+  // again when a long fence is dropped (one fence over a GB tensor must not slow every later lookup).
+  std::multiset<std::size_t> lengths_;
 };
 
 }  // namespace htp::detail

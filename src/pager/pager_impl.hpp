@@ -68,6 +68,8 @@ struct tensor_record {
   bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
                                // last release, which frees the extent and reports the failure
   bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
+  bool access_counted = false; // the current run of overlapping pins was counted as an access of
+                               // the schedule (cleared when pins drop to 0)
   tensor_kind kind = tensor_kind::weight;
   residency where = residency::host;
   pending_kind pending = pending_kind::none;
@@ -142,7 +144,12 @@ struct pager::impl {
   std::vector<std::uint32_t> in_flight;  // slots with a pending copy
   std::unordered_map<std::uint64_t, std::uint32_t> ticket_slot;  // pending ticket id -> slot
   detail::event_pool events;
-  std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first
+  std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first;
+                                                                           // empty queues erased
+  // Release events are recorded outside the lock; two releases recording at once may land on a
+  // stream in either order, so neither may then supersede the other (release_n).
+  std::uint64_t records_started = 0;
+  int records_in_progress = 0;
   std::uint64_t release_seq = 0;
   detail::fence_set fences;              // freed HBM still read by queued kernels
   std::map<const char*, detail::host_region> host_regions;  // caller memory, by start address

@@ -60,14 +60,14 @@ void pager::impl::record_access(std::uint32_t slot) {
 }
 
 void pager::impl::reap() {
-  for (const transfer_ticket done : engine->take_finished()) {
-    const auto owner = ticket_slot.find(done.id);
+  for (const finished_transfer& done : engine->take_finished()) {
+    const auto owner = ticket_slot.find(done.ticket.id);
     if (owner == ticket_slot.end()) continue;  // not a copy the pager is waiting for any more
     const std::uint32_t slot = owner->second;
     tensor_record& t = tensors[slot];
-    const transfer_status status = engine->status(t.ticket);
-    const bool ok = status == transfer_status::complete || status == transfer_status::expired;
-    const auto lat = engine->latency(t.ticket);
+    const bool ok = done.status == transfer_status::complete;
+    const std::optional<std::chrono::nanoseconds> lat =
+        ok ? std::optional<std::chrono::nanoseconds>(done.latency) : std::nullopt;
     if (trace && lat) {
       const auto end = t.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(*lat);
       const bool h2d = t.pending == pending_kind::load;
@@ -129,8 +129,9 @@ void pager::impl::reap() {
     set_pending(slot, pending_kind::none);
     reindex(slot);
   }
-  for (auto& [s, queue] : releases) {  // a few streams
-    if (!queue.empty()) retire_releases(s);
+  for (auto it = releases.begin(); it != releases.end();) {  // the streams with releases pending
+    retire_releases(it->first);
+    it = it->second.empty() ? releases.erase(it) : std::next(it);
   }
   drop_fences();
 }

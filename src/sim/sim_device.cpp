@@ -134,7 +134,7 @@ class sim_device final : public device {
   }
 
   stream_ref create_stream(stream_priority) override {
-    auto s = std::make_unique<sim::stream>(errors_, config_.stream_queue_limit);
+    auto s = std::make_unique<sim::stream>(errors_, config_.stream_queue_limit, &blocked_enqueues_);
     stream_ref ref{s.get()};
     std::lock_guard lock(objects_mutex_);
     streams_.emplace(s.get(), std::move(s));
@@ -339,6 +339,9 @@ class sim_device final : public device {
   sim::link h2d_;
   sim::link d2h_;
   sim::error_sink errors_;
+ public:
+  std::atomic<std::size_t> blocked_enqueues_{0};  // threads blocked on a full stream queue now
+ private:
 
   mutable std::mutex memory_mutex_;
   detail::allocation_registry allocations_;
@@ -371,6 +374,13 @@ class sim_device final : public device {
 
 std::unique_ptr<device> make_sim_device(const sim_config& config) {
   return std::make_unique<sim_device>(config);
+}
+
+std::size_t sim_blocked_enqueues(const device& d) {
+  const auto* s = dynamic_cast<const sim_device*>(&d);
+  HTP_EXPECTS(s != nullptr, invalid_argument,
+              "sim_blocked_enqueues: the device is not a sim device (make it with make_sim_device)");
+  return s->blocked_enqueues_.load();
 }
 
 std::size_t sim_pinned_bytes_in_use(const device& d) {

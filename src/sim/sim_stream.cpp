@@ -61,8 +61,8 @@ void error_sink::rethrow() const {
   }
 }
 
-stream::stream(error_sink& errors, std::size_t queue_limit)
-    : errors_(errors), queue_limit_(queue_limit), worker_([this] { run(); }) {}
+stream::stream(error_sink& errors, std::size_t queue_limit, std::atomic<std::size_t>* blocked)
+    : errors_(errors), queue_limit_(queue_limit), blocked_(blocked), worker_([this] { run(); }) {}
 
 stream::~stream() {
   {
@@ -76,8 +76,11 @@ stream::~stream() {
 void stream::enqueue(std::function<void()> task) {
   {
     std::unique_lock lock(mutex_);
-    if (queue_limit_ > 0) {  // a full device queue: the caller blocks until a task completes
+    if (queue_limit_ > 0 && enqueued_ - completed_ >= queue_limit_) {
+      // A full device queue: the caller blocks until a task completes.
+      if (blocked_ != nullptr) ++*blocked_;
       done_cv_.wait(lock, [&] { return enqueued_ - completed_ < queue_limit_; });
+      if (blocked_ != nullptr) --*blocked_;
     }
     queue_.push_back({std::chrono::steady_clock::now(), std::move(task)});
     ++enqueued_;

@@ -2,6 +2,7 @@
 // events as shared completion signals.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -65,7 +66,9 @@ class stream {
  public:
   /// `queue_limit` > 0 models a device queue of that depth: enqueue blocks while that many tasks
   /// (the running one included) are queued, as a CUDA launch does when a stream's queue is full.
-  explicit stream(error_sink& errors, std::size_t queue_limit = 0);
+  /// `blocked` (optional) counts the threads blocked in enqueue on a full queue right now.
+  explicit stream(error_sink& errors, std::size_t queue_limit = 0,
+                  std::atomic<std::size_t>* blocked = nullptr);
   ~stream();  ///< drains the queue, then joins the worker.
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -92,6 +95,7 @@ class stream {
   std::uint64_t completed_ = 0;
   bool stopping_ = false;
   std::size_t queue_limit_ = 0;
+  std::atomic<std::size_t>* blocked_ = nullptr;
   std::thread worker_;
 };
 

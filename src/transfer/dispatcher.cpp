@@ -55,9 +55,10 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
   }
   words.release(r->word);
   live.erase(r->id);
+  const auto latency_ns = rec.latency_ns;
   history.emplace(r->id, std::move(rec));
   while (history.size() > cfg.history) history.erase(history.begin());
-  if (cfg.finished_queue) finished.push_back({r->id});
+  if (cfg.finished_queue) finished.push_back({{r->id}, st, std::chrono::nanoseconds(latency_ns)});
   finished_cv.notify_all();
 }
 

@@ -133,7 +133,7 @@ struct transfer_engine::impl {
   std::uint64_t next_id = 1;
   std::unordered_map<std::uint64_t, request_ptr> live;
   std::map<std::uint64_t, finished_record> history;
-  std::vector<transfer_ticket> finished;  // for take_finished (cfg.finished_queue)
+  std::vector<finished_transfer> finished;  // for take_finished (cfg.finished_queue)
   transfer::value_word_pool words;
   std::array<std::uint64_t, 3> bytes_done{};
   std::array<std::uint64_t, 3> chunks_done{};

@@ -330,8 +330,8 @@ void transfer_engine::drain() {
   impl_->finished_cv.wait(lock, [&] { return impl_->live.empty(); });
 }
 
-std::vector<transfer_ticket> transfer_engine::take_finished() {
-  std::vector<transfer_ticket> out;
+std::vector<finished_transfer> transfer_engine::take_finished() {
+  std::vector<finished_transfer> out;
   std::lock_guard lock(impl_->mutex_);
   out.swap(impl_->finished);
   return out;
