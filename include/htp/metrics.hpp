@@ -32,7 +32,26 @@ struct oom_ladder_counts {
   std::uint64_t thrown = 0;            ///< rung 6: out_of_memory thrown.
 };
 
-/// A snapshot of a pager's metrics. Counters are since construction.
+/// Page-fault waits, the mission's number. One sample per demand fault, and per late prefetch
+/// (counted with its remaining wait): from the acquire call to the bytes being in HBM, which is when
+/// the compute stream's wait on them is satisfied; making room (evictions, write-backs, waits,
+/// compaction) is included. Exact quantiles over the samples since construction or
+/// pager::reset_metrics() (at most 2^20 are kept; later ones count in `dropped` only).
+struct fault_wait_summary {
+  std::uint64_t count = 0;        ///< samples kept
+  std::uint64_t dropped = 0;      ///< samples beyond the cap
+  std::uint64_t bytes = 0;        ///< bytes of the faulted tensors
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0, mean_ms = 0;
+  /// Total wait over total bytes, scaled to a 64 MiB page (a bytes-weighted mean: small tensors'
+  /// fixed costs do not dominate it).
+  double ms_per_64mib_page = 0;
+  /// Each wait over its own floor (bytes / the H2D link peak): 1.0 is a wait as short as the link
+  /// allows. Exact p50 / p99 over the samples; small tensors show their fixed costs here.
+  double floor_multiple_p50 = 0, floor_multiple_p99 = 0;
+};
+
+/// A snapshot of a pager's metrics. Counters are since construction or the last reset_metrics()
+/// (`transfers` is always since construction: the engine's own counters).
 struct pager_metrics {
   double elapsed_ms = 0;
   std::uint64_t latency_budget_ms = 0;
@@ -50,7 +69,11 @@ struct pager_metrics {
   std::uint64_t failed_acquires = 0;    ///< acquires that threw a device error (copy failed, ...).
   std::uint64_t failed_loads = 0;       ///< page-ins that failed (the host copy stays authoritative).
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
-  latency_summary fault_latency;        ///< fault submission to bytes in HBM.
+  latency_summary fault_latency;        ///< a fault's copy alone: submission to bytes in HBM (histogram).
+  fault_wait_summary fault_wait;        ///< acquire call to bytes usable, faults and late prefetches.
+  /// Host time acquire calls spent blocked: the ladder's waits (write-backs, copies in flight) and
+  /// acquire(..., wait = true). Near zero when eviction and loads are ordered on the device.
+  std::uint64_t host_blocked_ns = 0;
   std::uint64_t page_ins = 0;           ///< H2D loads started (faults + prefetches).
   std::uint64_t page_in_bytes = 0;
 

@@ -235,8 +235,13 @@ class pager {
 
   /// The tensor's state now. @throws htp::invalid_argument for a stale handle.
   tensor_info info(tensor_handle h) const;
-  /// A snapshot of the metrics (see metrics.hpp).
+  /// A snapshot of the metrics (see metrics.hpp). Thread-safe.
   pager_metrics metrics() const;
+  /// Starts the pager's counters, fault waits, latency histogram and occupancy mean and peak
+  /// afresh (e.g. between warm-up and timed steps), so the next metrics() covers only what came
+  /// after. Tensors and residency are untouched; the transfer engine's counters (`transfers`)
+  /// are not reset. Thread-safe.
+  void reset_metrics();
   /// Writes the event trace (Chrome / Perfetto JSON, one track per stream) to `path`.
   /// @throws htp::invalid_argument if tracing is off or the file cannot be written.
   void write_trace(const std::string& path) const;

@@ -75,7 +75,10 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
           if (!waits.empty()) {
             // A write-back, move or load the ladder waited for failed: report it rather than
             // retry, so a persistent device fault cannot spin here. Nothing changed for `h`.
+            const auto blocked_from = std::chrono::steady_clock::now();
             const std::string failed = wait_for(lock, waits);
+            counters.host_blocked_ns += static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - blocked_from).count());
             if (!failed.empty()) {
               reap();
               throw_copy_failed(detail::concat("acquire('", get(h).name, "')"), failed);
@@ -125,6 +128,7 @@ void pager::impl::unpin(tensor_handle h) {
 void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
                             device_span* out) {
   HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "acquire: null compute stream");
+  const auto called = std::chrono::steady_clock::now();  // a fault's wait starts here
   std::unique_lock lock(mutex);
   // Check every handle before anything changes.
   const std::uint64_t epoch = ++list_epoch;
@@ -162,6 +166,15 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     // this one waited): the same access, not a new one. Exactly one holder of overlapping pins
     // counts it, whichever succeeds first.
     tensor_record& t = tensors[hs[i].index];
+    if (outcomes[i] == acquire_outcome::fault || outcomes[i] == acquire_outcome::late_prefetch) {
+      if (t.pending == pending_kind::load) {
+        if (t.wait_from == std::chrono::steady_clock::time_point{}) t.wait_from = called;  // reap records it
+      } else {  // arrived while this call waited on the lock or the ladder
+        record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
+                              0, std::chrono::duration_cast<std::chrono::nanoseconds>(t.loaded_at - called).count())),
+                          t.bytes);
+      }
+    }
     if (t.access_counted) continue;
     t.access_counted = true;
     record_access(hs[i].index);
@@ -176,9 +189,13 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
       if (pending[i]) engine->wait_on(pending[i], compute);
     }
     if (wait) {
+      const auto blocked_from = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < n; ++i) {
         if (pending[i]) engine->wait(pending[i]);
       }
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - blocked_from).count();
+      std::lock_guard relock(mutex);
+      counters.host_blocked_ns += static_cast<std::uint64_t>(ns);
     }
   } catch (const std::exception& e) {
     // The bytes never arrived (or the stream could not be told to wait): undo the pins (nothing

@@ -475,6 +475,13 @@ tensor_info pager::info(tensor_handle h) const {
           t.pending != pending_kind::none};
 }
 
+void pager::reset_metrics() {
+  auto& p = *impl_;
+  std::lock_guard lock(p.mutex);
+  p.reap();
+  p.reset_metrics();
+}
+
 pager_metrics pager::metrics() const {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);

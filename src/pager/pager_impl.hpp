@@ -86,9 +86,18 @@ struct tensor_record {
   extent host;                 // always present while live: the pager's host tier, or caller memory
   transfer_priority ticket_priority = transfer_priority::prefetch;
   std::chrono::steady_clock::time_point ticket_start;
+  std::chrono::steady_clock::time_point wait_from{};  // an acquire waits for the pending load
+                                                      // since then (fault wait metric); {} = none
+  std::chrono::steady_clock::time_point loaded_at{};  // when the last load's bytes arrived
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
   std::string name;
+};
+
+/// One page-fault wait (see fault_wait_summary).
+struct fault_wait_sample {
+  std::uint64_t ns;
+  std::uint64_t bytes;
 };
 
 /// Things a blocked request waits for before retrying.
@@ -164,6 +173,13 @@ struct pager::impl {
   double hbm_peak_pct = 0;
   double host_peak_pct = 0;
   latency_histogram fault_latency;
+  std::vector<detail::fault_wait_sample> fault_waits;  // since the last reset, at most fault_wait_cap
+  std::uint64_t fault_waits_dropped = 0;
+  static constexpr std::size_t fault_wait_cap = std::size_t{1} << 20;
+  /// Records one fault wait of `bytes`, `ns` long.
+  void record_fault_wait(std::uint64_t ns, std::size_t bytes);
+  fault_wait_summary fault_wait_stats() const;
+  void reset_metrics();
   pager_metrics counters;  // the plain counters; occupancy and transfers filled at snapshot
 
   // ---- handle table (pager.cpp) ----

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 namespace htp {
 
 void pager::impl::sample_occupancy() {
@@ -14,6 +17,62 @@ void pager::impl::sample_occupancy() {
   hbm_occupancy_integral += pct * std::chrono::duration<double>(now - last_sample).count();
   last_sample = now;
   hbm_peak_pct = std::max(hbm_peak_pct, pct);
+}
+
+void pager::impl::record_fault_wait(std::uint64_t ns, std::size_t bytes) {
+  if (fault_waits.size() >= fault_wait_cap) {
+    ++fault_waits_dropped;
+    return;
+  }
+  fault_waits.push_back({ns, bytes});
+}
+
+fault_wait_summary pager::impl::fault_wait_stats() const {
+  fault_wait_summary s;
+  s.count = fault_waits.size();
+  s.dropped = fault_waits_dropped;
+  if (fault_waits.empty()) return s;
+  std::vector<double> ms, floor_multiple;
+  ms.reserve(fault_waits.size());
+  floor_multiple.reserve(fault_waits.size());
+  const double peak = static_cast<double>(engine->link_peak(copy_direction::host_to_device));
+  double total_ms = 0;
+  for (const auto& w : fault_waits) {
+    const double x = static_cast<double>(w.ns) / 1e6;
+    ms.push_back(x);
+    total_ms += x;
+    s.bytes += w.bytes;
+    if (peak > 0 && w.bytes > 0) floor_multiple.push_back(x / (static_cast<double>(w.bytes) / peak * 1e3));
+  }
+  // Exact order statistics: the smallest sample with at least q of the samples at or below it.
+  const auto quantile = [](std::vector<double>& v, double q) {
+    if (v.empty()) return 0.0;
+    const auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+    const std::size_t i = k == 0 ? 0 : std::min(v.size(), k) - 1;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+    return v[i];
+  };
+  s.p50_ms = quantile(ms, 0.5);
+  s.p90_ms = quantile(ms, 0.9);
+  s.p99_ms = quantile(ms, 0.99);
+  s.max_ms = *std::max_element(ms.begin(), ms.end());
+  s.mean_ms = total_ms / static_cast<double>(ms.size());
+  s.ms_per_64mib_page = s.bytes ? total_ms * static_cast<double>(std::size_t{64} << 20) / static_cast<double>(s.bytes) : 0;
+  s.floor_multiple_p50 = quantile(floor_multiple, 0.5);
+  s.floor_multiple_p99 = quantile(floor_multiple, 0.99);
+  return s;
+}
+
+void pager::impl::reset_metrics() {
+  const auto registered = counters.registered_tensors;  // a state, not an event count
+  counters = pager_metrics{};
+  counters.registered_tensors = registered;
+  fault_latency.reset();
+  fault_waits.clear();
+  fault_waits_dropped = 0;
+  start = last_sample = std::chrono::steady_clock::now();
+  hbm_occupancy_integral = 0;
+  hbm_peak_pct = 100.0 * static_cast<double>(hbm_bytes_held) / static_cast<double>(hbm->capacity_bytes());
 }
 
 namespace {
@@ -47,6 +106,7 @@ pager_metrics pager::impl::snapshot() const {
   m.events_created = events.created();
   m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
   m.fault_latency = fault_latency.summary();
+  m.fault_wait = fault_wait_stats();
   m.transfers = engine->metrics();
   return m;
 }
@@ -117,6 +177,14 @@ std::string to_json(const pager_metrics& m) {
       {"failed_loads", m.failed_loads},
       {"fault_rate_per_ms", m.fault_rate_per_ms},
       {"fault_latency", lat(m.fault_latency)},
+      {"fault_wait",
+       {{"count", m.fault_wait.count}, {"dropped", m.fault_wait.dropped}, {"bytes", m.fault_wait.bytes},
+        {"p50_ms", m.fault_wait.p50_ms}, {"p90_ms", m.fault_wait.p90_ms}, {"p99_ms", m.fault_wait.p99_ms},
+        {"max_ms", m.fault_wait.max_ms}, {"mean_ms", m.fault_wait.mean_ms},
+        {"ms_per_64mib_page", m.fault_wait.ms_per_64mib_page},
+        {"floor_multiple_p50", m.fault_wait.floor_multiple_p50},
+        {"floor_multiple_p99", m.fault_wait.floor_multiple_p99}}},
+      {"host_blocked_ns", m.host_blocked_ns},
       {"page_ins", m.page_ins},
       {"page_in_bytes", m.page_in_bytes},
       {"prefetches", m.prefetches},

@@ -85,6 +85,14 @@ void pager::impl::reap() {
         if (ok) {
           t.where = residency::resident;
           if (t.fault_load && lat) fault_latency.record(static_cast<std::uint64_t>(lat->count()));
+          t.loaded_at = t.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             lat.value_or(std::chrono::nanoseconds(0)));
+          if (t.wait_from != std::chrono::steady_clock::time_point{}) {  // an acquire waits for it
+            record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                  0, std::chrono::duration_cast<std::chrono::nanoseconds>(t.loaded_at - t.wait_from).count())),
+                              t.bytes);
+            t.wait_from = {};
+          }
         } else if (t.pins > 0) {
           // Acquired already (acquire does not wait unless asked): kernels ordered after the
           // acquire may be reading the extent. Keep it until the last release, which frees it and
@@ -397,6 +405,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   set_pending(slot, pending_kind::load, ticket);
   t.ticket_priority = priority;
   t.ticket_start = std::chrono::steady_clock::now();
+  t.wait_from = {};
   ++counters.page_ins;
   counters.page_in_bytes += t.bytes;
   reindex(slot);
