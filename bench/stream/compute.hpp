@@ -37,6 +37,14 @@ class layer_compute {
   /// Device time spent in run_layer work since the last call (ms), and resets. Call only after
   /// the stream has been synchronized.
   virtual double take_compute_ms() = 0;
+  /// Marks on `s` where a stretch of htp's waits begins / ends (around a layer's acquires: only the
+  /// waits acquire enqueued run between the marks), so the time the stream spent between them is
+  /// the compute stream's stall on htp. Measured on the device: CUDA timing events on cuda, host
+  /// functions stamped by the stream's own thread on sim. Return at once.
+  virtual void begin_stall(stream_ref s) = 0;
+  virtual void end_stall(stream_ref s) = 0;
+  /// Stall time (ms) between the marks since the last call, and resets. Synchronize first.
+  virtual double take_stall_ms() = 0;
   /// Weights whose bytes did not match (sim checksum mode only; 0 elsewhere). Synchronize first.
   virtual std::uint64_t take_mismatches() = 0;
   /// One line saying what the compute is, for the report.

@@ -101,6 +101,7 @@ class cuda_compute final : public layer_compute {
 
   ~cuda_compute() override {
     for (auto& [a, b] : timings_) release_pair(a, b);
+    for (auto& [a, b] : stalls_) release_pair(a, b);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cublasDestroy(handle_);
     dev_.deallocate(memory_kind::device, x_, x_bytes_);
@@ -133,6 +134,27 @@ class cuda_compute final : public layer_compute {
       verify_.check(p, n, w.expected_head, s);
       if (n < w.span.bytes) verify_.check(p + w.span.bytes - n, n, w.expected_tail, s);
     }
+  }
+
+  void begin_stall(stream_ref s) override {
+    stall_begin_ = take_event();
+    HTP_CUDA_TRY(cudaEventRecord(stall_begin_, static_cast<cudaStream_t>(s.native)));
+  }
+  void end_stall(stream_ref s) override {
+    cudaEvent_t end = take_event();
+    HTP_CUDA_TRY(cudaEventRecord(end, static_cast<cudaStream_t>(s.native)));
+    stalls_.emplace_back(stall_begin_, end);
+  }
+  double take_stall_ms() override {
+    double total = 0;
+    for (auto& [a, b] : stalls_) {
+      float ms = 0;
+      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+      total += ms;
+      release_pair(a, b);
+    }
+    stalls_.clear();
+    return total;
   }
 
   double take_compute_ms() override {
@@ -217,6 +239,8 @@ class cuda_compute final : public layer_compute {
   std::size_t x_bytes_ = 0, y_bytes_ = 0;
   verifier verify_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timings_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stalls_;  // around each layer's acquires
+  cudaEvent_t stall_begin_ = nullptr;
   std::vector<cudaEvent_t> spare_events_;
 };
 

@@ -1,6 +1,8 @@
 // Runs one policy of the streaming benchmark. See runner.hpp.
 #include "runner.hpp"
 
+#include "belady_min.hpp"
+
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
 
@@ -146,7 +148,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   }
   pc.prefetch_lookahead = pol.lookahead;
   pc.eviction = pol.rule;
-  pc.prefetch = prefetch_mode::pipeline;  // the latency choice (the bench measures step time)
+  pc.prefetch = pol.prefetch;
   pc.latency_budget = cfg.latency_budget;
   pc.trace = !trace_path.empty();
   pager p(dev, pc);
@@ -210,12 +212,15 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   std::mt19937_64 route(cfg.seed);
   const int total_steps = cfg.warmup_steps + cfg.steps;
   std::vector<double> compute_ms, transfer_ms, overlap;
+  double stall_ms = 0;
   pager_metrics m0{};
   for (int step = 0; step < total_steps; ++step) {
-    if (step == cfg.warmup_steps) {
+    if (step == cfg.warmup_steps) {  // steady state from here: the metrics start afresh
       p.synchronize();
+      p.reset_metrics();
       m0 = p.metrics();
       compute.take_compute_ms();
+      compute.take_stall_ms();
       compute.take_mismatches();
     }
     const std::uint64_t busy0 = p.engine().metrics().h2d.busy_ns;
@@ -234,6 +239,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
         for (auto& t : layer.experts[0]) use.push_back(&t);
       }
       std::vector<weight_view> views;
+      compute.begin_stall(compute_stream);  // only htp's waits run between the marks
       for (auto* t : use) {
         const auto s = p.acquire(t->h, compute_stream, pol.wait_each_fault);
         views.push_back({s, t->rows, t->cols, t->sum, t->head, t->tail, true});
@@ -242,6 +248,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
         const auto s = p.acquire(h, compute_stream, pol.wait_each_fault);
         views.push_back({s, 1, s.bytes, 0, 0, 0, false});
       }
+      compute.end_stall(compute_stream);
       compute.run_layer(views, cfg.tokens, compute_stream);
       if (!layer.kv.empty()) {  // append this step's tokens to the newest block
         const std::size_t per_token = kv_bytes_per_token(cfg);
@@ -264,6 +271,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
     if (step >= cfg.warmup_steps) {
       p.synchronize();
       const double c = compute.take_compute_ms();
+      stall_ms += compute.take_stall_ms();
       const double x = static_cast<double>(p.engine().metrics().h2d.busy_ns - busy0) / 1e6;
       r.step_ms.push_back(ms);
       compute_ms.push_back(c);
@@ -277,6 +285,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   const auto m1 = p.metrics();
   r.step = summarize(r.step_ms);
   r.meets_budget = r.step.p99 <= static_cast<double>(cfg.latency_budget.count());
+  r.latency_budget_ms = static_cast<double>(cfg.latency_budget.count());
   r.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6, static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
              static_cast<double>(m1.fault_latency.max_ns) / 1e6, static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
   r.faults = m1.faults - m0.faults;
@@ -301,7 +310,23 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   r.link_utilization = cfg.link_peak_bytes_per_second
                            ? r.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
                            : 0;
+  r.fault_wait = m1.fault_wait;
+  r.stall_ms_per_step = r.step_ms.empty() ? 0 : stall_ms / static_cast<double>(r.step_ms.size());
+  r.host_blocked_share = timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
+  r.bytes_per_step = r.step_ms.empty() ? 0 : static_cast<double>(r.page_in_bytes) / static_cast<double>(r.step_ms.size());
+  // Belady's MIN for this budget: dense weights in schedule order (MoE routing and a growing KV
+  // cache have no fixed cyclic order: n/a).
+  if (cfg.model.experts <= 1 && cfg.kv_context_tokens <= 0) {
+    std::vector<std::uint64_t> sizes;
+    for (auto h : sched) sizes.push_back(p.info(h).bytes);
+    r.min_bytes_per_step = static_cast<double>(belady_bytes_per_cycle(sizes, pc.hbm_budget_bytes));
+  } else {
+    r.min_bytes_per_step = -1;
+  }
   r.compute_ms = median(compute_ms);
+  if (r.min_bytes_per_step >= 0 && cfg.link_peak_bytes_per_second) {
+    r.bound_ms = std::max(r.compute_ms, r.min_bytes_per_step / static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
+  }
   r.transfer_ms = median(transfer_ms);
   r.overlap_efficiency = median(overlap);
   r.metrics_json = to_json(m1);

@@ -25,6 +25,7 @@ struct policy {
   bool schedule = false;        ///< declare the layer order (set_schedule)
   bool wait_each_fault = false; ///< block the host on each fault (synchronous offloading)
   bool all_resident = false;    ///< HBM budget = the whole model (run only when it fits)
+  prefetch_mode prefetch = prefetch_mode::min_page_ins;  ///< what a prefetch may evict
 };
 
 /// The policies compared side by side: all-resident, on-demand, LRU with lookahead, and
@@ -61,7 +62,14 @@ struct policy_result {
   std::vector<double> step_ms;  ///< timed steps
   summary_ms step;
   bool meets_budget = false;    ///< step p99 within the latency budget
-  summary_ms fault;             ///< page-fault latency, submission to bytes in HBM
+  double latency_budget_ms = 0;
+  summary_ms fault;             ///< a fault's copy alone: submission to bytes in HBM (histogram)
+  fault_wait_summary fault_wait;  ///< the mission's number: acquire call to bytes usable (exact)
+  double stall_ms_per_step = 0;   ///< compute stream waiting on htp, measured on the device
+  double host_blocked_share = 0;  ///< host time blocked in acquire / step wall time
+  double min_bytes_per_step = 0;  ///< bytes Belady's MIN moves per step (dense schedule; -1 n/a)
+  double bytes_per_step = 0;      ///< bytes paged in per timed step
+  double bound_ms = 0;            ///< max(compute, MIN bytes / link peak)
   std::uint64_t faults = 0;     ///< in the timed steps
   double fault_rate_per_ms = 0; ///< faults / timed milliseconds
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,

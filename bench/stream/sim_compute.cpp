@@ -51,6 +51,22 @@ class sim_compute final : public layer_compute {
   }
 
   double take_compute_ms() override { return static_cast<double>(compute_ns_.exchange(0)) / 1e6; }
+
+  // The stream's thread runs the marks in order: the begin mark's stamp is when the stream reached
+  // the waits, the end mark's when they were all satisfied.
+  void begin_stall(stream_ref s) override {
+    dev_.launch_host_func([this] { stall_from_ = std::chrono::steady_clock::now(); }, s);
+  }
+  void end_stall(stream_ref s) override {
+    dev_.launch_host_func(
+        [this] {
+          stall_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                      std::chrono::steady_clock::now() - stall_from_)
+                                                      .count());
+        },
+        s);
+  }
+  double take_stall_ms() override { return static_cast<double>(stall_ns_.exchange(0)) / 1e6; }
   std::uint64_t take_mismatches() override { return mismatches_.exchange(0); }
 
   std::string description() const override {
@@ -67,6 +83,8 @@ class sim_compute final : public layer_compute {
   bool checksum_mode_;
   double gbps_;
   std::atomic<std::uint64_t> compute_ns_{0};
+  std::atomic<std::uint64_t> stall_ns_{0};
+  std::chrono::steady_clock::time_point stall_from_;  // written and read by the stream's thread
   std::atomic<std::uint64_t> mismatches_{0};
 };
 

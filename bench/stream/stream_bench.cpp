@@ -4,6 +4,7 @@
 #include <htp/device.hpp>
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
+#include <htp/slab_allocator.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include "compute.hpp"
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   std::string model_name = "llama-3.1-8b", config_path, dtype_name = "bf16", backend_name = "auto";
   int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
   std::string budget = "0.5", sweep, policies_arg = "all", json_path, trace_path, trace_policy = "schedule-k2";
-  double slab_mib = 16, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
+  double slab_mib = 0, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
   double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 0;
   std::string sim_compute = "modelled";
   std::uint64_t seed = 1;
@@ -72,7 +73,9 @@ int main(int argc, char** argv) {
   app.add_option("--sweep", sweep, "comma-separated budgets to sweep (e.g. 0.25,0.5,0.75)");
   app.add_option("--policies", policies_arg, "all, or a comma-separated subset of the policy names");
   app.add_option("--backend", backend_name, "auto, cuda or sim")->check(CLI::IsMember({"auto", "cuda", "sim"}));
-  app.add_option("--slab-mib", slab_mib, "slab size in MiB (power of two)");
+  app.add_option("--slab-mib", slab_mib,
+                 "slab size in MiB (power of two); 0 (default) = chosen from the model's tensor sizes "
+                 "(htp::suggest_slab_bytes)");
   app.add_option("--chunk-mib", chunk_mib, "transfer chunk size in MiB");
   app.add_option("--rate-gbps", rate_gbps, "cap H2D/D2H at this rate (0 = uncapped)");
   app.add_option("--kv-context", kv_context, "initial KV-cache context in tokens (0 = no KV cache)");
@@ -108,7 +111,14 @@ int main(int argc, char** argv) {
     cfg.tokens = tokens;
     cfg.steps = steps;
     cfg.warmup_steps = warmup;
-    cfg.slab_bytes = static_cast<std::size_t>(slab_mib * 1048576.0);
+    if (slab_mib <= 0) {
+      std::vector<std::size_t> sizes;
+      for (const auto& t : layer_tensors(cfg.model)) sizes.push_back(t.rows * t.cols * bytes_per_element(cfg.type));
+      cfg.slab_bytes = suggest_slab_bytes(sizes);
+      slab_mib = static_cast<double>(cfg.slab_bytes) / 1048576.0;
+    } else {
+      cfg.slab_bytes = static_cast<std::size_t>(slab_mib * 1048576.0);
+    }
     cfg.chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
     cfg.kv_context_tokens = kv_context;
     cfg.kv_block_tokens = kv_block;

@@ -84,6 +84,9 @@ struct pager_metrics {
   std::uint64_t prefetch_skipped = 0;   ///< prefetch hints dropped for lack of room.
 
   std::uint64_t evictions = 0;
+  /// Evictions of tensors whose load was still in flight (acquired and released meanwhile),
+  /// ordered after the load on the device instead of waited for on the host. Part of `evictions`.
+  std::uint64_t evictions_in_flight = 0;
   std::uint64_t write_backs = 0;
   std::uint64_t write_back_bytes = 0;
   std::uint64_t compactions = 0;        ///< compaction runs.

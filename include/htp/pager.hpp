@@ -239,8 +239,10 @@ class pager {
   pager_metrics metrics() const;
   /// Starts the pager's counters, fault waits, latency histogram and occupancy mean and peak
   /// afresh (e.g. between warm-up and timed steps), so the next metrics() covers only what came
-  /// after. Tensors and residency are untouched; the transfer engine's counters (`transfers`)
-  /// are not reset. Thread-safe.
+  /// after; the trace (with `trace = true`) starts afresh too. Tensors and residency are
+  /// untouched; the transfer engine's counters (`transfers`) are not reset. Copies in flight
+  /// when it is called count in neither period's samples exactly: call synchronize() first for
+  /// a clean cut. Thread-safe.
   void reset_metrics();
   /// Writes the event trace (Chrome / Perfetto JSON, one track per stream) to `path`.
   /// @throws htp::invalid_argument if tracing is off or the file cannot be written.

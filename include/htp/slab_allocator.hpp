@@ -208,4 +208,15 @@ class slab_allocator {
   std::unique_ptr<state> s_;
 };
 
+/// The slab size (a power of two from `min_slab` to `max_slab`) that wastes the fewest bytes
+/// rounding these tensor sizes: from half a slab a tensor takes whole slabs, below it a size
+/// class. Among sizes within 0.5% of the least waste, the largest (fewer slabs, smaller bitmaps).
+/// E.g. Llama-3.1-8B in bf16 (32, 8 and 112 MiB matrices, 8 KiB norms) gets 8 MiB: 16 MiB slabs
+/// would round each 8 MiB k/v projection up to 16 MiB. Pure function; thread-safe.
+/// @throws htp::invalid_argument if `tensor_bytes` is empty or the bounds are not powers of two
+/// with 64 KiB <= min_slab <= max_slab <= 1 GiB.
+std::size_t suggest_slab_bytes(const std::vector<std::size_t>& tensor_bytes,
+                               std::size_t min_slab = std::size_t{1} << 21,
+                               std::size_t max_slab = std::size_t{64} << 20);
+
 }  // namespace htp

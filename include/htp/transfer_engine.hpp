@@ -220,6 +220,11 @@ class transfer_engine {
 
   /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
   bool is_complete(transfer_ticket t) const;
+  /// True once every chunk of the request is on its stream (or it has finished): a copy issued
+  /// later on the same stream runs after all of it, so the device may be told to order work after
+  /// it without any chunk of it being stuck behind that work. Thread-safe.
+  /// @throws htp::invalid_argument for an unknown ticket.
+  bool fully_issued(transfer_ticket t) const;
   /// The request's state. @throws htp::invalid_argument for an unknown ticket.
   transfer_status status(transfer_ticket t) const;
   /// Submission-to-completion time of a completed request; nullopt otherwise (or once expired).

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <unordered_map>
+#include <unordered_set>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -157,6 +158,16 @@ struct pager::impl {
                                                                            // empty queues erased
   // Release events are recorded outside the lock; two releases recording at once may land on a
   // stream in either order, so neither may then supersede the other (release_n).
+  // Loads of tensors evicted before the load finished (evict_loading): their completions are only
+  // checked for failure.
+  struct detached_load {
+    bool fault_load;  // counts in the fault latency
+    std::chrono::steady_clock::time_point wait_from;  // an acquire's fault wait, or {}
+    std::chrono::steady_clock::time_point started;
+    std::size_t bytes;
+    std::string traced_name;  // with trace = true only
+  };
+  std::unordered_map<std::uint64_t, detached_load> detached_loads;
   std::uint64_t records_started = 0;
   int records_in_progress = 0;
   std::uint64_t release_seq = 0;
@@ -172,6 +183,13 @@ struct pager::impl {
   double hbm_occupancy_integral = 0;  // pct x seconds
   double hbm_peak_pct = 0;
   double host_peak_pct = 0;
+  /// An unpinned tensor whose load is still in flight but whose every chunk is issued, acquired
+  /// and released since the load began: its release events follow the compute stream's wait for
+  /// the load, so they order the next copy into its memory after the load too, on the device.
+  bool can_evict_loading(const detail::tensor_record& t) const;
+  /// Evicts such a tensor without waiting: frees the extent fenced by its release events and
+  /// detaches the load (its completion is then only checked for failure).
+  void evict_loading(std::uint32_t slot);
   latency_histogram fault_latency;
   std::vector<detail::fault_wait_sample> fault_waits;  // since the last reset, at most fault_wait_cap
   std::uint64_t fault_waits_dropped = 0;

@@ -68,6 +68,7 @@ void pager::impl::reset_metrics() {
   counters = pager_metrics{};
   counters.registered_tensors = registered;
   fault_latency.reset();
+  if (trace) trace->clear();
   fault_waits.clear();
   fault_waits_dropped = 0;
   start = last_sample = std::chrono::steady_clock::now();
@@ -193,6 +194,7 @@ std::string to_json(const pager_metrics& m) {
       {"wasted_prefetches", m.wasted_prefetches},
       {"prefetch_skipped", m.prefetch_skipped},
       {"evictions", m.evictions},
+      {"evictions_in_flight", m.evictions_in_flight},
       {"write_backs", m.write_backs},
       {"write_back_bytes", m.write_back_bytes},
       {"compactions", m.compactions},

@@ -4,6 +4,8 @@
 // set (docs/pager.md, "Costs").
 #include "pager/pager_impl.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
@@ -62,7 +64,32 @@ void pager::impl::record_access(std::uint32_t slot) {
 void pager::impl::reap() {
   for (const finished_transfer& done : engine->take_finished()) {
     const auto owner = ticket_slot.find(done.ticket.id);
-    if (owner == ticket_slot.end()) continue;  // not a copy the pager is waiting for any more
+    if (owner == ticket_slot.end()) {  // not a copy the pager is waiting for any more
+      const auto d = detached_loads.find(done.ticket.id);
+      if (d == detached_loads.end()) continue;
+      if (done.status == transfer_status::complete) {  // its metrics, as if still attached
+        if (d->second.fault_load) fault_latency.record(static_cast<std::uint64_t>(done.latency.count()));
+        const auto at = d->second.started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
+        if (trace) {
+          trace->add(detail::trace_track::prefetch, d->second.traced_name,
+                     d->second.fault_load ? "fault" : "late prefetch", d->second.started, at);
+        }
+        if (d->second.wait_from != std::chrono::steady_clock::time_point{}) {
+          record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                0, std::chrono::duration_cast<std::chrono::nanoseconds>(at - d->second.wait_from).count())),
+                            d->second.bytes);
+        }
+      } else {
+        // Its tensor was evicted (released, fenced) before the load finished; the host copy is
+        // authoritative, but the kernels that read it got undefined bytes.
+        ++counters.failed_loads;
+        spdlog::error("htp pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
+                      "kernels ordered after that acquire read undefined bytes",
+                      done.ticket.id);
+      }
+      detached_loads.erase(d);
+      continue;
+    }
     const std::uint32_t slot = owner->second;
     tensor_record& t = tensors[slot];
     const bool ok = done.status == transfer_status::complete;
@@ -356,6 +383,14 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       waits.tickets.push_back(tensors[*victim].ticket);
       return std::nullopt;
     }
+    // The victim's load is still in flight, but it was acquired and released meanwhile (a host
+    // running ahead): its release events order the next copy into its memory after the load, on
+    // the device, so it goes now instead of the host waiting for it.
+    if (victim && can_evict_loading(tensors[*victim])) {
+      evict_loading(*victim);
+      ++counters.oom.evict_clean;
+      continue;
+    }
     // Rung 3: the victim (or, with none, any unpinned tensor) has a copy in flight: wait for it.
     if (victim) {
       waits.tickets.push_back(tensors[*victim].ticket);
@@ -442,6 +477,36 @@ void pager::impl::evict_now(std::uint32_t slot) {
     t.prefetched_unused = false;
   }
   ++counters.evictions;
+  reindex(slot);
+}
+
+namespace {
+pager::impl::detached_load detail_detached(const tensor_record& t) {
+  return {t.fault_load, t.wait_from, t.ticket_start, t.bytes, {}};
+}
+}  // namespace
+
+bool pager::impl::can_evict_loading(const tensor_record& t) const {
+  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load &&
+         t.where == residency::loading && !t.dirty && !t.prefetched_unused && !t.release_events.empty() &&
+         engine->fully_issued(t.ticket);
+}
+
+void pager::impl::evict_loading(std::uint32_t slot) {
+  tensor_record& t = tensors[slot];
+  auto& d = detached_loads.emplace(t.ticket.id, detail_detached(t)).first->second;
+  if (trace) d.traced_name = t.name;
+  set_pending(slot, pending_kind::none);
+  // Every chunk of the load is on the prefetch stream ahead of any later copy there, and each
+  // release event follows the compute stream's wait for the load: a copy into this memory that
+  // waits for them (the fence) starts after the load's last byte.
+  free_hbm(*t.hbm, take_release_events(t));
+  t.hbm.reset();
+  t.where = residency::host;
+  t.wait_from = {};
+  t.fault_load = false;
+  ++counters.evictions;
+  ++counters.evictions_in_flight;
   reindex(slot);
 }
 

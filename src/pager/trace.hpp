@@ -22,6 +22,11 @@ class trace_log {
   void add(trace_track track, std::string name, std::string category, clock::time_point begin,
            clock::time_point end);
   std::size_t size() const;
+  /// Drops every span so far (pager::reset_metrics: the trace covers what the metrics cover).
+  void clear() {
+    std::lock_guard lock(mutex_);
+    spans_.clear();
+  }
   /// The trace as Chrome JSON.
   std::string to_json() const;
 

@@ -3,6 +3,8 @@
 
 #include <htp/detail/check.hpp>
 
+#include "slab/size_classes.hpp"
+
 namespace htp {
 
 slab_allocator::slab_allocator(device& dev, const slab_allocator_config& config)
@@ -171,6 +173,36 @@ std::size_t slab_allocator::rounded_size(std::size_t bytes) const {
               to_string(s_->cfg.t), ")::rounded_size(", bytes, "): must be within [1, ",
               max_request_bytes(), "]");
   return s_->rounded(bytes);
+}
+
+std::size_t suggest_slab_bytes(const std::vector<std::size_t>& tensor_bytes, std::size_t min_slab,
+                               std::size_t max_slab) {
+  const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
+  HTP_EXPECTS(!tensor_bytes.empty(), invalid_argument, "suggest_slab_bytes: no tensor sizes given");
+  HTP_EXPECTS(pow2(min_slab) && pow2(max_slab) && min_slab >= (std::size_t{64} << 10) && min_slab <= max_slab &&
+                  max_slab <= (std::size_t{1} << 30),
+              invalid_argument, "suggest_slab_bytes: bounds ", min_slab, " and ", max_slab,
+              " must be powers of two with 65536 <= min_slab <= max_slab <= 1073741824");
+  std::vector<std::pair<std::size_t, long double>> waste;  // (slab, rounded - requested)
+  long double least = -1;
+  for (std::size_t s = min_slab; s <= max_slab; s *= 2) {
+    const slab::size_classes classes(s);
+    long double w = 0;
+    for (const std::size_t b : tensor_bytes) {
+      if (b == 0) continue;
+      const std::size_t r = b >= s / 2 ? (b + s - 1) / s * s : classes.block_bytes(classes.index_for(b));
+      w += static_cast<long double>(r - b);
+    }
+    waste.emplace_back(s, w);
+    if (least < 0 || w < least) least = w;
+  }
+  long double total = 0;
+  for (const std::size_t b : tensor_bytes) total += static_cast<long double>(b);
+  std::size_t best = min_slab;
+  for (const auto& [s, w] : waste) {
+    if (w <= least + total * 0.005L) best = s;  // ascending: the largest within the tolerance
+  }
+  return best;
 }
 
 }  // namespace htp

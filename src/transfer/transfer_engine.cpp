@@ -337,6 +337,14 @@ std::vector<finished_transfer> transfer_engine::take_finished() {
   return out;
 }
 
+bool transfer_engine::fully_issued(transfer_ticket t) const {
+  std::lock_guard lock(impl_->mutex_);
+  const transfer_status st = impl_->status_locked(t.id);
+  if (st != transfer_status::queued && st != transfer_status::in_flight) return true;
+  const request_ptr& r = impl_->live.at(t.id);
+  return r->issued == r->chunk_count;
+}
+
 bool transfer_engine::is_complete(transfer_ticket t) const {
   const auto s = status(t);
   return s != transfer_status::queued && s != transfer_status::in_flight;

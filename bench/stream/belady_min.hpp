@@ -1,0 +1,17 @@
+// The bytes Belady's MIN moves per step of a cyclic layer sweep: the reference the stream bench
+// holds each policy's page-in bytes and step time against.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace htp::bench {
+
+/// Bytes paged in per cycle, in steady state, when the tensors of `sizes` are accessed in order,
+/// cyclically, through `capacity` bytes of memory evicted by Belady's rule (farthest next use),
+/// with exact byte accounting (no slab rounding, no fragmentation, nothing pinned). For equal sizes
+/// that is the minimum; for unequal sizes the farthest-next-use rule is the reference the issue
+/// names, not a proven minimum (docs/pager.md). 0 when everything fits.
+std::uint64_t belady_bytes_per_cycle(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity);
+
+}  // namespace htp::bench
