@@ -1,4 +1,4 @@
-// Compaction: the allocator plans moves of settled, unpinned tensors; the pager copies them
+// Compaction: the allocator plans moves of unpinned tensors (mutable ones settled); the pager copies them
 // device-to-device at compaction priority on the reduction stream and commits each move once its
 // copy completes (reap). Handles point at the destination at once: an acquire in between makes the
 // compute stream wait for the copy, so nobody reads the destination early and nobody sees the
@@ -43,6 +43,10 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
       hbm->cancel_move(m);
       hbm_bytes_held -= m.to.bytes;
       continue;  // this tensor stays where it is; the others still move
+    }
+    if (!t.release_events.empty()) {  // kernels may still read the source: fence it until done
+      const auto* b = static_cast<const char*>(m.from.ptr);
+      fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
     }
     set_pending(owner.at(m.from.ptr), pending_kind::move, ticket);
     t.ticket_priority = transfer_priority::compaction;

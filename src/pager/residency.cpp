@@ -216,7 +216,13 @@ bool pager::impl::can_evict(const tensor_record& t) const {
          t.where == residency::resident;
 }
 
-bool pager::impl::can_move(tensor_record& t) { return can_evict(t) && settle(t); }
+bool pager::impl::can_move(tensor_record& t) {
+  // A weight whose kernels may still run can move: they only read it, as the move's copy does, and
+  // the source is fenced by their release events until they are done (start_compaction). A mutable
+  // tensor moves only once its kernels have finished writing it.
+  const bool settled = settle(t);
+  return can_evict(t) && (settled || t.kind == tensor_kind::weight);
+}
 
 std::uint64_t pager::impl::eviction_rank(std::uint32_t slot) const {
   const auto& t = tensors[slot];
@@ -366,6 +372,15 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       waits.compacted = true;
       add_move_waits();
       return std::nullopt;
+    }
+    // A compaction (a background one) is moving tensors now: its result may be the extent this
+    // request needs; wait for it rather than evict what the layout change would have made room for.
+    if (allow_compaction && moves_in_flight > 0 && fragmented) {
+      add_move_waits();
+      if (!waits.empty()) {
+        ++counters.oom.wait_in_flight;
+        return std::nullopt;
+      }
     }
     // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight. The
     // victim is chosen among every unpinned tensor holding HBM, whatever its state, so that a host

@@ -6,10 +6,10 @@
 namespace htp {
 
 request* transfer_engine::impl::pick(lane& l) {
-  std::uint64_t oldest = std::numeric_limits<std::uint64_t>::max();
-  for (const auto& q : l.queues) {
-    for (const auto& r : q) oldest = std::min(oldest, r->id);
-  }
+  // The oldest queued request is issued even if its fences have not completed (the deadlock-free
+  // issue rule); the others wait for theirs. Found in O(1), not by a scan of every queued request.
+  const std::uint64_t oldest =
+      l.queued_ids.empty() ? std::numeric_limits<std::uint64_t>::max() : *l.queued_ids.begin();
   for (auto& q : l.queues) {
     for (auto& r : q) {
       if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
@@ -34,6 +34,7 @@ void transfer_engine::impl::remove_from_queue(lane& l, const request_ptr& r) {
   for (auto it = q.begin(); it != q.end(); ++it) {
     if (*it == r) {
       q.erase(it);
+      l.queued_ids.erase(r->id);
       return;
     }
   }

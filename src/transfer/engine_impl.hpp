@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <limits>
 #include <deque>
+#include <set>
 #include <map>
 #include <mutex>
 #include <string>
@@ -83,6 +84,7 @@ struct lane {
   stream stream_;
   token_bucket bucket;  // the host link direction of this lane (D2D chunks take no tokens)
   std::array<std::deque<request_ptr>, transfer_priority_count> queues;
+  std::set<std::uint64_t> queued_ids;  // ids of every queued request: the oldest in O(log n)
   std::deque<in_flight_chunk> in_flight;
   std::vector<event> events;
   std::vector<event_ref> free_events;

@@ -97,6 +97,7 @@ transfer_engine::impl::~impl() {
         for (auto& r : q) {
           if (r->issued == 0 && !r->failed) {
             dev.write_value(r->word.word, r->word.generation);
+            l->queued_ids.erase(r->id);
             finish_locked(r, transfer_status::cancelled);
           } else {
             keep.push_back(r);
@@ -227,6 +228,7 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   ++impl_->classes[pi].submitted;
   lane& l = impl_->lane_of(direction);
   l.queues[pi].push_back(r);
+  l.queued_ids.insert(r->id);
   l.dispatch_cv.notify_one();
   return transfer_ticket{r->id};
 }
@@ -256,6 +258,7 @@ bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priori
   r->priority = priority;
   ++impl_->classes[static_cast<std::size_t>(priority)].submitted;
   l.queues[static_cast<std::size_t>(priority)].push_back(r);
+  l.queued_ids.insert(r->id);
   l.dispatch_cv.notify_one();
   return true;
 }
