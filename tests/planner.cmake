@@ -21,6 +21,9 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
   target_compile_definitions(test_model_shapes PRIVATE
     HTP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 
+  htp_add_test(test_belady_min belady_min_test.cpp)
+  target_link_libraries(test_belady_min PRIVATE htp_bench_model)
+
   htp_add_test(test_planner planner_test.cpp)
   target_link_libraries(test_planner PRIVATE htp_bench_planner)
   target_compile_definitions(test_planner PRIVATE

@@ -319,7 +319,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   if (cfg.model.experts <= 1 && cfg.kv_context_tokens <= 0) {
     std::vector<std::uint64_t> sizes;
     for (auto h : sched) sizes.push_back(p.info(h).bytes);
-    r.min_bytes_per_step = static_cast<double>(belady_bytes_per_cycle(sizes, pc.hbm_budget_bytes));
+    r.min_bytes_per_step = belady_bytes_per_cycle(sizes, pc.hbm_budget_bytes);
   } else {
     r.min_bytes_per_step = -1;
   }
