@@ -2,6 +2,7 @@
 #include "pager_fixture.hpp"
 
 #include <cstring>
+#include <future>
 #include <string>
 
 namespace htp::test {
@@ -404,6 +405,54 @@ TEST_F(pager_test, teardown_returns_every_byte_to_the_device) {
     }
   }
   EXPECT_EQ(dev->memory().free_bytes, before);
+}
+
+
+// Never block on a victim: a tensor acquired and released while its load is still in flight (the
+// host ran ahead) is evicted at once for the next fault, the reuse of its memory ordered on the
+// device after the load. With the load only partly issued (one chunk in flight), the next copy is
+// held by the engine until the load is fully issued, else the device would deadlock: the copy's
+// wait for the release event would sit on the prefetch stream ahead of the load's last chunks.
+TEST(pager, a_victim_whose_load_is_in_flight_is_evicted_without_the_host_waiting) {
+  auto dev = small_sim_device();
+  auto c = small_pager_config(4);
+  c.max_in_flight_chunks = 1;  // the load of a stays partly issued while the gate is closed
+  c.auto_compact = false;
+  pager p(*dev, c);
+  stream compute(*dev);
+  const auto a_bytes = payload(3 * slab, 1);
+  const auto b_bytes = payload(3 * slab, 2);
+  const auto a = p.register_tensor("a", a_bytes.size(), tensor_kind::weight, a_bytes.data());
+  const auto b = p.register_tensor("b", b_bytes.size(), tensor_kind::weight, b_bytes.data());
+  checksum_slot slot_a(*dev), slot_b(*dev);
+  gate hold_copies;
+  hold_copies.hold(*dev, p.engine().prefetch_stream());
+  const device_span sa = p.acquire(a, compute);  // a's load: queued behind the gate
+  dev->checksum_async(sa.data, sa.bytes, slot_a.value, compute);
+  p.release(a, compute);
+  ASSERT_EQ(p.info(a).where, residency::loading);
+  // Only one of a and b fits: b's fault must evict a, whose load has not even started.
+  auto fault = std::async(std::launch::async, [&] { return p.acquire(b, compute); });
+  const bool returned = fault.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ASSERT_TRUE(returned) << "the fault waited on the host for the victim's load";
+  const device_span sb = fault.get();
+  EXPECT_EQ(p.info(a).where, residency::host);
+  dev->checksum_async(sb.data, sb.bytes, slot_b.value, compute);
+  p.release(b, compute);
+  hold_copies.open();
+  auto drained = std::async(std::launch::async, [&] { compute.synchronize(); });
+  ASSERT_EQ(drained.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "device deadlock";
+  p.synchronize();
+  EXPECT_EQ(*slot_a.value, checksum(a_bytes.data(), a_bytes.size())) << "a's kernel read a's bytes";
+  EXPECT_EQ(*slot_b.value, checksum(b_bytes.data(), b_bytes.size())) << "b landed after a was read";
+  const auto m = p.metrics();
+  EXPECT_EQ(m.evictions_in_flight, 1u);
+  EXPECT_EQ(m.host_blocked_ns, 0u);
+  EXPECT_EQ(m.oom.wait_in_flight, 0u);
+  EXPECT_EQ(m.failed_loads, 0u);
+  EXPECT_EQ(m.fault_latency.count, 2u) << "the detached load still counts";
+  // a comes back intact.
+  EXPECT_EQ(device_checksum(p, *dev, a, compute, slot_a), checksum(a_bytes.data(), a_bytes.size()));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ inline constexpr std::size_t sample_bytes = 4096;
 class layer_compute {
  public:
   virtual ~layer_compute() = default;
-  /// Queues the layer's work on `s`, reading every weight. Returns at once.
+  /// Queues the work that reads `weights` on `s` (a layer, or one weight of it). Returns at once.
   virtual void run_layer(const std::vector<weight_view>& weights, int tokens, stream_ref s) = 0;
   /// Device time spent in run_layer work since the last call (ms), and resets. Call only after
   /// the stream has been synchronized.

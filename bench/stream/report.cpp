@@ -37,7 +37,7 @@ void print_table(const std::vector<policy_result>& results, const std::string& b
               "bytes being usable, late prefetches included, steady state, exact quantiles; ms/64MiB: total wait / "
               "total bytes x 64 MiB; x floor: p50 of wait / (bytes / link peak); faults: faults + late prefetches; "
               "stall: compute-stream time waiting on htp per step (device-measured); hostblk: host time blocked in "
-              "acquire / step; xMIN: bytes paged in / Belady's MIN; xbound: step p50 / max(compute, MIN / link "
+              "acquire / step; xMIN: bytes paged in / MIN (Belady's rule for equal sizes; for unequal ones the lower bound total - capacity, so xMIN is an upper bound on the true ratio); xbound: step p50 / max(compute, MIN / link "
               "peak); speed-up: on-demand p50 / policy p50)\n",
               budget_ms);
 }
@@ -68,7 +68,8 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
       {"compute_stall_ms_per_step", r.stall_ms_per_step},
       {"host_blocked_share", r.host_blocked_share},
       {"bytes_per_step", r.bytes_per_step},
-      {"belady_min_bytes_per_step", r.min_bytes_per_step},
+      {"min_bytes_per_step", r.min_bytes_per_step},
+      {"belady_bytes_per_step", r.belady_bytes_per_step},
       {"bytes_over_min", r.min_bytes_per_step > 0 ? r.bytes_per_step / r.min_bytes_per_step : 0},
       {"bound_ms", r.bound_ms},
       {"step_over_bound", r.bound_ms > 0 ? r.step.p50 / r.bound_ms : 0},

@@ -67,7 +67,9 @@ struct policy_result {
   fault_wait_summary fault_wait;  ///< the mission's number: acquire call to bytes usable (exact)
   double stall_ms_per_step = 0;   ///< compute stream waiting on htp, measured on the device
   double host_blocked_share = 0;  ///< host time blocked in acquire / step wall time
-  double min_bytes_per_step = 0;  ///< bytes Belady's MIN moves per step (dense schedule; -1 n/a)
+  double min_bytes_per_step = 0;  ///< MIN's bytes per step, or a lower bound on them (unequal
+                                  ///< sizes: total - capacity); -1 n/a (MoE routing, KV growth)
+  double belady_bytes_per_step = 0;  ///< the farthest-next-use rule simulated (exact bytes)
   double bytes_per_step = 0;      ///< bytes paged in per timed step
   double bound_ms = 0;            ///< max(compute, MIN bytes / link peak)
   std::uint64_t faults = 0;     ///< in the timed steps

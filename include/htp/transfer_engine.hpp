@@ -187,6 +187,15 @@ class transfer_engine {
   /// must not be re-recorded or destroyed until the request has finished.
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority, std::vector<event_ref> after);
+  /// As above, and the request's first chunk is not issued before every request in
+  /// `after_issued` has all its chunks on its stream (or has finished). For a copy whose `after`
+  /// events themselves wait, on the device, for one of those requests (a kernel's release event
+  /// after a wait on a load): on one stream the wait would otherwise sit ahead of chunks it waits
+  /// for. Held back on the host by the dispatcher only; the caller never blocks. Each ticket in
+  /// `after_issued` must be older than this request (it is, when returned by this engine before).
+  transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                         transfer_priority priority, std::vector<event_ref> after,
+                         std::vector<transfer_ticket> after_issued);
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.

@@ -183,12 +183,12 @@ struct pager::impl {
   double hbm_occupancy_integral = 0;  // pct x seconds
   double hbm_peak_pct = 0;
   double host_peak_pct = 0;
-  /// An unpinned tensor whose load is still in flight but whose every chunk is issued, acquired
-  /// and released since the load began: its release events follow the compute stream's wait for
-  /// the load, so they order the next copy into its memory after the load too, on the device.
+  /// An unpinned tensor whose load is still in flight, acquired and released since the load began:
+  /// its release events follow the compute stream's wait for the load, so they order the next
+  /// copy into its memory after the load too, on the device.
   bool can_evict_loading(const detail::tensor_record& t) const;
-  /// Evicts such a tensor without waiting: frees the extent fenced by its release events and
-  /// detaches the load (its completion is then only checked for failure).
+  /// Evicts such a tensor without waiting: frees the extent fenced by its release events and the
+  /// load (fence::loads), and detaches the load (its completion then only feeds the metrics).
   void evict_loading(std::uint32_t slot);
   latency_histogram fault_latency;
   std::vector<detail::fault_wait_sample> fault_waits;  // since the last reset, at most fault_wait_cap
@@ -283,9 +283,12 @@ struct pager::impl {
                                  const std::function<void(const detail::tensor_record&)>& check);
   /// Returns HBM memory to the allocator (poisoned in checked mode). `readers`: release events of
   /// kernels that may still read it (held; the fence now holds them); the next user waits on them.
-  void free_hbm(const extent& e, std::vector<event_ref> readers = {});
+  /// `loads`: in-flight loads into `e` the readers' events wait for (fence::loads).
+  void free_hbm(const extent& e, std::vector<event_ref> readers = {}, std::vector<transfer_ticket> loads = {});
   /// The fence events the next user of `e` must wait on, and registers `user` as waiting on them.
   std::vector<event_ref> fence_events(const extent& e) const;
+  /// Loads that must be fully issued before a copy into `e` (fence::loads).
+  std::vector<transfer_ticket> fence_loads(const extent& e) const;
   void add_fence_user(const extent& e, transfer_ticket user);
   /// Drops fences whose events completed and whose users finished; releases their events.
   void drop_fences();

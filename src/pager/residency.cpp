@@ -256,8 +256,11 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
 }
 
 std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot) const {
+  // Evictable now without the host waiting: resident and idle, or released while its load is in
+  // flight (evict_loading orders the reuse on the device).
   const auto is_clean_evictable = [&](std::uint32_t s) {
-    return victims.key_of(s).group == victim_group::clean && can_evict(tensors[s]);
+    return victims.key_of(s).group == victim_group::clean &&
+           (can_evict(tensors[s]) || can_evict_loading(tensors[s]));
   };
   if (!belady()) {
     // LRU: the least recently used clean tensor outside the lookahead window.
@@ -361,7 +364,11 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       if (fragmented) return std::nullopt;
       const auto victim = prefetch_victim(for_slot);
       if (!victim) return std::nullopt;
-      evict_now(*victim);
+      if (can_evict(tensors[*victim])) {
+        evict_now(*victim);
+      } else {
+        evict_loading(*victim);
+      }
       continue;
     }
     // Enough free bytes in total but no extent for them (fragmentation): compacting moves bytes
@@ -440,7 +447,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   transfer_ticket ticket;
   try {
     ticket = engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
-                            priority, std::move(after));
+                            priority, std::move(after), fence_loads(where));
   } catch (...) {
     free_hbm(where);
     throw;
@@ -503,19 +510,20 @@ pager::impl::detached_load detail_detached(const tensor_record& t) {
 
 bool pager::impl::can_evict_loading(const tensor_record& t) const {
   return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load &&
-         t.where == residency::loading && !t.dirty && !t.prefetched_unused && !t.release_events.empty() &&
-         engine->fully_issued(t.ticket);
+         t.where == residency::loading && !t.dirty && !t.prefetched_unused && !t.release_events.empty();
 }
 
 void pager::impl::evict_loading(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
+  const transfer_ticket load = t.ticket;
   auto& d = detached_loads.emplace(t.ticket.id, detail_detached(t)).first->second;
   if (trace) d.traced_name = t.name;
   set_pending(slot, pending_kind::none);
-  // Every chunk of the load is on the prefetch stream ahead of any later copy there, and each
-  // release event follows the compute stream's wait for the load: a copy into this memory that
-  // waits for them (the fence) starts after the load's last byte.
-  free_hbm(*t.hbm, take_release_events(t));
+  // Each release event follows the compute stream's wait for the load: a copy into this memory
+  // that waits for them (the fence) starts after the load's last byte. The fence also names the
+  // load, so that copy is not issued before every chunk of the load is on its stream (else its
+  // wait could sit ahead of them on the prefetch stream: a device deadlock).
+  free_hbm(*t.hbm, take_release_events(t), {load});
   t.hbm.reset();
   t.where = residency::host;
   t.wait_from = {};
@@ -608,7 +616,7 @@ void pager::impl::throw_copy_failed(const std::string& what, const std::string& 
                    "a copy the pager waited for failed on the device: " + why);
 }
 
-void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
+void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers, std::vector<transfer_ticket> loads) {
   if (config.checked) {
     // Poison after the last reader, so a stale read fails its checksum instead of passing by luck.
     // Best effort: a (non-sticky) failure to queue the poison leaves the bytes as they are, which
@@ -624,7 +632,7 @@ void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
   }
   if (!readers.empty()) {
     const auto* b = static_cast<const char*>(e.ptr);
-    fences.add(b, b + hbm->rounded_size(e.bytes), std::move(readers));
+    fences.add(b, b + hbm->rounded_size(e.bytes), std::move(readers), {}, std::move(loads));
   }
   hbm->deallocate(e.ptr, e.bytes);
   hbm_bytes_held -= e.bytes;
@@ -635,6 +643,13 @@ std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
   std::vector<event_ref> out;
   const auto* b = static_cast<const char*>(e.ptr);
   fences.events_over(b, b + e.bytes, out);
+  return out;
+}
+
+std::vector<transfer_ticket> pager::impl::fence_loads(const extent& e) const {
+  std::vector<transfer_ticket> out;
+  const auto* b = static_cast<const char*>(e.ptr);
+  fences.loads_over(b, b + e.bytes, out);
   return out;
 }
 

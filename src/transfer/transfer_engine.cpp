@@ -197,6 +197,13 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
 transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
                                         copy_direction direction, transfer_priority priority,
                                         std::vector<event_ref> after) {
+  return submit(dst, src, bytes, direction, priority, std::move(after), {});
+}
+
+transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
+                                        copy_direction direction, transfer_priority priority,
+                                        std::vector<event_ref> after,
+                                        std::vector<transfer_ticket> after_issued) {
   HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "transfer_engine::submit(", dst,
               ", ", src, ", ", bytes, "): source and destination must be non-null");
   HTP_EXPECTS(bytes > 0, invalid_argument,
@@ -221,6 +228,11 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   r->after = std::move(after);
   std::lock_guard lock(impl_->mutex_);
   HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit during destruction");
+  for (const transfer_ticket t : after_issued) {
+    HTP_EXPECTS(t.id != 0 && t.id < impl_->next_id, invalid_argument, "transfer_engine::submit: after_issued ticket ",
+                t.id, " was not returned by this engine");
+    if (impl_->live.count(t.id) != 0) r->after_issued.push_back(t.id);  // finished ones need nothing
+  }
   r->word = impl_->words.acquire();
   r->id = impl_->next_id++;
   r->submit_ns = now_ns();
