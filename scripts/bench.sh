@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main benchmark on a sensible default: htp-stream-bench on the GPU when one is present,
 # otherwise on the sim backend (Llama-3.1-8B, 8 layers of the real shape, about a minute on a
-# 2-core machine). Installs what is missing, builds (Release), runs, and plots. Extra arguments go
+# 2-core machine per budget; with no arguments it sweeps budgets of 30, 50 and 75% of the weights).
+# Installs what is missing, builds (Release), runs, and plots. Arguments replace the sweep and go
 # to htp-stream-bench (see --help); e.g. scripts/bench.sh --model llama-3.1-70b --hbm-budget 0.3
 # scripts/bench.sh --scale runs the scale benchmarks instead (sim, a few minutes): per-call cost
 # against 10^2..10^6 registered tensors (htp-pager-bench) and a paged KV cache of 100,000 blocks
@@ -22,6 +23,8 @@ if [[ ${1:-} == --scale ]]; then
   echo "JSON in $out"
   exit 0
 fi
+# With no arguments: the HBM budget sweep (30/50/75% of the weights), so the plot has three points.
+if [[ $# -eq 0 ]]; then set -- --sweep 0.3,0.5,0.75 --steps 3; fi
 "$root/build-release/bench/htp-stream-bench" --json "$out/stream.json" --trace "$out/trace.json" "$@"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$root/scripts/plot.py" --bench "$out/stream.json" --trace "$out/trace.json" --out "$out" \

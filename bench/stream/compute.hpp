@@ -45,6 +45,9 @@ class layer_compute {
   virtual void end_stall(stream_ref s) = 0;
   /// Stall time (ms) between the marks since the last call, and resets. Synchronize first.
   virtual double take_stall_ms() = 0;
+  /// Each stall (ms) between a pair of marks since the last take_stall_ms(), in order; read it
+  /// before take_stall_ms(), which clears it. Synchronize first.
+  virtual std::vector<double> stall_samples_ms() const = 0;
   /// Weights whose bytes did not match (sim checksum mode only; 0 elsewhere). Synchronize first.
   virtual std::uint64_t take_mismatches() = 0;
   /// One line saying what the compute is, for the report.

@@ -145,6 +145,16 @@ class cuda_compute final : public layer_compute {
     HTP_CUDA_TRY(cudaEventRecord(end, static_cast<cudaStream_t>(s.native)));
     stalls_.emplace_back(stall_begin_, end);
   }
+  std::vector<double> stall_samples_ms() const override {
+    std::vector<double> out;
+    for (const auto& [a, b] : stalls_) {
+      float ms = 0;
+      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+      out.push_back(ms);
+    }
+    return out;
+  }
+
   double take_stall_ms() override {
     double total = 0;
     for (auto& [a, b] : stalls_) {

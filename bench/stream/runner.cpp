@@ -213,6 +213,8 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   const int total_steps = cfg.warmup_steps + cfg.steps;
   std::vector<double> compute_ms, transfer_ms, overlap;
   double stall_ms = 0;
+  std::vector<double> stalls;  // acquires that stalled the compute stream, ms each
+  constexpr double stalled_ms = 0.01;  // below this the marks' own cost, not a wait
   pager_metrics m0{};
   for (int step = 0; step < total_steps; ++step) {
     if (step == cfg.warmup_steps) {  // steady state from here: the metrics start afresh
@@ -279,6 +281,9 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
     if (step >= cfg.warmup_steps) {
       p.synchronize();
       const double c = compute.take_compute_ms();
+      for (double x : compute.stall_samples_ms()) {
+        if (x >= stalled_ms) stalls.push_back(x);
+      }
       stall_ms += compute.take_stall_ms();
       const double x = static_cast<double>(p.engine().metrics().h2d.busy_ns - busy0) / 1e6;
       r.step_ms.push_back(ms);
@@ -299,7 +304,8 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   r.faults = m1.faults - m0.faults;
   double timed_ms = 0;
   for (double x : r.step_ms) timed_ms += x;
-  r.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(r.faults) / timed_ms : 0;
+  // Late prefetches count as faults (they wait, with what remained of their load).
+  r.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(r.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms : 0;
   r.page_ins = m1.page_ins - m0.page_ins;
   r.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
   r.prefetches = m1.prefetches - m0.prefetches;
@@ -320,6 +326,8 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
                            : 0;
   r.fault_wait = m1.fault_wait;
   r.stall_ms_per_step = r.step_ms.empty() ? 0 : stall_ms / static_cast<double>(r.step_ms.size());
+  r.stalled_acquires = stalls.size();
+  r.stall = summarize(stalls);
   r.host_blocked_share = timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
   r.bytes_per_step = r.step_ms.empty() ? 0 : static_cast<double>(r.page_in_bytes) / static_cast<double>(r.step_ms.size());
   // Belady's MIN for this budget: dense weights in schedule order (MoE routing and a growing KV

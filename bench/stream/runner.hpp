@@ -66,6 +66,9 @@ struct policy_result {
   summary_ms fault;             ///< a fault's copy alone: submission to bytes in HBM (histogram)
   fault_wait_summary fault_wait;  ///< the mission's number: acquire call to bytes usable (exact)
   double stall_ms_per_step = 0;   ///< compute stream waiting on htp, measured on the device
+  std::uint64_t stalled_acquires = 0;  ///< acquires the compute stream waited >= 10 us for
+  summary_ms stall;               ///< their device-side waits: when the stream needed the bytes to
+                                  ///< when they were usable (exact quantiles)
   double host_blocked_share = 0;  ///< host time blocked in acquire / step wall time
   double min_bytes_per_step = 0;  ///< MIN's bytes per step, or a lower bound on them (unequal
                                   ///< sizes: total - capacity); -1 n/a (MoE routing, KV growth)
@@ -73,7 +76,7 @@ struct policy_result {
   double bytes_per_step = 0;      ///< bytes paged in per timed step
   double bound_ms = 0;            ///< max(compute, MIN bytes / link peak)
   std::uint64_t faults = 0;     ///< in the timed steps
-  double fault_rate_per_ms = 0; ///< faults / timed milliseconds
+  double fault_rate_per_ms = 0; ///< (faults + late prefetches) / timed milliseconds
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
                 late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;

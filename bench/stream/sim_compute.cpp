@@ -60,13 +60,23 @@ class sim_compute final : public layer_compute {
   void end_stall(stream_ref s) override {
     dev_.launch_host_func(
         [this] {
-          stall_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                      std::chrono::steady_clock::now() - stall_from_)
-                                                      .count());
+          const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - stall_from_).count();
+          stall_ns_ += static_cast<std::uint64_t>(ns);
+          std::lock_guard lock(samples_mutex_);
+          samples_.push_back(static_cast<double>(ns) / 1e6);
         },
         s);
   }
-  double take_stall_ms() override { return static_cast<double>(stall_ns_.exchange(0)) / 1e6; }
+  double take_stall_ms() override {
+    std::lock_guard lock(samples_mutex_);
+    samples_.clear();
+    return static_cast<double>(stall_ns_.exchange(0)) / 1e6;
+  }
+  std::vector<double> stall_samples_ms() const override {
+    std::lock_guard lock(samples_mutex_);
+    return samples_;
+  }
   std::uint64_t take_mismatches() override { return mismatches_.exchange(0); }
 
   std::string description() const override {
@@ -84,6 +94,8 @@ class sim_compute final : public layer_compute {
   double gbps_;
   std::atomic<std::uint64_t> compute_ns_{0};
   std::atomic<std::uint64_t> stall_ns_{0};
+  mutable std::mutex samples_mutex_;
+  std::vector<double> samples_;  // per pair of marks
   std::chrono::steady_clock::time_point stall_from_;  // written and read by the stream's thread
   std::atomic<std::uint64_t> mismatches_{0};
 };
