@@ -14,7 +14,8 @@ using detail::pending_kind;
 using detail::tensor_record;
 
 void pager::impl::count_outcome(acquire_outcome o, int sign) {
-  const auto add = [&](std::uint64_t& c) { c = sign > 0 ? c + 1 : c - 1; };
+  // Taking back never wraps: reset_metrics() may have run between the acquire and its failure.
+  const auto add = [&](std::uint64_t& c) { c = sign > 0 ? c + 1 : (c > 0 ? c - 1 : 0); };
   switch (o) {
     case acquire_outcome::hit: add(counters.hits); break;
     case acquire_outcome::prefetch_hit: add(counters.hits); add(counters.prefetch_hits); break;
@@ -169,7 +170,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     if (outcomes[i] == acquire_outcome::fault || outcomes[i] == acquire_outcome::late_prefetch) {
       if (t.pending == pending_kind::load) {
         if (t.wait_from == std::chrono::steady_clock::time_point{}) t.wait_from = called;  // reap records it
-      } else {  // arrived while this call waited on the lock or the ladder
+      } else if (!t.load_failed && t.loaded_at >= called) {  // arrived while this call waited
         record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
                               0, std::chrono::duration_cast<std::chrono::nanoseconds>(t.loaded_at - called).count())),
                           t.bytes);
@@ -251,8 +252,8 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
   --records_in_progress;
   // Nobody recorded concurrently: this event is the latest on `compute` of every release so far.
   const bool ordered = alone_at_start && records_started == my_record;
-  reap();
   try {
+    reap();
     check();  // a concurrent release of the same pins (a caller's double release) shows here
   } catch (...) {
     events.release(e);

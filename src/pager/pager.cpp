@@ -461,6 +461,7 @@ void pager::synchronize() {
     p.reap();
     detail::wait_set w;
     for (std::uint32_t s : p.in_flight) w.tickets.push_back(p.tensors[s].ticket);
+    for (const auto& [id, d] : p.detached_loads) w.tickets.push_back(transfer_ticket{id});
     if (w.empty()) return;
     p.wait_for(lock, w);
   }
@@ -484,10 +485,16 @@ void pager::reset_metrics() {
 
 pager_metrics pager::metrics() const {
   auto& p = *impl_;
-  std::lock_guard lock(p.mutex);
+  std::unique_lock lock(p.mutex);
   p.reap();
   p.sample_occupancy();
-  return p.snapshot();
+  pager_metrics m = p.snapshot();
+  const std::vector<detail::fault_wait_sample> samples = p.fault_waits;  // copied; sorted unlocked
+  const std::uint64_t dropped = p.fault_waits_dropped;
+  const double peak = static_cast<double>(p.engine->link_peak(copy_direction::host_to_device));
+  lock.unlock();
+  m.fault_wait = impl::summarize_fault_waits(samples, dropped, peak);
+  return m;
 }
 
 void pager::write_trace(const std::string& path) const {

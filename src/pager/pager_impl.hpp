@@ -69,6 +69,8 @@ struct tensor_record {
   bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
                                // last release, which frees the extent and reports the failure
   bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
+  std::uint16_t detached_load_count = 0;  // loads still reading its host copy after it was evicted
+                                     // (evict_loading); unregister and copy_to_host wait for them
   bool access_counted = false; // the current run of overlapping pins was counted as an access of
                                // the schedule (cleared when pins drop to 0)
   tensor_kind kind = tensor_kind::weight;
@@ -165,6 +167,8 @@ struct pager::impl {
     std::chrono::steady_clock::time_point wait_from;  // an acquire's fault wait, or {}
     std::chrono::steady_clock::time_point started;
     std::size_t bytes;
+    std::uint32_t slot;        // the tensor it was loading, while that registration lives
+    std::uint32_t generation;
     std::string traced_name;  // with trace = true only
   };
   std::unordered_map<std::uint64_t, detached_load> detached_loads;
@@ -196,7 +200,9 @@ struct pager::impl {
   static constexpr std::size_t fault_wait_cap = std::size_t{1} << 20;
   /// Records one fault wait of `bytes`, `ns` long.
   void record_fault_wait(std::uint64_t ns, std::size_t bytes);
-  fault_wait_summary fault_wait_stats() const;
+  /// Exact quantiles of `samples` (any thread, no lock needed); `peak` = H2D link bytes/s.
+  static fault_wait_summary summarize_fault_waits(const std::vector<detail::fault_wait_sample>& samples,
+                                                  std::uint64_t dropped, double peak);
   void reset_metrics();
   pager_metrics counters;  // the plain counters; occupancy and transfers filled at snapshot
 

@@ -27,15 +27,15 @@ void pager::impl::record_fault_wait(std::uint64_t ns, std::size_t bytes) {
   fault_waits.push_back({ns, bytes});
 }
 
-fault_wait_summary pager::impl::fault_wait_stats() const {
+fault_wait_summary pager::impl::summarize_fault_waits(const std::vector<detail::fault_wait_sample>& fault_waits,
+                                                      std::uint64_t dropped, double peak) {
   fault_wait_summary s;
   s.count = fault_waits.size();
-  s.dropped = fault_waits_dropped;
+  s.dropped = dropped;
   if (fault_waits.empty()) return s;
   std::vector<double> ms, floor_multiple;
   ms.reserve(fault_waits.size());
   floor_multiple.reserve(fault_waits.size());
-  const double peak = static_cast<double>(engine->link_peak(copy_direction::host_to_device));
   double total_ms = 0;
   for (const auto& w : fault_waits) {
     const double x = static_cast<double>(w.ns) / 1e6;
@@ -107,7 +107,7 @@ pager_metrics pager::impl::snapshot() const {
   m.events_created = events.created();
   m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
   m.fault_latency = fault_latency.summary();
-  m.fault_wait = fault_wait_stats();
+  // fault_wait: filled by pager::metrics() outside the lock (sorting 2^20 samples takes a while).
   m.transfers = engine->metrics();
   return m;
 }

@@ -67,6 +67,7 @@ void pager::impl::reap() {
     if (owner == ticket_slot.end()) {  // not a copy the pager is waiting for any more
       const auto d = detached_loads.find(done.ticket.id);
       if (d == detached_loads.end()) continue;
+      if (tensors[d->second.slot].generation == d->second.generation) --tensors[d->second.slot].detached_load_count;
       if (done.status == transfer_status::complete) {  // its metrics, as if still attached
         if (d->second.fault_load) fault_latency.record(static_cast<std::uint64_t>(done.latency.count()));
         const auto at = d->second.started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
@@ -504,7 +505,7 @@ void pager::impl::evict_now(std::uint32_t slot) {
 
 namespace {
 pager::impl::detached_load detail_detached(const tensor_record& t) {
-  return {t.fault_load, t.wait_from, t.ticket_start, t.bytes, {}};
+  return {t.fault_load, t.wait_from, t.ticket_start, t.bytes, 0, t.generation, {}};
 }
 }  // namespace
 
@@ -517,6 +518,8 @@ void pager::impl::evict_loading(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
   const transfer_ticket load = t.ticket;
   auto& d = detached_loads.emplace(t.ticket.id, detail_detached(t)).first->second;
+  d.slot = slot;
+  ++t.detached_load_count;  // its host bytes are still being read: unregistering waits (quiesce)
   if (trace) d.traced_name = t.name;
   set_pending(slot, pending_kind::none);
   // Each release event follows the compute stream's wait for the load: a copy into this memory
@@ -577,6 +580,11 @@ tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_h
     check(t);
     detail::wait_set w;
     if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
+    if (t.detached_load_count > 0) {  // rare: loads of it detached by evict_loading still run
+      for (const auto& [id, d] : detached_loads) {
+        if (d.slot == h.index && d.generation == t.generation) w.tickets.push_back(transfer_ticket{id});
+      }
+    }
     if (!settle(t)) {
       for (const auto& r : t.release_events) w.events.push_back(r.event);
     }
