@@ -155,29 +155,11 @@ class cuda_compute final : public layer_compute {
     return out;
   }
 
-  double take_stall_ms() override {
-    double total = 0;
-    for (auto& [a, b] : stalls_) {
-      float ms = 0;
-      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
-      total += ms;
-      release_pair(a, b);
-    }
-    stalls_.clear();
-    return total;
-  }
+  double take_stall_ms() override { return take_elapsed(stalls_); }
 
   double take_compute_ms() override {
     verify_.harvest();  // the stream has been synchronized (the contract of this call)
-    double total = 0;
-    for (auto& [a, b] : timings_) {
-      float ms = 0;
-      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
-      total += ms;
-      release_pair(a, b);
-    }
-    timings_.clear();
-    return total;
+    return take_elapsed(timings_);
   }
 
   std::uint64_t take_mismatches() override {
@@ -222,6 +204,19 @@ class cuda_compute final : public layer_compute {
     }
     dev_.synchronize(s);
     dev_.deallocate(memory_kind::device, w, w_bytes);
+  }
+
+  /// Sum of the (start, stop) pairs' elapsed times in ms; recycles the events and clears `pairs`.
+  double take_elapsed(std::vector<std::pair<cudaEvent_t, cudaEvent_t>>& pairs) {
+    double total = 0;
+    for (auto& [a, b] : pairs) {
+      float ms = 0;
+      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+      total += ms;
+      release_pair(a, b);
+    }
+    pairs.clear();
+    return total;
   }
 
   cudaEvent_t take_event() {

@@ -4,6 +4,8 @@
 
 #include <htp/detail/check.hpp>
 
+#include "transfer/link_checks.hpp"
+
 #include <cstring>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -46,17 +48,8 @@ void validate(const pager_config& c) {
               c.latency_budget.count(), " ms; it must be positive, e.g. 200 ms");
   HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument, "pager_config.max_in_flight_chunks is ",
               c.max_in_flight_chunks, "; at least 1 chunk per direction must be in flight (3 is the default)");
-  for (const auto* l : {&c.h2d, &c.d2h}) {
-    const char* name = l == &c.h2d ? "h2d" : "d2h";
-    HTP_EXPECTS(!l->rate_bytes_per_second || *l->rate_bytes_per_second > 0, invalid_argument,
-                "pager_config.", name, ".rate_bytes_per_second is 0: that would never move a byte; "
-                "leave it unset for 80% of the calibrated link, or set a positive cap");
-    HTP_EXPECTS(!l->link_bytes_per_second || *l->link_bytes_per_second > 0, invalid_argument,
-                "pager_config.", name, ".link_bytes_per_second is 0; leave it unset to calibrate");
-    HTP_EXPECTS(l->burst_bytes == 0 || l->burst_bytes >= c.chunk_bytes, invalid_argument, "pager_config.",
-                name, ".burst_bytes is ", l->burst_bytes, "; it must be 0 (two chunks) or at least "
-                "pager_config.chunk_bytes (", c.chunk_bytes, ")");
-  }
+  detail::check_link_config(c.h2d, "pager_config.h2d", c.chunk_bytes, "pager_config.chunk_bytes");
+  detail::check_link_config(c.d2h, "pager_config.d2h", c.chunk_bytes, "pager_config.chunk_bytes");
 }
 
 std::vector<memory_region> regions_of(slab_allocator& a) {

@@ -1,6 +1,7 @@
 // The transfer engine: request bookkeeping, one dispatcher and one completer thread per stream.
 // See Note [Transfer engine] in include/htp/transfer_engine.hpp.
 #include "transfer/engine_impl.hpp"
+#include "transfer/link_checks.hpp"
 
 namespace htp {
 
@@ -46,17 +47,8 @@ void validate(const transfer_config& c) {
               "transfer_config: max_in_flight_chunks must be >= 1");
   HTP_EXPECTS(c.default_cap_fraction > 0 && c.default_cap_fraction <= 1, invalid_argument,
               "transfer_config: default_cap_fraction ", c.default_cap_fraction, " is not in (0, 1]");
-  for (const auto* l : {&c.h2d, &c.d2h}) {
-    const char* name = l == &c.h2d ? "h2d" : "d2h";
-    HTP_EXPECTS(!l->rate_bytes_per_second || *l->rate_bytes_per_second > 0, invalid_argument,
-                "transfer_config.", name, ": a rate of 0 bytes/s would never move a byte; set "
-                "unlimited for no cap");
-    HTP_EXPECTS(!l->link_bytes_per_second || *l->link_bytes_per_second > 0, invalid_argument,
-                "transfer_config.", name, ": a link rate of 0 bytes/s is not a link");
-    HTP_EXPECTS(l->burst_bytes == 0 || l->burst_bytes >= c.chunk_bytes, invalid_argument,
-                "transfer_config.", name, ": burst of ", l->burst_bytes,
-                " bytes cannot hold one chunk of ", c.chunk_bytes, " bytes");
-  }
+  detail::check_link_config(c.h2d, "transfer_config.h2d", c.chunk_bytes, "transfer_config.chunk_bytes");
+  detail::check_link_config(c.d2h, "transfer_config.d2h", c.chunk_bytes, "transfer_config.chunk_bytes");
   HTP_EXPECTS(c.calibration_bytes > 0 && c.calibration_repeats >= 1, invalid_argument,
               "transfer_config: calibration needs bytes > 0 and repeats >= 1");
 }
