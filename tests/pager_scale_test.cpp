@@ -278,10 +278,12 @@ TEST(pager_scale, prefetch_never_adds_page_ins_even_with_unequal_sizes) {
     std::vector<int> sizes(6 + trial % 5);
     for (auto& s : sizes) s = 1 + static_cast<int>(rng() % 3);
     const std::size_t capacity = 5 + static_cast<std::size_t>(rng() % 4);
-    const auto demand = unequal_page_ins(sizes, capacity, 0, eviction_rule::automatic);
-    for (unsigned k : {1u, 2u, 3u}) {
-      EXPECT_LE(unequal_page_ins(sizes, capacity, k, eviction_rule::automatic), demand)
-          << "trial " << trial << " lookahead " << k;
+    for (eviction_rule rule : {eviction_rule::automatic, eviction_rule::lru}) {  // Belady, then LRU
+      const auto demand = unequal_page_ins(sizes, capacity, 0, rule);
+      for (unsigned k : {1u, 2u, 3u}) {
+        EXPECT_LE(unequal_page_ins(sizes, capacity, k, rule), demand)
+            << "trial " << trial << " lookahead " << k << (rule == eviction_rule::lru ? " (LRU)" : " (Belady)");
+      }
     }
   }
 }
