@@ -6,11 +6,13 @@
 # other steps' JSON in OUT_DIR, all within HTP_GPU_CHECK_SECONDS (450) in total:
 #   facts (nvidia-smi, driver version, cuBLAS resolved, ldd of each binary) -> htp-bandwidth ->
 #   htp-transfer-bench -> htp-stream-bench decode and prefill -> htp-integrity -> the PyTorch
-#   baseline (when torch is there) -> htp-slab-bench -> the cuda test suite and the examples ->
+#   baseline (when torch is there) -> htp-slab-bench -> the cuda test suites (device conformance,
+#   the pager end to end) and the examples ->
 #   compute-sanitizer memcheck.
 # Writes summary.txt (printed last), facts.txt, bench.log, slab.log, tests.log, sanitizer.log and
 # the JSON of every benchmark: bandwidth.json, transfer.json, stream.json, trace.json,
-# stream-prefill.json, integrity.json, torch-baseline.json, slab.json, slab-churn.json, tests.json.
+# stream-prefill.json, integrity.json, torch-baseline.json, slab.json, slab-churn.json, tests.json,
+# pager-tests.json.
 # Uses build-gpu/ (made by scripts/gpu-build.sh elsewhere and carried here; HTP_GPU_CHECK_BUILD
 # names another build folder with the same layout) or, when absent and the dependencies are
 # installed, builds it. Exit status 1 when any step failed, timed out or was skipped for time, when a
@@ -121,7 +123,7 @@ else
 fi
 
 # ---- steps ---------------------------------------------------------------------------------------
-steps_left=9  # timed steps below, so each reserves time for the ones after it
+steps_left=10  # timed steps below, so each reserves time for the ones after it
 step_env=()
 
 # timeout_for NOMINAL: NOMINAL seconds, cut so that every later step keeps 20 s (+10 s to kill).
@@ -232,6 +234,7 @@ fi
 run_step slab 30 "$out/slab.log" "$b/htp-slab-bench" --benchmark_min_time=0.05 \
   --json_out="$out/slab.json" --churn_out="$out/slab-churn.json"
 
+cuda_skips=0
 # The cuda test suite: the device conformance suite (its cuda instance runs for real here) and the
 # examples (which take the cuda backend when a GPU is visible).
 if run_step tests 60 "$out/tests.log" "$build/tests/test_device" --gtest_output="json:$out/tests.json" && [[ $dry == 0 ]]; then
@@ -239,6 +242,14 @@ if run_step tests 60 "$out/tests.log" "$build/tests/test_device" --gtest_output=
   note "     tests: $(grep -c '^\[       OK \]' "$out/tests.log") passed, $cuda_skips cuda test(s) skipped"
   if (( gpus > 0 && cuda_skips > 0 )); then
     fail "tests: $cuda_skips cuda test(s) skipped on a machine with a GPU: $(grep -m1 -A1 ': Skipped' "$out/tests.log" | tail -1)"
+  fi
+fi
+# The pager end to end on the GPU: paging, eviction, write-back, compaction, every byte checked.
+if run_step pager-tests 60 "$out/tests.log" "$build/tests/test_pager_backends" --gtest_filter='*cuda*' \
+     --gtest_output="json:$out/pager-tests.json" && [[ $dry == 0 ]]; then
+  pager_skips=$(grep -c '^\[  SKIPPED \].*cuda.*([0-9]* ms)' "$out/tests.log" || true)
+  if (( gpus > 0 && pager_skips > cuda_skips )); then
+    fail "pager-tests: the cuda pager test skipped on a machine with a GPU"
   fi
 fi
 for e in "$build"/examples/htp-example-*; do
