@@ -9,6 +9,7 @@
 
 #include "model/model_shapes.hpp"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,12 @@ class layer_compute {
   /// Each stall (ms) between a pair of marks since the last take_stall_ms(), in order; read it
   /// before take_stall_ms(), which clears it. Synchronize first.
   virtual std::vector<double> stall_samples_ms() const = 0;
+  /// A span of run_layer work on the device, in host steady-clock time.
+  struct span {
+    std::chrono::steady_clock::time_point begin, end;
+  };
+  /// The device spans of run_layer work since the last call, and resets. Synchronize first.
+  virtual std::vector<span> take_spans() = 0;
   /// Weights whose bytes did not match (sim checksum mode only; 0 elsewhere). Synchronize first.
   virtual std::uint64_t take_mismatches() = 0;
   /// One line saying what the compute is, for the report.

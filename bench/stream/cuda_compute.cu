@@ -10,6 +10,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -102,6 +105,7 @@ class cuda_compute final : public layer_compute {
   ~cuda_compute() override {
     for (auto& [a, b] : timings_) release_pair(a, b);
     for (auto& [a, b] : stalls_) release_pair(a, b);
+    if (ref_event_ != nullptr) spare_events_.push_back(ref_event_);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cublasDestroy(handle_);
     dev_.deallocate(memory_kind::device, x_, x_bytes_);
@@ -110,6 +114,11 @@ class cuda_compute final : public layer_compute {
 
   void run_layer(const std::vector<weight_view>& weights, int tokens, stream_ref s) override {
     auto cs = static_cast<cudaStream_t>(s.native);
+    if (ref_event_ == nullptr) {  // the host time the stream reaches this point anchors the spans
+      ref_event_ = take_event();
+      HTP_CUDA_TRY(cudaEventRecord(ref_event_, cs));
+      HTP_CUDA_TRY(cudaLaunchHostFunc(cs, &cuda_compute::stamp, &ref_host_ns_));
+    }
     cudaEvent_t start = take_event(), stop = take_event();
     HTP_CUDA_TRY(cudaEventRecord(start, cs));
     HTP_CUBLAS_TRY(cublasSetStream(handle_, cs));
@@ -156,6 +165,21 @@ class cuda_compute final : public layer_compute {
   }
 
   double take_stall_ms() override { return take_elapsed(stalls_); }
+
+  std::vector<span> take_spans() override {
+    std::vector<span> out;
+    if (ref_event_ == nullptr) return out;
+    const auto origin = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ref_host_ns_.load()));
+    const auto at = [&](cudaEvent_t e) {
+      float ms = 0;
+      HTP_CUDA_TRY(cudaEventElapsedTime(&ms, ref_event_, e));
+      return origin + std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
+    };
+    for (const auto& [a, b] : timings_) out.push_back({at(a), at(b)});
+    spare_events_.push_back(ref_event_);
+    ref_event_ = nullptr;
+    return out;
+  }
 
   double take_compute_ms() override {
     verify_.harvest();  // the stream has been synchronized (the contract of this call)
@@ -245,6 +269,14 @@ class cuda_compute final : public layer_compute {
   verifier verify_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timings_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stalls_;  // around each layer's acquires
+  // Device-to-host time anchor of the spans: an event and the steady-clock time a host function
+  // saw the stream reach it (CUDA runs host functions in stream order, on its own thread).
+  static void CUDART_CB stamp(void* ns) {
+    static_cast<std::atomic<std::int64_t>*>(ns)->store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
+  cudaEvent_t ref_event_ = nullptr;
+  std::atomic<std::int64_t> ref_host_ns_{0};
   cudaEvent_t stall_begin_ = nullptr;
   std::vector<cudaEvent_t> spare_events_;
 };

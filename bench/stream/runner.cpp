@@ -221,6 +221,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       p.synchronize();
       p.reset_metrics();
       m0 = p.metrics();
+      compute.take_spans();
       compute.take_compute_ms();
       compute.take_stall_ms();
       compute.take_mismatches();
@@ -280,6 +281,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
     }
     if (step >= cfg.warmup_steps) {
       p.synchronize();
+      for (const auto& sp : compute.take_spans()) p.trace_compute_span("layer compute", sp.begin, sp.end);
       const double c = compute.take_compute_ms();
       for (double x : compute.stall_samples_ms()) {
         if (x >= stalled_ms) stalls.push_back(x);

@@ -43,9 +43,11 @@ class sim_compute final : public layer_compute {
             std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(
                                                    static_cast<double>(bytes) / gbps_)));
           }
-          const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - t0).count();
+          const auto t1 = std::chrono::steady_clock::now();
+          const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
           compute_ns_ += static_cast<std::uint64_t>(ns);
+          std::lock_guard lock(samples_mutex_);
+          spans_.push_back({t0, t1});
         },
         s);
   }
@@ -73,6 +75,12 @@ class sim_compute final : public layer_compute {
     samples_.clear();
     return static_cast<double>(stall_ns_.exchange(0)) / 1e6;
   }
+  std::vector<span> take_spans() override {
+    std::lock_guard lock(samples_mutex_);
+    std::vector<span> out;
+    out.swap(spans_);
+    return out;
+  }
   std::vector<double> stall_samples_ms() const override {
     std::lock_guard lock(samples_mutex_);
     return samples_;
@@ -96,6 +104,7 @@ class sim_compute final : public layer_compute {
   std::atomic<std::uint64_t> stall_ns_{0};
   mutable std::mutex samples_mutex_;
   std::vector<double> samples_;  // per pair of marks
+  std::vector<span> spans_;      // run_layer work, stamped by the stream's thread
   std::chrono::steady_clock::time_point stall_from_;  // written and read by the stream's thread
   std::atomic<std::uint64_t> mismatches_{0};
 };

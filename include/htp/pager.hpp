@@ -244,6 +244,12 @@ class pager {
   /// when it is called count in neither period's samples exactly: call synchronize() first for
   /// a clean cut. Thread-safe.
   void reset_metrics();
+  /// With `trace = true`, adds a span named `name` to the trace's compute track: work the caller
+  /// timed on the device (a kernel), in host steady-clock time, so the timeline shows the GPU's
+  /// compute next to htp's copies. The pager's own host view of each tensor (first acquire to last
+  /// release) is a track of its own. Thread-safe; does nothing when tracing is off.
+  void trace_compute_span(const std::string& name, std::chrono::steady_clock::time_point begin,
+                          std::chrono::steady_clock::time_point end);
   /// Writes the event trace (Chrome / Perfetto JSON, one track per stream) to `path`.
   /// @throws htp::invalid_argument if tracing is off or the file cannot be written.
   void write_trace(const std::string& path) const;

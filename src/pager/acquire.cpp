@@ -298,7 +298,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
       t.dirty = true;
     }
     if (t.pins == 0 && trace) {
-      trace->add(detail::trace_track::compute, t.name, "acquired", t.acquired_at,
+      trace->add(detail::trace_track::host_acquired, t.name, "acquired", t.acquired_at,
                  std::chrono::steady_clock::now());
     }
     reindex(hs[i].index);

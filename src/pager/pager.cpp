@@ -490,6 +490,11 @@ pager_metrics pager::metrics() const {
   return m;
 }
 
+void pager::trace_compute_span(const std::string& name, std::chrono::steady_clock::time_point begin,
+                               std::chrono::steady_clock::time_point end) {
+  if (impl_->trace) impl_->trace->add(detail::trace_track::compute, name, "compute", begin, end);
+}
+
 void pager::write_trace(const std::string& path) const {
   auto& p = *impl_;
   HTP_EXPECTS(p.trace != nullptr, invalid_argument,

@@ -21,8 +21,9 @@ std::size_t trace_log::size() const {
 
 std::string trace_log::to_json() const {
   nlohmann::json events = nlohmann::json::array();
-  const char* names[] = {"", "compute stream", "prefetch stream (H2D)", "reduction stream (D2H)"};
-  for (int tid = 1; tid <= 3; ++tid) {
+  const char* names[] = {"", "compute stream (device)", "prefetch stream (H2D)", "reduction stream (D2H)",
+                         "acquired (host: acquire..release)"};
+  for (int tid = 1; tid <= 4; ++tid) {
     events.push_back({{"ph", "M"}, {"pid", 1}, {"tid", tid}, {"name", "thread_name"},
                       {"args", {{"name", names[tid]}}}});
   }

@@ -1,7 +1,8 @@
 // An event trace in the Chrome / Perfetto JSON format ("traceEvents", complete events "X"), one
-// track (thread id) per stream: compute, prefetch, reduction. Timestamps are host steady-clock
-// microseconds since the trace began: transfers span submission to completion as the pager saw
-// them; compute spans acquire to release. Thread-safe.
+// track (thread id) per stream: compute (spans the caller timed on the device, pager::
+// trace_compute_span), prefetch, reduction, and the pager's own host view of each tensor's use
+// (first acquire to last release). Timestamps are host steady-clock microseconds since the trace
+// began; transfers span submission to completion as the pager saw them. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -12,7 +13,7 @@
 
 namespace htp::detail {
 
-enum class trace_track : int { compute = 1, prefetch = 2, reduction = 3 };
+enum class trace_track : int { compute = 1, prefetch = 2, reduction = 3, host_acquired = 4 };
 
 class trace_log {
  public:
