@@ -183,43 +183,6 @@ TEST_F(transfer_test, a_fault_overtakes_queued_prefetches_after_at_most_the_in_f
   EXPECT_GT(eng.latency(fault)->count(), 0);
 }
 
-// after_issued: a fault that must follow a prefetch's last chunk on the stream (its fence waits for
-// that prefetch on the device) is held back until every chunk of the prefetch is issued, even
-// though it outranks it; requests without the prerequisite still overtake.
-TEST_F(transfer_test, a_request_after_another_is_issued_only_once_that_one_is_fully_issued) {
-  auto c = base_config();
-  c.max_in_flight_chunks = 1;
-  transfer_engine eng(*dev, c);
-  gate g;
-  g.hold(*dev, eng.prefetch_stream());
-  fill_pattern(host->ptr, 8 * chunk, 5);
-  const auto pre = eng.submit(hbm->ptr, host->ptr, 4 * chunk, copy_direction::host_to_device,
-                              transfer_priority::prefetch);
-  log.wait_for(1);  // its first chunk is in the only slot
-  const auto held = eng.submit(hbm->ptr + 4 * chunk, host->ptr + 4 * chunk, 2 * chunk,
-                               copy_direction::host_to_device, transfer_priority::fault, {}, {pre});
-  const auto free = eng.submit(hbm->ptr + 6 * chunk, host->ptr + 6 * chunk, chunk,
-                               copy_direction::host_to_device, transfer_priority::fault);
-  EXPECT_FALSE(eng.fully_issued(pre));
-  g.open();
-  eng.drain();
-  const auto order = log.snapshot();
-  ASSERT_EQ(order.size(), 7u);
-  std::size_t last_pre = 0, first_held = order.size(), first_free = order.size();
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    if (order[i].request_id == pre.id) last_pre = i;
-    if (order[i].request_id == held.id) first_held = std::min(first_held, i);
-    if (order[i].request_id == free.id) first_free = std::min(first_free, i);
-  }
-  EXPECT_GT(first_held, last_pre) << "issued before its prerequisite was fully issued";
-  EXPECT_LT(first_free, last_pre) << "a fault without the prerequisite still overtakes the prefetch";
-  EXPECT_TRUE(eng.fully_issued(pre));
-  EXPECT_EQ(checksum(hbm->ptr, 7 * chunk), checksum(host->ptr, 7 * chunk));
-  EXPECT_THROW(eng.submit(hbm->ptr, host->ptr, chunk, copy_direction::host_to_device,
-                          transfer_priority::fault, {}, {transfer_ticket{999999}}),
-               invalid_argument);
-}
-
 TEST_F(transfer_test, priorities_rank_fault_prefetch_writeback_compaction) {
   transfer_engine eng(*dev, base_config());
   gate g;

@@ -187,15 +187,6 @@ class transfer_engine {
   /// must not be re-recorded or destroyed until the request has finished.
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority, std::vector<event_ref> after);
-  /// As above, and the request's first chunk is not issued before every request in
-  /// `after_issued` has all its chunks on its stream (or has finished). For a copy whose `after`
-  /// events themselves wait, on the device, for one of those requests (a kernel's release event
-  /// after a wait on a load): on one stream the wait would otherwise sit ahead of chunks it waits
-  /// for. Held back on the host by the dispatcher only; the caller never blocks. Each ticket in
-  /// `after_issued` must be older than this request (it is, when returned by this engine before).
-  transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
-                         transfer_priority priority, std::vector<event_ref> after,
-                         std::vector<transfer_ticket> after_issued);
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.
@@ -229,11 +220,6 @@ class transfer_engine {
 
   /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
   bool is_complete(transfer_ticket t) const;
-  /// True once every chunk of the request is on its stream (or it has finished): a copy issued
-  /// later on the same stream runs after all of it, so the device may be told to order work after
-  /// it without any chunk of it being stuck behind that work. Thread-safe.
-  /// @throws htp::invalid_argument for an unknown ticket.
-  bool fully_issued(transfer_ticket t) const;
   /// The request's state. @throws htp::invalid_argument for an unknown ticket.
   transfer_status status(transfer_ticket t) const;
   /// Submission-to-completion time of a completed request; nullopt otherwise (or once expired).

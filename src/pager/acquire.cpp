@@ -80,7 +80,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
             const std::string failed = wait_for(lock, waits);
             counters.host_blocked_ns += static_cast<std::uint64_t>(
                 std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - blocked_from).count());
-            if (!failed.empty()) {
+            if (!failed.empty() && !waits.only_moves) {
               reap();
               throw_copy_failed(detail::concat("acquire('", get(h).name, "')"), failed);
             }

@@ -37,7 +37,7 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
     transfer_ticket ticket;
     try {
       ticket = engine->submit(m.to.ptr, m.from.ptr, m.from.bytes, copy_direction::device_to_device,
-                              transfer_priority::compaction, fence_events(m.to), fence_loads(m.to));
+                              transfer_priority::compaction, fence_events(m.to));
       add_fence_user(m.to, ticket);
     } catch (...) {
       hbm->cancel_move(m);

@@ -3,10 +3,10 @@
 namespace htp::detail {
 
 void fence_set::add(const char* begin, const char* end, std::vector<event_ref> events,
-                    std::vector<transfer_ticket> users, std::vector<transfer_ticket> loads) {
+                    std::vector<transfer_ticket> users) {
   const key k{begin, next_id_++};
   lengths_.insert(static_cast<std::size_t>(end - begin));
-  by_address_.emplace(k, fence{begin, end, std::move(events), std::move(users), std::move(loads)});
+  by_address_.emplace(k, fence{begin, end, std::move(events), std::move(users)});
   by_age_.push_back(k);
 }
 
@@ -24,12 +24,6 @@ void fence_set::visit(const char* begin, const char* end, F&& f) {
 void fence_set::events_over(const char* begin, const char* end, std::vector<event_ref>& out) const {
   const_cast<fence_set*>(this)->visit(begin, end, [&](const fence& f) {
     out.insert(out.end(), f.events.begin(), f.events.end());
-  });
-}
-
-void fence_set::loads_over(const char* begin, const char* end, std::vector<transfer_ticket>& out) const {
-  const_cast<fence_set*>(this)->visit(begin, end, [&](const fence& f) {
-    out.insert(out.end(), f.loads.begin(), f.loads.end());
   });
 }
 

@@ -23,19 +23,13 @@ struct fence {
   const char* end = nullptr;
   std::vector<event_ref> events;        // held: released when the fence is dropped
   std::vector<transfer_ticket> users;   // requests that were told to wait on `events`
-  // Loads still writing the range whose completion `events` wait for on the device (a tensor
-  // evicted while its load was in flight): a copy into the range must not be issued before they
-  // are fully issued, or its wait could sit ahead of their chunks on one stream.
-  std::vector<transfer_ticket> loads;
 };
 
 class fence_set {
  public:
   /// Adds a fence over [begin, end).
   void add(const char* begin, const char* end, std::vector<event_ref> events,
-           std::vector<transfer_ticket> users = {}, std::vector<transfer_ticket> loads = {});
-  /// Appends the loads of every fence overlapping [begin, end) to `out`.
-  void loads_over(const char* begin, const char* end, std::vector<transfer_ticket>& out) const;
+           std::vector<transfer_ticket> users = {});
   /// Appends the events of every fence overlapping [begin, end) to `out`.
   void events_over(const char* begin, const char* end, std::vector<event_ref>& out) const;
   /// Registers `user` as waiting on every fence overlapping [begin, end).

@@ -108,6 +108,8 @@ struct wait_set {
   std::vector<transfer_ticket> tickets;
   std::vector<event_ref> events;
   bool compacted = false;  // a compaction for the request was started
+  bool only_moves = false; // every ticket is a compaction move: one that fails loses nothing
+                           // (the tensor stays where it was), so the request just retries
   bool empty() const { return tickets.empty() && events.empty(); }
 };
 
@@ -191,8 +193,8 @@ struct pager::impl {
   /// its release events follow the compute stream's wait for the load, so they order the next
   /// copy into its memory after the load too, on the device.
   bool can_evict_loading(const detail::tensor_record& t) const;
-  /// Evicts such a tensor without waiting: frees the extent fenced by its release events and the
-  /// load (fence::loads), and detaches the load (its completion then only feeds the metrics).
+  /// Evicts such a tensor without waiting: frees the extent fenced by its release events and
+  /// detaches the load (its completion then only feeds the metrics).
   void evict_loading(std::uint32_t slot);
   latency_histogram fault_latency;
   std::vector<detail::fault_wait_sample> fault_waits;  // since the last reset, at most fault_wait_cap
@@ -289,12 +291,9 @@ struct pager::impl {
                                  const std::function<void(const detail::tensor_record&)>& check);
   /// Returns HBM memory to the allocator (poisoned in checked mode). `readers`: release events of
   /// kernels that may still read it (held; the fence now holds them); the next user waits on them.
-  /// `loads`: in-flight loads into `e` the readers' events wait for (fence::loads).
-  void free_hbm(const extent& e, std::vector<event_ref> readers = {}, std::vector<transfer_ticket> loads = {});
+  void free_hbm(const extent& e, std::vector<event_ref> readers = {});
   /// The fence events the next user of `e` must wait on, and registers `user` as waiting on them.
   std::vector<event_ref> fence_events(const extent& e) const;
-  /// Loads that must be fully issued before a copy into `e` (fence::loads).
-  std::vector<transfer_ticket> fence_loads(const extent& e) const;
   void add_fence_user(const extent& e, transfer_ticket user);
   /// Drops fences whose events completed and whose users finished; releases their events.
   void drop_fences();

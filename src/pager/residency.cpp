@@ -379,12 +379,14 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       ++counters.oom.compact;
       waits.compacted = true;
       add_move_waits();
+      waits.only_moves = waits.events.empty();
       return std::nullopt;
     }
     // A compaction (a background one) is moving tensors now: its result may be the extent this
     // request needs; wait for it rather than evict what the layout change would have made room for.
     if (allow_compaction && moves_in_flight > 0 && fragmented) {
       add_move_waits();
+      waits.only_moves = waits.events.empty();
       if (!waits.empty()) {
         ++counters.oom.wait_in_flight;
         return std::nullopt;
@@ -432,6 +434,7 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       ++counters.oom.compact;
       waits.compacted = true;
       add_move_waits();
+      waits.only_moves = waits.events.empty();
       return std::nullopt;
     }
     return std::nullopt;
@@ -448,7 +451,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   transfer_ticket ticket;
   try {
     ticket = engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
-                            priority, std::move(after), fence_loads(where));
+                            priority, std::move(after));
   } catch (...) {
     free_hbm(where);
     throw;
@@ -516,17 +519,17 @@ bool pager::impl::can_evict_loading(const tensor_record& t) const {
 
 void pager::impl::evict_loading(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
-  const transfer_ticket load = t.ticket;
   auto& d = detached_loads.emplace(t.ticket.id, detail_detached(t)).first->second;
   d.slot = slot;
   ++t.detached_load_count;  // its host bytes are still being read: unregistering waits (quiesce)
   if (trace) d.traced_name = t.name;
   set_pending(slot, pending_kind::none);
   // Each release event follows the compute stream's wait for the load: a copy into this memory
-  // that waits for them (the fence) starts after the load's last byte. The fence also names the
-  // load, so that copy is not issued before every chunk of the load is on its stream (else its
-  // wait could sit ahead of them on the prefetch stream: a device deadlock).
-  free_hbm(*t.hbm, take_release_events(t), {load});
+  // that waits for them (the fence) starts after the load's last byte. That copy's wait never sits
+  // on the prefetch stream ahead of the load's own chunks: the engine issues a request whose
+  // events are pending only once it is the oldest queued, i.e. once the older load is fully
+  // issued (Note [Fenced requests and deadlock]); on another stream it cannot block the load.
+  free_hbm(*t.hbm, take_release_events(t));
   t.hbm.reset();
   t.where = residency::host;
   t.wait_from = {};
@@ -624,7 +627,7 @@ void pager::impl::throw_copy_failed(const std::string& what, const std::string& 
                    "a copy the pager waited for failed on the device: " + why);
 }
 
-void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers, std::vector<transfer_ticket> loads) {
+void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
   if (config.checked) {
     // Poison after the last reader, so a stale read fails its checksum instead of passing by luck.
     // Best effort: a (non-sticky) failure to queue the poison leaves the bytes as they are, which
@@ -640,7 +643,7 @@ void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers, std:
   }
   if (!readers.empty()) {
     const auto* b = static_cast<const char*>(e.ptr);
-    fences.add(b, b + hbm->rounded_size(e.bytes), std::move(readers), {}, std::move(loads));
+    fences.add(b, b + hbm->rounded_size(e.bytes), std::move(readers));
   }
   hbm->deallocate(e.ptr, e.bytes);
   hbm_bytes_held -= e.bytes;
@@ -651,13 +654,6 @@ std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
   std::vector<event_ref> out;
   const auto* b = static_cast<const char*>(e.ptr);
   fences.events_over(b, b + e.bytes, out);
-  return out;
-}
-
-std::vector<transfer_ticket> pager::impl::fence_loads(const extent& e) const {
-  std::vector<transfer_ticket> out;
-  const auto* b = static_cast<const char*>(e.ptr);
-  fences.loads_over(b, b + e.bytes, out);
   return out;
 }
 

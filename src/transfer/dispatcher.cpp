@@ -12,17 +12,6 @@ request* transfer_engine::impl::pick(lane& l) {
       l.queued_ids.empty() ? std::numeric_limits<std::uint64_t>::max() : *l.queued_ids.begin();
   for (auto& q : l.queues) {
     for (auto& r : q) {
-      if (r->issued == 0 && !r->after_issued.empty()) {
-        // Every prerequisite is older, so the oldest request never waits here: no deadlock.
-        const auto unissued = [&](std::uint64_t id) {
-          const auto it = live.find(id);
-          return it != live.end() && it->second->issued < it->second->chunk_count && !it->second->failed;
-        };
-        r->after_issued.erase(std::remove_if(r->after_issued.begin(), r->after_issued.end(),
-                                             [&](std::uint64_t id) { return !unissued(id); }),
-                              r->after_issued.end());
-        if (!r->after_issued.empty()) continue;
-      }
       if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
         bool done = true;
         try {

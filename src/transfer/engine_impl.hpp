@@ -45,7 +45,6 @@ struct request {
   transfer::value_word word;
   std::int64_t submit_ns = 0;
   std::vector<event_ref> after;  // the stream waits on these before the first chunk
-  std::vector<std::uint64_t> after_issued;  // older requests to be fully issued before the first chunk
 };
 using request_ptr = std::shared_ptr<request>;
 

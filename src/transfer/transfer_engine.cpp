@@ -189,13 +189,6 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
 transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
                                         copy_direction direction, transfer_priority priority,
                                         std::vector<event_ref> after) {
-  return submit(dst, src, bytes, direction, priority, std::move(after), {});
-}
-
-transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t bytes,
-                                        copy_direction direction, transfer_priority priority,
-                                        std::vector<event_ref> after,
-                                        std::vector<transfer_ticket> after_issued) {
   HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "transfer_engine::submit(", dst,
               ", ", src, ", ", bytes, "): source and destination must be non-null");
   HTP_EXPECTS(bytes > 0, invalid_argument,
@@ -220,11 +213,6 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   r->after = std::move(after);
   std::lock_guard lock(impl_->mutex_);
   HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit during destruction");
-  for (const transfer_ticket t : after_issued) {
-    HTP_EXPECTS(t.id != 0 && t.id < impl_->next_id, invalid_argument, "transfer_engine::submit: after_issued ticket ",
-                t.id, " was not returned by this engine");
-    if (impl_->live.count(t.id) != 0) r->after_issued.push_back(t.id);  // finished ones need nothing
-  }
   r->word = impl_->words.acquire();
   r->id = impl_->next_id++;
   r->submit_ns = now_ns();
@@ -342,14 +330,6 @@ std::vector<finished_transfer> transfer_engine::take_finished() {
   std::lock_guard lock(impl_->mutex_);
   out.swap(impl_->finished);
   return out;
-}
-
-bool transfer_engine::fully_issued(transfer_ticket t) const {
-  std::lock_guard lock(impl_->mutex_);
-  const transfer_status st = impl_->status_locked(t.id);
-  if (st != transfer_status::queued && st != transfer_status::in_flight) return true;
-  const request_ptr& r = impl_->live.at(t.id);
-  return r->issued == r->chunk_count;
 }
 
 bool transfer_engine::is_complete(transfer_ticket t) const {
