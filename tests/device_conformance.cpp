@@ -15,12 +15,6 @@
 namespace htp::test {
 namespace {
 
-using backends = ::testing::Types<sim_backend, cuda_backend>;
-struct backend_names {
-  template <typename T>
-  static std::string GetName(int) { return T::name; }
-};
-
 template <typename B>
 using device_conformance = device_test<B>;
 TYPED_TEST_SUITE(device_conformance, backends, backend_names);

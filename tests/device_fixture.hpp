@@ -34,6 +34,15 @@ struct cuda_backend {
   }
 };
 
+/// Every backend, for TYPED_TEST_SUITE(suite, backends, backend_names): sim always runs, cuda skips
+/// without a GPU.
+using backends = ::testing::Types<sim_backend, cuda_backend>;
+/// Names the typed instances by backend ("sim", "cuda") instead of a number.
+struct backend_names {
+  template <typename T>
+  static std::string GetName(int) { return T::name; }
+};
+
 /// Fixture giving each test a fresh device `dev` of the backend, or skipping.
 template <typename Backend>
 class device_test : public ::testing::Test {

@@ -11,12 +11,6 @@
 namespace htp::test {
 namespace {
 
-using backends = ::testing::Types<sim_backend, cuda_backend>;
-struct backend_names {
-  template <typename T>
-  static std::string GetName(int) { return T::name; }
-};
-
 template <typename B>
 using pager_backend = device_test<B>;
 TYPED_TEST_SUITE(pager_backend, backends, backend_names);
