@@ -243,10 +243,7 @@ std::size_t slab_allocator::state::drop_cached_empties() noexcept {
 
 // ---- requests ----------------------------------------------------------------------------------
 
-std::size_t slab_allocator::state::rounded(std::size_t bytes) const noexcept {
-  if (bytes * 2 >= slab_bytes) return ((bytes + slab_bytes - 1) >> slab_shift) << slab_shift;
-  return classes.block_bytes(classes.index_for(bytes));
-}
+std::size_t slab_allocator::state::rounded(std::size_t bytes) const noexcept { return classes.rounded(bytes); }
 
 void* slab_allocator::state::try_allocate(std::size_t bytes) {
   void* p = nullptr;

@@ -17,6 +17,11 @@ class size_classes {
   std::size_t index_for(std::size_t bytes) const noexcept;
   std::size_t block_bytes(std::size_t cls) const noexcept { return block_[cls]; }
   std::size_t blocks_per_slab(std::size_t cls) const noexcept { return slab_bytes_ / block_[cls]; }
+  /// Bytes a request of `bytes` (> 0) occupies: whole slabs from half a slab, its class below.
+  std::size_t rounded(std::size_t bytes) const noexcept {
+    if (bytes * 2 >= slab_bytes_) return (bytes + slab_bytes_ - 1) / slab_bytes_ * slab_bytes_;
+    return block_bytes(index_for(bytes));
+  }
 
  private:
   std::size_t slab_bytes_;

@@ -189,9 +189,7 @@ std::size_t suggest_slab_bytes(const std::vector<std::size_t>& tensor_bytes, std
     const slab::size_classes classes(s);
     long double w = 0;
     for (const std::size_t b : tensor_bytes) {
-      if (b == 0) continue;
-      const std::size_t r = b >= s / 2 ? (b + s - 1) / s * s : classes.block_bytes(classes.index_for(b));
-      w += static_cast<long double>(r - b);
+      if (b != 0) w += static_cast<long double>(classes.rounded(b) - b);
     }
     waste.emplace_back(s, w);
     if (least < 0 || w < least) least = w;
