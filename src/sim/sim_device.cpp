@@ -128,6 +128,8 @@ class sim_device final : public device {
   }
 
   /// Bytes of pinned host memory allocated now (registered caller memory not counted).
+  std::size_t blocked_enqueues() const noexcept { return blocked_enqueues_.load(); }
+
   std::size_t pinned_bytes_in_use() const {
     std::lock_guard lock(memory_mutex_);
     return used_[index(memory_kind::pinned_host)];
@@ -339,9 +341,7 @@ class sim_device final : public device {
   sim::link h2d_;
   sim::link d2h_;
   sim::error_sink errors_;
- public:
   std::atomic<std::size_t> blocked_enqueues_{0};  // threads blocked on a full stream queue now
- private:
 
   mutable std::mutex memory_mutex_;
   detail::allocation_registry allocations_;
@@ -380,7 +380,7 @@ std::size_t sim_blocked_enqueues(const device& d) {
   const auto* s = dynamic_cast<const sim_device*>(&d);
   HTP_EXPECTS(s != nullptr, invalid_argument,
               "sim_blocked_enqueues: the device is not a sim device (make it with make_sim_device)");
-  return s->blocked_enqueues_.load();
+  return s->blocked_enqueues();
 }
 
 std::size_t sim_pinned_bytes_in_use(const device& d) {
