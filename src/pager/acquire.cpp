@@ -78,8 +78,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
             // retry, so a persistent device fault cannot spin here. Nothing changed for `h`.
             const auto blocked_from = std::chrono::steady_clock::now();
             const std::string failed = wait_for(lock, waits);
-            counters.host_blocked_ns += static_cast<std::uint64_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - blocked_from).count());
+            counters.host_blocked_ns += ns_between(blocked_from, std::chrono::steady_clock::now());
             if (!failed.empty() && !waits.only_moves) {
               reap();
               throw_copy_failed(detail::concat("acquire('", get(h).name, "')"), failed);
@@ -171,9 +170,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
       if (t.pending == pending_kind::load) {
         if (t.wait_from == std::chrono::steady_clock::time_point{}) t.wait_from = called;  // reap records it
       } else if (!t.load_failed && t.loaded_at >= called) {  // arrived while this call waited
-        record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
-                              0, std::chrono::duration_cast<std::chrono::nanoseconds>(t.loaded_at - called).count())),
-                          t.bytes);
+        record_fault_wait(called, t.loaded_at, t.bytes);
       }
     }
     if (t.access_counted) continue;
@@ -194,9 +191,9 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
       for (std::size_t i = 0; i < n; ++i) {
         if (pending[i]) engine->wait(pending[i]);
       }
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - blocked_from).count();
+      const std::uint64_t ns = ns_between(blocked_from, std::chrono::steady_clock::now());
       std::lock_guard relock(mutex);
-      counters.host_blocked_ns += static_cast<std::uint64_t>(ns);
+      counters.host_blocked_ns += ns;
     }
   } catch (const std::exception& e) {
     // The bytes never arrived (or the stream could not be told to wait): undo the pins (nothing

@@ -44,10 +44,7 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
       hbm_bytes_held -= m.to.bytes;
       continue;  // this tensor stays where it is; the others still move
     }
-    if (!t.release_events.empty()) {  // kernels may still read the source: fence it until done
-      const auto* b = static_cast<const char*>(m.from.ptr);
-      fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
-    }
+    fence_release_events(t, m.from.ptr, ticket);  // kernels may still read the source
     set_pending(owner.at(m.from.ptr), pending_kind::move, ticket);
     t.ticket_priority = transfer_priority::compaction;
     t.ticket_start = std::chrono::steady_clock::now();

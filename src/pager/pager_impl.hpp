@@ -20,7 +20,6 @@
 #include <condition_variable>
 #include <deque>
 #include <unordered_map>
-#include <unordered_set>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -160,10 +159,8 @@ struct pager::impl {
   detail::event_pool events;
   std::unordered_map<void*, std::deque<detail::release_entry>> releases;  // by stream, oldest first;
                                                                            // empty queues erased
-  // Release events are recorded outside the lock; two releases recording at once may land on a
-  // stream in either order, so neither may then supersede the other (release_n).
-  // Loads of tensors evicted before the load finished (evict_loading): their completions are only
-  // checked for failure.
+  // Loads of tensors evicted before the load finished (evict_loading), by ticket: their completions
+  // feed the metrics and the trace, or count as failed loads; synchronize and quiesce wait for them.
   struct detached_load {
     bool fault_load;  // counts in the fault latency
     std::chrono::steady_clock::time_point wait_from;  // an acquire's fault wait, or {}
@@ -174,6 +171,8 @@ struct pager::impl {
     std::string traced_name;  // with trace = true only
   };
   std::unordered_map<std::uint64_t, detached_load> detached_loads;
+  // Release events are recorded outside the lock; two releases recording at once may land on a
+  // stream in either order, so neither may then supersede the other (release_n).
   std::uint64_t records_started = 0;
   int records_in_progress = 0;
   std::uint64_t release_seq = 0;
@@ -200,8 +199,13 @@ struct pager::impl {
   std::vector<detail::fault_wait_sample> fault_waits;  // since the last reset, at most fault_wait_cap
   std::uint64_t fault_waits_dropped = 0;
   static constexpr std::size_t fault_wait_cap = std::size_t{1} << 20;
-  /// Records one fault wait of `bytes`, `ns` long.
-  void record_fault_wait(std::uint64_t ns, std::size_t bytes);
+  /// Nanoseconds from `from` to `to`, 0 if `to` is earlier.
+  static std::uint64_t ns_between(std::chrono::steady_clock::time_point from,
+                                  std::chrono::steady_clock::time_point to) noexcept;
+  /// Records one fault wait of a tensor of `bytes`, from `from` (an acquire call) to `to` (its bytes
+  /// usable); nothing when `from` is unset ({}).
+  void record_fault_wait(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to,
+                         std::size_t bytes);
   /// Exact quantiles of `samples` (any thread, no lock needed); `peak` = H2D link bytes/s.
   static fault_wait_summary summarize_fault_waits(const std::vector<detail::fault_wait_sample>& samples,
                                                   std::uint64_t dropped, double peak);
@@ -294,6 +298,9 @@ struct pager::impl {
   void free_hbm(const extent& e, std::vector<event_ref> readers = {});
   /// The fence events the next user of `e` must wait on, and registers `user` as waiting on them.
   std::vector<event_ref> fence_events(const extent& e) const;
+  /// Hands t's release events to a fence over the extent at `at` (t's bytes, rounded) that `user`
+  /// waits on, so they stay alive and keep the range fenced until both are done. No-op without any.
+  void fence_release_events(detail::tensor_record& t, const void* at, transfer_ticket user);
   void add_fence_user(const extent& e, transfer_ticket user);
   /// Drops fences whose events completed and whose users finished; releases their events.
   void drop_fences();

@@ -19,12 +19,20 @@ void pager::impl::sample_occupancy() {
   hbm_peak_pct = std::max(hbm_peak_pct, pct);
 }
 
-void pager::impl::record_fault_wait(std::uint64_t ns, std::size_t bytes) {
+std::uint64_t pager::impl::ns_between(std::chrono::steady_clock::time_point from,
+                                      std::chrono::steady_clock::time_point to) noexcept {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+  return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
+}
+
+void pager::impl::record_fault_wait(std::chrono::steady_clock::time_point from,
+                                    std::chrono::steady_clock::time_point to, std::size_t bytes) {
+  if (from == std::chrono::steady_clock::time_point{}) return;
   if (fault_waits.size() >= fault_wait_cap) {
     ++fault_waits_dropped;
     return;
   }
-  fault_waits.push_back({ns, bytes});
+  fault_waits.push_back({ns_between(from, to), bytes});
 }
 
 fault_wait_summary pager::impl::summarize_fault_waits(const std::vector<detail::fault_wait_sample>& fault_waits,

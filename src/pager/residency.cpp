@@ -1,10 +1,8 @@
 // Residency: loads, evictions, write-backs, the out-of-memory ladder's non-blocking rungs, and
-// prefetch. Every function here runs with the pager's mutex held. Nothing here scans the tensors:
-// completions come from the in-flight list, victims from the victim index, fences from the fence
+// prefetch (completions are in completions.cpp). Every function here runs with the pager's mutex
+// held. Nothing here scans the tensors: victims come from the victim index, fences from the fence
 // set (docs/pager.md, "Costs").
 #include "pager/pager_impl.hpp"
-
-#include <spdlog/spdlog.h>
 
 #include <htp/detail/check.hpp>
 
@@ -59,157 +57,6 @@ void pager::impl::record_access(std::uint32_t slot) {
   for (std::uint32_t s : skipped) {
     if (s < tensors.size()) reindex(s);
   }
-}
-
-void pager::impl::reap() {
-  for (const finished_transfer& done : engine->take_finished()) {
-    const auto owner = ticket_slot.find(done.ticket.id);
-    if (owner == ticket_slot.end()) {  // not a copy the pager is waiting for any more
-      const auto d = detached_loads.find(done.ticket.id);
-      if (d == detached_loads.end()) continue;
-      if (tensors[d->second.slot].generation == d->second.generation) --tensors[d->second.slot].detached_load_count;
-      if (done.status == transfer_status::complete) {  // its metrics, as if still attached
-        if (d->second.fault_load) fault_latency.record(static_cast<std::uint64_t>(done.latency.count()));
-        const auto at = d->second.started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
-        if (trace) {
-          trace->add(detail::trace_track::prefetch, d->second.traced_name,
-                     d->second.fault_load ? "fault" : "late prefetch", d->second.started, at);
-        }
-        if (d->second.wait_from != std::chrono::steady_clock::time_point{}) {
-          record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
-                                0, std::chrono::duration_cast<std::chrono::nanoseconds>(at - d->second.wait_from).count())),
-                            d->second.bytes);
-        }
-      } else {
-        // Its tensor was evicted (released, fenced) before the load finished; the host copy is
-        // authoritative, but the kernels that read it got undefined bytes.
-        ++counters.failed_loads;
-        spdlog::error("htp pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
-                      "kernels ordered after that acquire read undefined bytes",
-                      done.ticket.id);
-      }
-      detached_loads.erase(d);
-      continue;
-    }
-    const std::uint32_t slot = owner->second;
-    tensor_record& t = tensors[slot];
-    const bool ok = done.status == transfer_status::complete;
-    const std::optional<std::chrono::nanoseconds> lat =
-        ok ? std::optional<std::chrono::nanoseconds>(done.latency) : std::nullopt;
-    if (trace && lat) {
-      const auto end = t.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(*lat);
-      const bool h2d = t.pending == pending_kind::load;
-      // Category: why the copy ran. A prefetch requeued at fault priority stays a prefetch
-      // ("late prefetch"), so "fault" spans count exactly the faults in the metrics.
-      const char* why = t.pending == pending_kind::load && t.fault_load ? "fault"
-                        : t.pending == pending_kind::load && t.ticket_priority == transfer_priority::fault
-                            ? "late prefetch"
-                            : to_string(t.ticket_priority);
-      trace->add(h2d ? detail::trace_track::prefetch : detail::trace_track::reduction, t.name, why,
-                 t.ticket_start, end);
-    }
-    switch (t.pending) {
-      case pending_kind::load:
-        if (ok) {
-          t.where = residency::resident;
-          if (t.fault_load && lat) fault_latency.record(static_cast<std::uint64_t>(lat->count()));
-          t.loaded_at = t.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             lat.value_or(std::chrono::nanoseconds(0)));
-          if (t.wait_from != std::chrono::steady_clock::time_point{}) {  // an acquire waits for it
-            record_fault_wait(static_cast<std::uint64_t>(std::max<std::int64_t>(
-                                  0, std::chrono::duration_cast<std::chrono::nanoseconds>(t.loaded_at - t.wait_from).count())),
-                              t.bytes);
-            t.wait_from = {};
-          }
-        } else if (t.pins > 0) {
-          // Acquired already (acquire does not wait unless asked): kernels ordered after the
-          // acquire may be reading the extent. Keep it until the last release, which frees it and
-          // reports the failure; the host copy stays authoritative.
-          t.load_failed = true;
-        } else {  // the bytes never arrived: back to host, the host copy is still authoritative
-          // Kernels acquired and released it meanwhile may still run: fence the extent.
-          free_hbm(*t.hbm, take_release_events(t));
-          t.hbm.reset();
-          t.where = residency::host;
-          t.dirty = false;  // whatever they wrote landed in undefined HBM, never in the host copy
-          ++counters.failed_loads;
-        }
-        t.fault_load = false;
-        break;
-      case pending_kind::write_back:
-        if (!ok) {  // the host copy is stale (maybe half overwritten): resident and dirty
-          t.where = residency::resident;
-          t.dirty = true;  // also when re-acquired meanwhile (acquire marked it clean)
-        } else if (t.where == residency::writing_back) {
-          free_hbm(*t.hbm);
-          t.hbm.reset();
-          t.where = residency::host;
-          t.dirty = false;
-        }  // else: re-acquired during the write-back; it stays resident
-        break;
-      case pending_kind::move:
-        if (ok) {
-          hbm->commit_move(*t.move);
-          hbm_bytes_held -= t.move->from.bytes;
-        } else {
-          hbm->cancel_move(*t.move);
-          hbm_bytes_held -= t.move->to.bytes;
-          t.hbm = t.move->from;
-        }
-        t.move.reset();
-        --moves_in_flight;
-        break;
-      case pending_kind::none:
-        break;
-    }
-    set_pending(slot, pending_kind::none);
-    reindex(slot);
-  }
-  for (auto it = releases.begin(); it != releases.end();) {  // the streams with releases pending
-    retire_releases(it->first);
-    it = it->second.empty() ? releases.erase(it) : std::next(it);
-  }
-  drop_fences();
-}
-
-void pager::impl::retire_releases(void* s) {
-  auto it = releases.find(s);
-  if (it == releases.end()) return;
-  auto& queue = it->second;
-  while (!queue.empty()) {
-    const detail::release_entry& r = queue.front();
-    tensor_record& t = tensors[r.slot];
-    auto point = t.live && t.generation == r.generation
-                     ? std::find_if(t.release_events.begin(), t.release_events.end(),
-                                    [&](const detail::release_point& p) { return p.seq == r.seq; })
-                     : t.release_events.end();
-    if (point != t.release_events.end()) {
-      if (!dev.query(point->event)) return;  // and so are the younger ones on this stream
-      events.release(point->event);
-      t.release_events.erase(point);
-    }
-    queue.pop_front();
-  }
-}
-
-bool pager::impl::settle(tensor_record& t) {
-  auto& ev = t.release_events;
-  ev.erase(std::remove_if(ev.begin(), ev.end(),
-                          [&](const detail::release_point& r) {
-                            if (!dev.query(r.event)) return false;
-                            events.release(r.event);
-                            return true;
-                          }),
-           ev.end());
-  return ev.empty();
-}
-
-std::vector<event_ref> pager::impl::take_release_events(tensor_record& t) {
-  std::vector<event_ref> out;
-  out.reserve(t.release_events.size());
-  for (const auto& r : t.release_events) out.push_back(r.event);
-  t.release_events.clear();
-  return out;
 }
 
 bool pager::impl::can_evict(const tensor_record& t) const {
@@ -457,10 +304,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
     throw;
   }
   add_fence_user(where, ticket);
-  if (!t.release_events.empty()) {  // kept until the load has finished: the engine refers to them
-    const auto* b = static_cast<const char*>(where.ptr);
-    fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
-  }
+  fence_release_events(t, where.ptr, ticket);  // kept until the load has finished: the engine refers to them
   t.hbm = where;
   t.where = residency::loading;
   set_pending(slot, pending_kind::load, ticket);
@@ -483,10 +327,7 @@ void pager::impl::evict_now(std::uint32_t slot) {
     const transfer_ticket ticket =
         engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
                        transfer_priority::writeback, std::move(after));
-    if (!t.release_events.empty()) {
-      const auto* b = static_cast<const char*>(t.hbm->ptr);
-      fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {ticket});
-    }
+    fence_release_events(t, t.hbm->ptr, ticket);
     set_pending(slot, pending_kind::write_back, ticket);
     t.ticket_priority = transfer_priority::writeback;
     t.ticket_start = std::chrono::steady_clock::now();
@@ -506,12 +347,6 @@ void pager::impl::evict_now(std::uint32_t slot) {
   reindex(slot);
 }
 
-namespace {
-pager::impl::detached_load detail_detached(const tensor_record& t) {
-  return {t.fault_load, t.wait_from, t.ticket_start, t.bytes, 0, t.generation, {}};
-}
-}  // namespace
-
 bool pager::impl::can_evict_loading(const tensor_record& t) const {
   return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load &&
          t.where == residency::loading && !t.dirty && !t.prefetched_unused && !t.release_events.empty();
@@ -519,10 +354,9 @@ bool pager::impl::can_evict_loading(const tensor_record& t) const {
 
 void pager::impl::evict_loading(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
-  auto& d = detached_loads.emplace(t.ticket.id, detail_detached(t)).first->second;
-  d.slot = slot;
+  detached_loads.emplace(t.ticket.id, detached_load{t.fault_load, t.wait_from, t.ticket_start, t.bytes, slot,
+                                                    t.generation, trace ? t.name : std::string()});
   ++t.detached_load_count;  // its host bytes are still being read: unregistering waits (quiesce)
-  if (trace) d.traced_name = t.name;
   set_pending(slot, pending_kind::none);
   // Each release event follows the compute stream's wait for the load: a copy into this memory
   // that waits for them (the fence) starts after the load's last byte. That copy's wait never sits
@@ -655,6 +489,12 @@ std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
   const auto* b = static_cast<const char*>(e.ptr);
   fences.events_over(b, b + e.bytes, out);
   return out;
+}
+
+void pager::impl::fence_release_events(tensor_record& t, const void* at, transfer_ticket user) {
+  if (t.release_events.empty()) return;
+  const auto* b = static_cast<const char*>(at);
+  fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {user});
 }
 
 void pager::impl::add_fence_user(const extent& e, transfer_ticket user) {
