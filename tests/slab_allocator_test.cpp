@@ -93,7 +93,7 @@ TEST_F(slab_allocator_test, small_requests_come_from_size_class_bins_aligned_and
   extent x = a.allocate(1000), y = a.allocate(1000);
   EXPECT_EQ(addr(x.ptr) / slab, addr(y.ptr) / slab);
   auto st = a.statistics();
-  EXPECT_EQ(st.classes[3].slabs, 1u);
+  EXPECT_EQ(st.classes[3].pages, 1u);
   EXPECT_EQ(st.classes[3].block_bytes, 1024u);
   EXPECT_EQ(st.classes[3].blocks_in_use, 2u);
   a.deallocate(x.ptr, 1000);
@@ -106,8 +106,8 @@ TEST_F(slab_allocator_test, half_a_slab_or_more_gets_a_contiguous_run_of_whole_s
   EXPECT_EQ(a.rounded_size(slab / 2), slab);
   extent big = a.allocate(5 * slab + 1);
   auto st = a.statistics();
-  EXPECT_EQ(st.run_slabs, 1u + 6u);
-  EXPECT_EQ(st.bin_slabs, 0u);
+  EXPECT_EQ(st.run_pages, 1u + 6u);
+  EXPECT_EQ(st.bin_pages, 0u);
   // The run is contiguous: writing all of it touches no other allocation.
   std::memset(big.ptr, 0x5a, big.bytes);
   std::memset(half.ptr, 0x11, half.bytes);
@@ -115,7 +115,7 @@ TEST_F(slab_allocator_test, half_a_slab_or_more_gets_a_contiguous_run_of_whole_s
   EXPECT_TRUE(addr(big.ptr) + 6 * slab <= addr(half.ptr) || addr(half.ptr) + slab <= addr(big.ptr));
   a.deallocate(big.ptr, big.bytes);
   a.deallocate(half.ptr, half.bytes);
-  EXPECT_EQ(a.statistics().free_slabs, 16u);
+  EXPECT_EQ(a.statistics().free_pages, 16u);
 }
 
 TEST_F(slab_allocator_test, statistics_count_bytes_slabs_peaks_and_calls) {
@@ -124,13 +124,13 @@ TEST_F(slab_allocator_test, statistics_count_bytes_slabs_peaks_and_calls) {
   auto st = a.statistics();
   EXPECT_EQ(st.bytes_in_use, 100u + 3000u + 2 * slab);
   EXPECT_EQ(st.live_allocations, 3u);
-  EXPECT_EQ(st.slabs_in_use, 4u);  // two bin slabs (classes 256 and 3072) + a 2-slab run
+  EXPECT_EQ(st.pages_in_use, 4u);  // two bin slabs (classes 256 and 3072) + a 2-slab run
   EXPECT_EQ(st.allocations, 3u);
   a.deallocate(l1.ptr, l1.bytes);
   st = a.statistics();
   EXPECT_EQ(st.bytes_in_use, 3100u);
   EXPECT_EQ(st.bytes_in_use_peak, 3100u + 2 * slab);
-  EXPECT_EQ(st.slabs_in_use_peak, 4u);
+  EXPECT_EQ(st.pages_in_use_peak, 4u);
   EXPECT_EQ(st.deallocations, 1u);
   a.deallocate(s1.ptr, s1.bytes);
   a.deallocate(s2.ptr, s2.bytes);
@@ -152,7 +152,7 @@ void expect_rejected(slab_allocator& a, F call, std::vector<std::string> fragmen
   const auto after = a.statistics();
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   EXPECT_EQ(after.live_allocations, before.live_allocations);
-  EXPECT_EQ(after.free_slabs, before.free_slabs);
+  EXPECT_EQ(after.free_pages, before.free_pages);
   EXPECT_EQ(after.deallocations, before.deallocations);
   EXPECT_EQ(after.allocations, before.allocations);
   a.audit();
@@ -199,7 +199,7 @@ TEST_F(slab_allocator_test, out_of_memory_says_what_and_why_and_changes_nothing_
   }
   const auto after = a.statistics();
   EXPECT_EQ(after.failed_requests, before.failed_requests + 1);
-  EXPECT_EQ(after.free_slabs, before.free_slabs);
+  EXPECT_EQ(after.free_pages, before.free_pages);
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   EXPECT_THROW(a.allocate(2 * slab), std::bad_alloc);
   a.deallocate(e1.ptr, e1.bytes);
@@ -213,7 +213,7 @@ TEST_F(slab_allocator_test, fragmentation_figures_follow_their_definitions) {
   EXPECT_DOUBLE_EQ(a.fragmentation().external, 0.0);
   for (int i : {1, 3, 4}) a.deallocate(runs[i].ptr, runs[i].bytes);
   auto f = a.fragmentation();
-  EXPECT_EQ(f.free_slabs, 3u);
+  EXPECT_EQ(f.free_pages, 3u);
   EXPECT_EQ(f.largest_free_extent_bytes, 2 * slab);
   EXPECT_DOUBLE_EQ(f.external, 1.0 - 2.0 / 3.0);
   EXPECT_DOUBLE_EQ(f.internal, 0.0);
@@ -312,9 +312,9 @@ TEST_F(slab_allocator_test, compaction_of_bins_frees_whole_slabs_and_preserves_b
   // One allocation is not movable (acquired by a kernel, say).
   void* pinned = kept[0].ptr;
   auto sums = fill_all(kept);
-  EXPECT_EQ(a.statistics().bin_slabs, 4u);
+  EXPECT_EQ(a.statistics().bin_pages, 4u);
   compaction_plan p = a.plan_compaction([&](const extent& e) { return e.ptr != pinned; });
-  EXPECT_EQ(p.slabs_freed, 3u);
+  EXPECT_EQ(p.pages_freed, 3u);
   EXPECT_EQ(p.moves.size(), 12u);
   std::set<void*> dests;
   for (const slab_move& m : p.moves) {
@@ -337,13 +337,13 @@ TEST_F(slab_allocator_test, compaction_of_bins_frees_whole_slabs_and_preserves_b
     it->ptr = m.to.ptr;
   }
   EXPECT_THROW(a.commit_move(p.moves[0]), invalid_argument);  // committed already
-  EXPECT_EQ(a.statistics().bin_slabs, 1u);
+  EXPECT_EQ(a.statistics().bin_pages, 1u);
   EXPECT_EQ(a.statistics().moves_committed, 12u);
   for (const extent& e : kept) EXPECT_EQ(checksum(e.ptr, e.bytes), sums.at(e.ptr));
   EXPECT_EQ(a.statistics().bytes_in_use, 16u * 4000u);
   a.audit();
   for (const extent& e : kept) a.deallocate(e.ptr, e.bytes);
-  EXPECT_EQ(a.statistics().bin_slabs, 1u);  // one empty slab stays cached per class
+  EXPECT_EQ(a.statistics().bin_pages, 1u);  // one empty slab stays cached per class
   a.audit();
 }
 
@@ -416,7 +416,7 @@ TEST_F(slab_allocator_test, host_tier_pins_in_background_and_reports_the_cost) {
   a.wait_reserved();
   auto st = a.statistics();
   EXPECT_TRUE(st.reservation_complete);
-  EXPECT_EQ(st.ready_slabs, 64u);
+  EXPECT_EQ(st.ready_pages, 64u);
   EXPECT_GE(st.pin_seconds_per_gib, 0.0);
   EXPECT_EQ(st.t, tier::host);
   EXPECT_EQ(dev->mapped_device_pointer(e.ptr), e.ptr);  // it is pinned host memory

@@ -111,13 +111,13 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   policy_result r;
   r.name = pol.name;
   const std::uint64_t kv_end = kv_bytes_at_end(cfg);
-  const std::size_t slab = cfg.slab_bytes;
+  const std::size_t slab = cfg.slab_bytes, page = cfg.page_bytes;
   const auto round_slabs = [&](std::uint64_t b) { return (b + slab - 1) / slab * slab; };
-  // Whole-slab rounding of every tensor, so "all-resident" really holds everything.
+  // Page rounding of every tensor, so "all-resident" really holds everything.
   std::uint64_t rounded_model = 0;
   for (const auto& t : layer_tensors(cfg.model)) {
     const std::uint64_t b = t.rows * t.cols * bytes_per_element(cfg.type);
-    rounded_model += b >= slab / 2 ? round_slabs(b) : b + b / 4 + 256;
+    rounded_model += b >= page / 2 ? (b + page - 1) / page * page : b + b / 4 + 256;
   }
   rounded_model *= static_cast<std::uint64_t>(cfg.layers);
   const std::size_t kv_block_bytes = static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg);
@@ -136,6 +136,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   }
   pc.host_budget_bytes = round_slabs(rounded_model + kv_end * 2 + 4 * slab);
   pc.slab_bytes = slab;
+  pc.page_bytes = page;
   pc.chunk_bytes = cfg.chunk_bytes;
   pc.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   pc.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;

@@ -40,7 +40,8 @@ struct bench_config {
   int steps = 4;              ///< timed steps
   int warmup_steps = 1;
   std::size_t hbm_budget_bytes = 0;
-  std::size_t slab_bytes = std::size_t{16} << 20;
+  std::size_t slab_bytes = std::size_t{64} << 20;
+  std::size_t page_bytes = std::size_t{64} << 10;  ///< allocation unit of both tiers
   std::size_t chunk_bytes = std::size_t{2} << 20;
   std::optional<std::uint64_t> rate_bytes_per_second;  ///< unset: uncapped
   std::uint64_t link_peak_bytes_per_second = 0;        ///< calibrated once for all policies

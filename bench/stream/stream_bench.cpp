@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   std::string model_name = "llama-3.1-8b", config_path, dtype_name = "bf16", backend_name = "auto";
   int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
   std::string budget = "0.5", sweep, policies_arg = "all", json_path, trace_path, trace_policy = "schedule-k2";
-  double slab_mib = 0, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
+  double slab_mib = 64, page_kib = 64, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
   double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 0;
   std::string sim_compute = "modelled";
   std::uint64_t seed = 1;
@@ -73,9 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--sweep", sweep, "comma-separated budgets to sweep (e.g. 0.25,0.5,0.75)");
   app.add_option("--policies", policies_arg, "all, or a comma-separated subset of the policy names");
   app.add_option("--backend", backend_name, "auto, cuda or sim")->check(CLI::IsMember({"auto", "cuda", "sim"}));
-  app.add_option("--slab-mib", slab_mib,
-                 "slab size in MiB (power of two); 0 (default) = chosen from the model's tensor sizes "
-                 "(htp::suggest_slab_bytes)");
+  app.add_option("--slab-mib", slab_mib, "slab (reservation unit) size in MiB, a power of two");
+  app.add_option("--page-kib", page_kib, "page (allocation unit) size in KiB, a power of two up to a slab");
   app.add_option("--chunk-mib", chunk_mib, "transfer chunk size in MiB");
   app.add_option("--rate-gbps", rate_gbps, "cap H2D/D2H at this rate (0 = uncapped)");
   app.add_option("--kv-context", kv_context, "initial KV-cache context in tokens (0 = no KV cache)");
@@ -111,14 +110,8 @@ int main(int argc, char** argv) {
     cfg.tokens = tokens;
     cfg.steps = steps;
     cfg.warmup_steps = warmup;
-    if (slab_mib <= 0) {
-      std::vector<std::size_t> sizes;
-      for (const auto& t : layer_tensors(cfg.model)) sizes.push_back(t.rows * t.cols * bytes_per_element(cfg.type));
-      cfg.slab_bytes = suggest_slab_bytes(sizes);
-      slab_mib = static_cast<double>(cfg.slab_bytes) / 1048576.0;
-    } else {
-      cfg.slab_bytes = static_cast<std::size_t>(slab_mib * 1048576.0);
-    }
+    cfg.slab_bytes = static_cast<std::size_t>(slab_mib * 1048576.0);
+    cfg.page_bytes = static_cast<std::size_t>(page_kib * 1024.0);
     cfg.chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
     cfg.kv_context_tokens = kv_context;
     cfg.kv_block_tokens = kv_block;
@@ -197,10 +190,10 @@ int main(int argc, char** argv) {
   std::printf("  streamed weights %s, %d token(s) per step, %d timed + %d warm-up steps, KV %s\n",
               gib(static_cast<double>(model_bytes)).c_str(), cfg.tokens, cfg.steps, cfg.warmup_steps,
               cfg.kv_context_tokens > 0 ? ("from " + std::to_string(cfg.kv_context_tokens) + " tokens").c_str() : "off");
-  std::printf("  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, chunk %.0f MiB\n",
+  std::printf("  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, page %.0f KiB, chunk %.0f MiB\n",
               static_cast<double>(cfg.link_peak_bytes_per_second) / 1e9,
               cfg.rate_bytes_per_second ? (std::to_string(rate_gbps) + " GB/s").c_str() : "none",
-              slab_mib, chunk_mib);
+              slab_mib, page_kib, chunk_mib);
   std::printf("  compute: %s\n", compute->description().c_str());
   if (sim) {
     std::printf("  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
@@ -259,7 +252,7 @@ int main(int argc, char** argv) {
                   {"layer_parameters", layer_parameters(cfg.model)}, {"layers", cfg.model.layers},
                   {"layers_run", cfg.layers}, {"streamed_weight_bytes", model_bytes}};
     j["config"] = {{"tokens", cfg.tokens}, {"steps", cfg.steps}, {"warmup_steps", cfg.warmup_steps},
-                   {"slab_bytes", cfg.slab_bytes}, {"chunk_bytes", cfg.chunk_bytes},
+                   {"slab_bytes", cfg.slab_bytes}, {"page_bytes", cfg.page_bytes}, {"chunk_bytes", cfg.chunk_bytes},
                    {"rate_cap_bytes_per_second", cfg.rate_bytes_per_second.value_or(0)},
                    {"link_peak_bytes_per_second", cfg.link_peak_bytes_per_second},
                    {"kv_context_tokens", cfg.kv_context_tokens}, {"kv_block_tokens", cfg.kv_block_tokens},

@@ -109,7 +109,10 @@ struct pager_config {
   /// Pinned host memory it reserves for the tensors it copies in (register_tensor). 0 = none: every
   /// tensor lives in caller memory (register_tensor_at).
   std::size_t host_budget_bytes = 0;
-  std::size_t slab_bytes = std::size_t{64} << 20;  ///< power of two from 64 KiB.
+  std::size_t slab_bytes = std::size_t{64} << 20;  ///< reservation unit; power of two from 64 KiB.
+  /// Allocation unit of both tiers: a tensor wastes less than one page to rounding. A power of two
+  /// from 4 KiB to slab_bytes, or 0 for automatic (64 KiB; larger for tiers over 128 GiB).
+  std::size_t page_bytes = 0;
   std::size_t chunk_bytes = std::size_t{2} << 20;  ///< transfer chunk size.
   std::size_t max_in_flight_chunks = 3;            ///< per direction.
   transfer_link_config h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)

@@ -4,11 +4,14 @@
 //
 // Contract summary:
 //  - At construction the tier's whole budget is reserved from the device in a few large
-//    allocations ("reservations") and divided into slabs of `slab_bytes`. No device allocation
-//    call happens afterwards; allocate/deallocate only touch host-side bookkeeping.
-//  - Requests of half a slab or more get a contiguous run of whole slabs inside one reservation.
-//    Smaller requests are served from size-class bins (one class per slab, four classes per power
-//    of two). Every returned pointer is aligned to at least 256 bytes.
+//    allocations ("reservations") of whole slabs (`slab_bytes`, 64 MiB by default). No device
+//    allocation call happens afterwards; allocate/deallocate only touch host-side bookkeeping.
+//  - Space is handed out in pages (`page_bytes`, 64 KiB by default, larger for tiers over 128 GiB).
+//    Requests of half a page or more get a contiguous run of whole pages inside one reservation,
+//    so a tensor wastes less than one page to rounding. Smaller requests are served from size-class
+//    bins (one class per page, four classes per power of two). Small tensors take pages from the
+//    top end of the shortest free run, so they fill holes and never split a free run in two.
+//    Every returned pointer is aligned to at least 256 bytes.
 //  - Bookkeeping lives on the host only, never inside the managed memory.
 //  - Thread safety: every public member may be called from any host thread concurrently.
 //  - Errors: bad input throws htp::invalid_argument naming the value and the rule; a request that
@@ -34,13 +37,16 @@ struct slab_allocator_config {
   /// Bytes the tier reserves from the device at construction; rounded down to whole slabs and must
   /// hold at least one slab.
   std::size_t budget_bytes = 0;
-  /// Slab size: a power of two from 64 KiB to 1 GiB. Small values are for tests.
+  /// Slab size: the unit the budget is reserved in; a power of two from 64 KiB to 1 GiB.
   std::size_t slab_bytes = std::size_t{64} << 20;
+  /// Page size: the unit space is handed out in; a power of two from 4 KiB to slab_bytes, or 0 for
+  /// automatic (64 KiB, doubled until the tier has at most 2^21 pages: 32 MiB of bookkeeping).
+  std::size_t page_bytes = 0;
   /// Combined fragmentation at or above which should_compact() says yes (0..1).
   double compaction_threshold = 0.15;
   /// Slabs per device allocation. 0 = automatic: the whole budget in one allocation for HBM; for
-  /// the host tier, chunks of at most 1 GiB so pinning runs in parallel. A run of whole slabs
-  /// never crosses a reservation, so this also bounds the largest single request.
+  /// the host tier, chunks of at most 1 GiB so pinning runs in parallel. A run of pages never
+  /// crosses a reservation, so this also bounds the largest single request.
   std::size_t slabs_per_reservation = 0;
   /// Threads pinning (allocating) reservations in parallel at construction. 0 = automatic (up to 4).
   unsigned pin_threads = 0;
@@ -70,45 +76,51 @@ struct slab_move {
 struct compaction_plan {
   std::vector<slab_move> moves;
   std::size_t bytes_to_copy = 0;      ///< sum of from.bytes over moves.
-  std::size_t slabs_freed = 0;        ///< whole slabs that become free once all moves commit.
+  std::size_t pages_freed = 0;        ///< bin pages that become free once all moves commit.
   bool satisfies_request = false;     ///< the request passed to plan_compaction will fit afterwards.
 };
 
 /// Fragmentation figures, all in [0, 1]. Definitions (see docs/slab_allocator.md):
-///  external = 1 - largest free run of slabs / free slabs            (0 when no slab is free)
-///  internal = unused bytes inside bin slabs that are not full (free blocks and the slab tail)
-///             / bytes of all bin slabs                               (0 when there is no bin slab)
-///  combined = (free slabs outside the largest free run * slab_bytes
+///  external = 1 - largest free run of pages / free pages            (0 when no page is free)
+///  internal = unused bytes inside bin pages that are not full (free blocks and the page tail)
+///             / bytes of all bin pages                               (0 when there is no bin page)
+///  combined = (free pages outside the largest free run * page_bytes
 ///              + the internal numerator) / tier capacity
-///  i.e. the share of the tier that holds no allocation yet cannot serve a request of the largest
-///  free extent's size.
+///             i.e. the share of the tier that holds no allocation yet cannot serve a request of
+///             the largest free extent's size; what should_compact() compares with the threshold.
+///  waste    = 1 - (requested bytes of live allocations and move destinations
+///                  + the largest free extent) / reserved capacity
+///             i.e. all waste: rounding to pages and size classes, bin page tails and free blocks,
+///             and free space outside the largest free extent.
 struct fragmentation_report {
   double external = 0;
   double internal = 0;
   double combined = 0;
-  std::size_t largest_free_extent_bytes = 0;  ///< largest free run of whole slabs, in bytes.
-  std::size_t free_slabs = 0;
+  double waste = 0;
+  std::size_t largest_free_extent_bytes = 0;  ///< largest free run of pages, in bytes.
+  std::size_t free_pages = 0;
 };
 
 /// Per size-class statistics.
 struct slab_class_stats {
   std::size_t block_bytes = 0;
-  std::size_t slabs = 0;            ///< slabs dedicated to this class.
+  std::size_t pages = 0;            ///< pages dedicated to this class.
   std::size_t blocks_in_use = 0;    ///< including blocks reserved as move destinations.
-  std::size_t blocks_capacity = 0;  ///< blocks in the class's slabs.
+  std::size_t blocks_capacity = 0;  ///< blocks in the class's pages.
 };
 
 /// A snapshot of one allocator's statistics.
 struct slab_allocator_stats {
   tier t = tier::hbm;
   std::size_t slab_bytes = 0;
-  std::size_t total_slabs = 0;        ///< slabs in the budget.
-  std::size_t ready_slabs = 0;        ///< slabs already reserved (pinned) from the device.
-  std::size_t free_slabs = 0;
-  std::size_t run_slabs = 0;          ///< slabs held by whole-slab runs.
-  std::size_t bin_slabs = 0;          ///< slabs dedicated to a size class.
-  std::size_t slabs_in_use = 0;       ///< run_slabs + bin_slabs.
-  std::size_t slabs_in_use_peak = 0;
+  std::size_t page_bytes = 0;
+  std::size_t total_pages = 0;        ///< pages in the budget.
+  std::size_t ready_pages = 0;        ///< pages already reserved (pinned) from the device.
+  std::size_t free_pages = 0;
+  std::size_t run_pages = 0;          ///< pages held by runs.
+  std::size_t bin_pages = 0;          ///< pages dedicated to a size class.
+  std::size_t pages_in_use = 0;       ///< run_pages + bin_pages.
+  std::size_t pages_in_use_peak = 0;
   std::size_t bytes_in_use = 0;       ///< sum of requested bytes of live allocations (incl. pending).
   std::size_t bytes_in_use_peak = 0;
   std::size_t live_allocations = 0;
@@ -160,9 +172,9 @@ class slab_allocator {
   /// Blocks until every pending release's event has completed, then frees them all.
   void synchronize_pending();
 
-  /// Plans moves that free whole slabs (for_request_bytes == 0: evacuate sparse bin slabs and pack
-  /// whole-slab runs towards the start of each reservation) or make room for one request of
-  /// `for_request_bytes` (a contiguous run for a large request, a free slab for a small one). Only
+  /// Plans moves that gather free space (for_request_bytes == 0: evacuate sparse bin pages and fill
+  /// the lowest free gaps with the largest runs above them that fit) or make room for one request
+  /// of `for_request_bytes` (a contiguous run for a large request, a free page for a small one). Only
   /// allocations for which `movable(extent)` returns true are moved; pending releases and move
   /// destinations never are. Destinations overlap no live extent, no source and no other
   /// destination, and are reserved until committed or cancelled. `movable` runs under the
@@ -195,11 +207,13 @@ class slab_allocator {
 
   tier tier_of() const noexcept;
   std::size_t slab_bytes() const noexcept;
-  /// Bytes the tier manages (whole slabs).
+  /// The page size in use (the configured one, or the automatic choice).
+  std::size_t page_bytes() const noexcept;
+  /// Bytes the tier manages (whole slabs of the budget).
   std::size_t capacity_bytes() const noexcept;
   /// The largest request allocate can ever satisfy (one reservation's bytes).
   std::size_t max_request_bytes() const noexcept;
-  /// Block size a request of `bytes` occupies: its size class, or whole slabs from half a slab.
+  /// Bytes a request of `bytes` occupies: its size class, or whole pages from half a page.
   std::size_t rounded_size(std::size_t bytes) const;
 
   struct state;  // defined in src/slab/state.hpp
@@ -207,16 +221,5 @@ class slab_allocator {
  private:
   std::unique_ptr<state> s_;
 };
-
-/// The slab size (a power of two from `min_slab` to `max_slab`) that wastes the fewest bytes
-/// rounding these tensor sizes: from half a slab a tensor takes whole slabs, below it a size
-/// class. Among sizes within 0.5% of the least waste, the largest (fewer slabs, smaller bitmaps).
-/// E.g. Llama-3.1-8B in bf16 (32, 8 and 112 MiB matrices, 8 KiB norms) gets 8 MiB: 16 MiB slabs
-/// would round each 8 MiB k/v projection up to 16 MiB. Pure function; thread-safe.
-/// @throws htp::invalid_argument if `tensor_bytes` is empty or the bounds are not powers of two
-/// with 64 KiB <= min_slab <= max_slab <= 1 GiB.
-std::size_t suggest_slab_bytes(const std::vector<std::size_t>& tensor_bytes,
-                               std::size_t min_slab = std::size_t{1} << 21,
-                               std::size_t max_slab = std::size_t{64} << 20);
 
 }  // namespace htp

@@ -32,6 +32,11 @@ void validate(const pager_config& c) {
                   (c.slab_bytes & (c.slab_bytes - 1)) == 0,
               invalid_argument, "pager_config.slab_bytes is ", c.slab_bytes,
               "; it must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB), e.g. 64 MiB");
+  HTP_EXPECTS(c.page_bytes == 0 || (c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes &&
+                                    (c.page_bytes & (c.page_bytes - 1)) == 0),
+              invalid_argument, "pager_config.page_bytes is ", c.page_bytes,
+              "; it must be 0 (automatic) or a power of two from 4096 (4 KiB) to pager_config.slab_bytes (",
+              c.slab_bytes, ")");
   HTP_EXPECTS(c.hbm_budget_bytes >= c.slab_bytes, invalid_argument, "pager_config.hbm_budget_bytes (",
               c.hbm_budget_bytes, ") must hold at least one slab (pager_config.slab_bytes = ", c.slab_bytes, ")");
   HTP_EXPECTS(c.host_budget_bytes == 0 || c.host_budget_bytes >= c.slab_bytes, invalid_argument,
@@ -87,6 +92,7 @@ pager::impl::impl(device& d, pager_config c)
   hc.t = tier::hbm;
   hc.budget_bytes = config.hbm_budget_bytes;
   hc.slab_bytes = config.slab_bytes;
+  hc.page_bytes = config.page_bytes;
   hc.compaction_threshold = config.compaction_threshold;
   hbm = std::make_unique<slab_allocator>(dev, hc);
   if (config.host_budget_bytes > 0) {

@@ -5,22 +5,60 @@
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
+#include <set>
+#include <unordered_set>
 
 namespace htp {
 
 namespace {
 using movable_fn = std::function<bool(const extent&)>;
-}
+
+/// One stretch of a reservation: a free run, a run of pages, or a bin page.
+struct segment {
+  std::size_t start, len;
+  enum kind_t : std::uint8_t { free, movable_run, movable_bin, obstacle } kind;
+};
+}  // namespace
 
 bool slab_allocator::state::run_movable(std::size_t head, const movable_fn& movable) const {
-  const slab_record& h = slabs[head];
-  return h.kind == slab_kind::run_head && h.flags == 0 &&
-         movable(extent{slab_address(head), h.requested});
+  const slab::page_record& h = pages[head];
+  return h.kind == slab::page_kind::run_head && h.flags == 0 &&
+         movable(extent{page_address(head), run_requested(head)});
+}
+
+bool slab_allocator::state::bin_page_movable(std::size_t page, const movable_fn& movable) const {
+  const bin_page& b = bin_of(page);
+  if (b.used == 0) return false;  // an empty cached page is dropped, not moved
+  const std::size_t bb = classes.block_bytes(b.cls);
+  char* base = page_address(page);
+  for (std::size_t k = b.free_blocks.find_next(0, b.capacity, false); k != npos;
+       k = b.free_blocks.find_next(k + 1, b.capacity, false)) {
+    if ((b.sizes[k] & ~size_mask) != 0 || !movable(extent{base + k * bb, b.sizes[k] & size_mask})) return false;
+  }
+  return true;
+}
+
+void slab_allocator::state::relocate_bin_page(std::size_t from, std::size_t to, compaction_plan& p) {
+  const std::size_t cls = bin_of(from).cls;
+  make_bin_page(to, cls);
+  const bin_page& src = bin_of(from);  // after make_bin_page: it may grow the slot table
+  const std::size_t bb = classes.block_bytes(cls);
+  char* base = page_address(from);
+  for (std::size_t k = src.free_blocks.find_next(0, src.capacity, false); k != npos;
+       k = src.free_blocks.find_next(k + 1, src.capacity, false)) {
+    const std::size_t bytes = src.sizes[k] & size_mask;
+    void* dst = take_block(to, k, bytes, flag_dest);  // the same block: keeps the hint rule
+    planned.emplace(dst, base + k * bb);
+    ++dest_count;
+    dest_bytes += bytes;
+    p.moves.push_back({extent{base + k * bb, bytes}, extent{dst, bytes}});
+    p.bytes_to_copy += bytes;
+  }
 }
 
 void slab_allocator::state::reserve_run_dest(std::size_t head, std::size_t n, void* src,
                                              std::size_t bytes, compaction_plan& p) {
-  void* to = take_run(head, n, bytes, flag_dest);
+  void* to = take_run(head, n, bytes, run_dest);
   planned.emplace(to, src);
   ++dest_count;
   dest_bytes += bytes;
@@ -29,148 +67,184 @@ void slab_allocator::state::reserve_run_dest(std::size_t head, std::size_t n, vo
 }
 
 void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan& p) {
-  std::vector<std::vector<std::size_t>> by_class(classes.count());
-  for (std::size_t i = 0; i < slabs.size(); ++i) {
-    if (slabs[i].kind == slab_kind::bin) by_class[slabs[i].bin->cls].push_back(i);
-  }
-  enum : std::uint8_t { none, source, received };
-  for (std::size_t c = 0; c < by_class.size(); ++c) {
-    auto& list = by_class[c];
+  enum : std::uint8_t { none_role, source, received };
+  for (std::size_t c = 0; c < nonfull.size(); ++c) {
+    const std::vector<std::size_t> list = nonfull[c];  // copy: taking blocks edits the list
     if (list.size() < 2) continue;
     const std::size_t bb = classes.block_bytes(c);
     std::vector<std::size_t> sources;
     std::size_t free_blocks_total = 0;
-    for (std::size_t s : list) {
-      const bin_slab& b = *slabs[s].bin;
+    for (std::size_t pg : list) {
+      const bin_page& b = bin_of(pg);
       free_blocks_total += b.capacity - b.used;
       bool ok = true;
-      char* base = slab_address(s);
+      char* base = page_address(pg);
       for (std::size_t k = b.free_blocks.find_next(0, b.capacity, false); ok && k != npos;
            k = b.free_blocks.find_next(k + 1, b.capacity, false)) {
         ok = (b.sizes[k] & ~size_mask) == 0 && movable(extent{base + k * bb, b.sizes[k] & size_mask});
       }
-      if (ok) sources.push_back(s);
+      if (ok) sources.push_back(pg);
     }
-    auto used_of = [&](std::size_t s) { return slabs[s].bin->used; };
+    auto used_of = [&](std::size_t pg) { return bin_of(pg).used; };
     std::stable_sort(sources.begin(), sources.end(), [&](std::size_t a, std::size_t b) { return used_of(a) < used_of(b); });
-    // Destinations: slabs that cannot be evacuated first (they stay anyway), then the fullest.
-    std::vector<std::uint8_t> evacuable(slabs.size(), 0);
-    for (std::size_t s : sources) evacuable[s] = 1;
+    // Destinations: pages that cannot be evacuated first (they stay anyway), then the fullest.
+    std::unordered_map<std::size_t, std::uint8_t> role;
+    for (std::size_t pg : sources) role[pg] = none_role;
     std::vector<std::size_t> dests = list;
     std::stable_sort(dests.begin(), dests.end(), [&](std::size_t a, std::size_t b) {
-      if (evacuable[a] != evacuable[b]) return evacuable[a] < evacuable[b];
+      const bool ea = role.count(a) != 0, eb = role.count(b) != 0;
+      if (ea != eb) return ea < eb;
       return used_of(a) > used_of(b);
     });
-    std::unordered_map<std::size_t, std::uint8_t> role;
     std::size_t cursor = 0;
     for (std::size_t src : sources) {
-      if (role[src] != none) continue;
-      bin_slab& sb = *slabs[src].bin;
+      if (role[src] != none_role) continue;
+      bin_page& sb = bin_of(src);
       const std::size_t own_free = sb.capacity - sb.used;
       if (free_blocks_total - own_free < sb.used) break;  // sources come sparsest first
       role[src] = source;
       free_blocks_total -= own_free;
-      char* base = slab_address(src);
+      char* base = page_address(src);
       for (std::size_t k = sb.free_blocks.find_next(0, sb.capacity, false); k != npos;
            k = sb.free_blocks.find_next(k + 1, sb.capacity, false)) {
-        while (role[dests[cursor]] == source || slabs[dests[cursor]].bin->used == slabs[dests[cursor]].bin->capacity) ++cursor;
+        auto is_source = [&](std::size_t pg) { auto it = role.find(pg); return it != role.end() && it->second == source; };
+        while (is_source(dests[cursor]) || bin_of(dests[cursor]).used == bin_of(dests[cursor]).capacity) ++cursor;
         const std::size_t d = dests[cursor];
         const std::size_t bytes = sb.sizes[k] & size_mask;
-        void* to = take_block(d, first_free_block(*slabs[d].bin), bytes, flag_dest);
+        void* to = take_block(d, first_free_block(bin_of(d)), bytes, flag_dest);
         void* from = base + k * bb;
         planned.emplace(to, from);
         ++dest_count;
         dest_bytes += bytes;
         --free_blocks_total;
-        role[d] = received;
+        if (role.count(d) != 0) role[d] = received;
         p.moves.push_back({extent{from, bytes}, extent{to, bytes}});
         p.bytes_to_copy += bytes;
       }
-      ++p.slabs_freed;
+      ++p.pages_freed;
     }
   }
 }
 
-void slab_allocator::state::plan_pack(const movable_fn& movable, compaction_plan& p) {
-  // Highest runs first, each into the lowest free gap below it that fits: runs settle at the
-  // bottom of each reservation, bins live at the top, free space gathers between them.
-  for (std::size_t head = slabs.size(); head-- > 0;) {
-    if (!run_movable(head, movable)) continue;
-    const std::size_t n = slabs[head].run_slabs;
-    std::size_t dest = npos;
-    for (const reservation& r : reservations) {
-      if (!r.ready || r.slabs < n || r.first > head) continue;
-      const std::size_t end = std::min(r.first + r.slabs, head);
-      for (std::size_t i = used.find_next(r.first, end, false); i != npos && dest == npos;) {
-        std::size_t j = used.find_next(i, end, true);
-        if (j == npos) j = end;
-        if (j - i >= n) dest = i;
-        i = used.find_next(j, end, false);
-      }
-      if (dest != npos) break;
+namespace {
+/// The segments of pages [first, end), read from the page bitmap and the records.
+template <class State>
+std::vector<segment> segments_of(const State& s, std::size_t first, std::size_t end, const movable_fn& movable) {
+  std::vector<segment> out;
+  for (std::size_t i = first; i < end;) {
+    const slab::page_record& rec = s.pages[i];
+    if (rec.kind == slab::page_kind::free) {
+      out.push_back({i, rec.len, segment::free});
+    } else if (rec.kind == slab::page_kind::run_head) {
+      out.push_back({i, rec.len, s.run_movable(i, movable) ? segment::movable_run : segment::obstacle});
+    } else {
+      out.push_back({i, 1, s.bin_page_movable(i, movable) ? segment::movable_bin : segment::obstacle});
     }
-    if (dest != npos) reserve_run_dest(dest, n, slab_address(head), slabs[head].requested, p);
+    i += out.back().len;
+  }
+  return out;
+}
+}  // namespace
+
+void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_plan& p) {
+  // Gaps from the bottom up, each filled best-fit-decreasing with the movable items above it (runs,
+  // and bin pages of one page): the longest item that fits the rest of the gap, the highest of
+  // equals. Items settle at the bottom of each reservation and free space gathers above them; the
+  // sources freed by one plan are the gaps of the next. Blocks that plan_bins already moves stay
+  // out (their page is not relocated as well).
+  std::unordered_set<const void*> moving;
+  for (const slab_move& m : p.moves) moving.insert(m.from.ptr);
+  const movable_fn movable = [&](const extent& e) { return moving.count(e.ptr) == 0 && movable_in(e); };
+  for (const reservation& r : reservations) {
+    if (!r.ready) continue;
+    const std::vector<segment> segs = segments_of(*this, r.first, r.first + r.pages, movable);
+    std::set<std::pair<std::size_t, std::size_t>> above;  // (pages, first page) of items above the gap
+    auto is_item = [](const segment& s) { return s.kind == segment::movable_run || s.kind == segment::movable_bin; };
+    for (const segment& s : segs) {
+      if (is_item(s)) above.emplace(s.len, s.start);
+    }
+    std::size_t k = 0;  // segments below the current gap leave `above`
+    for (const segment& gap : segs) {
+      if (gap.kind != segment::free) continue;
+      for (; k < segs.size() && segs[k].start < gap.start; ++k) {
+        if (is_item(segs[k])) above.erase({segs[k].len, segs[k].start});
+      }
+      if (above.empty()) break;
+      std::size_t pos = gap.start, rem = gap.len;
+      while (rem > 0) {
+        auto it = above.upper_bound({rem, npos});
+        if (it == above.begin()) break;
+        --it;
+        const auto [n, head] = *it;
+        above.erase(it);
+        take_free(pos, n, false);  // pos starts the rest of this gap
+        if (pages[head].kind == slab::page_kind::bin) {
+          relocate_bin_page(head, pos, p);
+        } else {
+          reserve_run_dest(pos, n, page_address(head), run_requested(head), p);
+        }
+        pos += n;
+        rem -= n;
+      }
+    }
   }
 }
 
 bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n, compaction_plan& p) {
-  // Candidate windows of n slabs containing only free slabs and movable runs, cheapest first.
-  std::vector<std::uint8_t> movable_run(slabs.size(), 0);
-  for (std::size_t i = 0; i < slabs.size(); ++i) {
-    if (slabs[i].kind == slab_kind::run_head) movable_run[i] = run_movable(i, movable) ? 1 : 0;
-  }
-  auto obstacle = [&](std::size_t i) {
-    const slab_record& r = slabs[i];
-    if (r.kind == slab_kind::free) return false;
-    if (r.kind == slab_kind::run_head) return movable_run[i] == 0;
-    if (r.kind == slab_kind::run_body) return movable_run[r.head] == 0;
-    return true;
+  // Candidate windows of n pages holding only free pages and movable runs, cheapest (fewest pages
+  // to copy) first. A window starts at a segment; prefix sums give its cost in O(log segments).
+  struct candidate {
+    std::size_t cost, reservation, first_seg, end_seg;
   };
-  std::vector<std::pair<std::size_t, std::size_t>> candidates;  // (cost, first slab)
-  for (const reservation& r : reservations) {
-    if (!r.ready || r.slabs < n) continue;
-    std::size_t obstacles = 0, cost = 0;
-    for (std::size_t i = r.first; i < r.first + r.slabs; ++i) {
-      obstacles += obstacle(i);
-      cost += used.test(i);
-      if (i >= r.first + n) {
-        obstacles -= obstacle(i - n);
-        cost -= used.test(i - n);
-      }
-      if (i + 1 >= r.first + n && obstacles == 0) candidates.emplace_back(cost, i + 1 - n);
+  std::vector<candidate> candidates;
+  std::vector<std::vector<segment>> all_segs(reservations.size());
+  for (std::size_t ri = 0; ri < reservations.size(); ++ri) {
+    const reservation& r = reservations[ri];
+    if (!r.ready || r.pages < n) continue;
+    std::vector<segment>& segs = all_segs[ri] = segments_of(*this, r.first, r.first + r.pages, movable);
+    std::vector<std::size_t> obstacles(segs.size() + 1, 0), cost(segs.size() + 1, 0), starts(segs.size());
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+      obstacles[i + 1] = obstacles[i] + (segs[i].kind == segment::obstacle);
+      cost[i + 1] = cost[i] + (segs[i].kind == segment::free ? 0 : segs[i].len);
+      starts[i] = segs[i].start;
+    }
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+      const std::size_t wend = segs[i].start + n;
+      if (wend > r.first + r.pages) break;
+      const std::size_t j = static_cast<std::size_t>(std::lower_bound(starts.begin(), starts.end(), wend) - starts.begin());
+      if (obstacles[j] - obstacles[i] == 0) candidates.push_back({cost[j] - cost[i], ri, i, j});
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end());
-  if (candidates.size() > 8) candidates.resize(8);
-  for (const auto& [cost, w] : candidates) {
-    std::vector<std::size_t> heads;
-    for (std::size_t i = w; i < w + n; ++i) {
-      const slab_record& r = slabs[i];
-      const std::size_t h = r.kind == slab_kind::run_body ? r.head : i;
-      if (r.kind != slab_kind::free && (heads.empty() || heads.back() != h)) heads.push_back(h);
+  const std::size_t keep = std::min<std::size_t>(8, candidates.size());
+  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(keep), candidates.end(),
+                    [](const candidate& a, const candidate& b) { return a.cost < b.cost; });
+  candidates.resize(keep);
+  for (const candidate& c : candidates) {
+    const std::vector<segment>& segs = all_segs[c.reservation];
+    std::vector<segment> runs, blocked;
+    for (std::size_t i = c.first_seg; i < c.end_seg; ++i) {
+      (segs[i].kind == segment::free ? blocked : runs).push_back(segs[i]);
     }
-    std::stable_sort(heads.begin(), heads.end(), [&](std::size_t a, std::size_t b) {
-      return slabs[a].run_slabs > slabs[b].run_slabs;
-    });
-    // Block the window's free slabs so no destination lands inside it.
-    std::vector<std::size_t> blocked;
-    for (std::size_t i = w; i < w + n; ++i) {
-      if (!used.test(i)) {
-        used.set(i);
-        blocked.push_back(i);
-      }
-    }
+    std::stable_sort(runs.begin(), runs.end(), [](const segment& a, const segment& b) { return a.len > b.len; });
+    // Take the window's free runs out of the index so no destination lands inside it.
+    for (const segment& s : blocked) free_runs.remove(static_cast<std::uint32_t>(s.start));
     const std::size_t first_move = p.moves.size();
     bool ok = true;
-    for (std::size_t h : heads) {
-      const std::size_t d = find_run(slabs[h].run_slabs);
-      if (d == npos) {
+    for (const segment& s : runs) {
+      const std::uint32_t d = free_runs.find(static_cast<std::uint32_t>(s.len));
+      if (d == none) {
         ok = false;
         break;
       }
-      reserve_run_dest(d, slabs[h].run_slabs, slab_address(h), slabs[h].requested, p);
+      if (s.kind == segment::movable_bin) {
+        relocate_bin_page(s.start, take_free(d, 1, true), p);
+      } else {
+        reserve_run_dest(take_free(d, s.len, false), s.len, page_address(s.start), run_requested(s.start), p);
+      }
     }
-    for (std::size_t i : blocked) used.reset(i);
+    for (const segment& s : blocked) {
+      free_runs.insert(static_cast<std::uint32_t>(s.start), static_cast<std::uint32_t>(s.len));
+    }
     largest_dirty = true;
     if (ok) return true;
     while (p.moves.size() > first_move) {  // roll back this candidate's reservations
@@ -182,22 +256,43 @@ bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n
   return false;
 }
 
+std::size_t slab_allocator::state::longest_run_after(const compaction_plan& p) const {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // (start, len)
+  free_runs.for_each([&](std::uint32_t s, std::uint32_t len) { runs.emplace_back(s, len); });
+  for (const slab_move& m : p.moves) {
+    const location from = locate(m.from.ptr);
+    if (from.block == npos) runs.emplace_back(from.page, pages[from.page].len);
+  }
+  std::sort(runs.begin(), runs.end());
+  std::size_t best = 0, cur_start = npos, cur_len = 0;
+  for (const auto& [s, len] : runs) {
+    if (cur_start != npos && s == cur_start + cur_len && reservation_of(s) == reservation_of(cur_start)) {
+      cur_len += len;
+    } else {
+      cur_start = s;
+      cur_len = len;
+    }
+    best = std::max(best, cur_len);
+  }
+  return best;
+}
+
 compaction_plan slab_allocator::state::plan(const movable_fn& movable, std::size_t request) {
   compaction_plan p;
-  p.slabs_freed += drop_cached_empties();
+  p.pages_freed += drop_cached_empties();
   if (request == 0) {
     plan_bins(movable, p);
     plan_pack(movable, p);
     p.satisfies_request = true;
-  } else if (request * 2 < slab_bytes) {
-    if (!nonfull[classes.index_for(request)].empty() || free_slabs > 0) {
+  } else if (!is_run_request(request)) {
+    if (!nonfull[classes.index_for(request)].empty() || free_pages > 0) {
       p.satisfies_request = true;
     } else {
       plan_bins(movable, p);
-      p.satisfies_request = p.slabs_freed > 0;
+      p.satisfies_request = p.pages_freed > 0;
     }
   } else {
-    const std::size_t n = (request + slab_bytes - 1) >> slab_shift;
+    const std::size_t n = pages_for(request);
     if (n > per_reservation) return p;
     if (largest_free_run() >= n) {
       p.satisfies_request = true;
@@ -206,6 +301,7 @@ compaction_plan slab_allocator::state::plan(const movable_fn& movable, std::size
     } else {
       plan_bins(movable, p);
       plan_pack(movable, p);
+      p.satisfies_request = longest_run_after(p) >= n;
     }
   }
   return p;
@@ -218,15 +314,7 @@ slab_allocator::state::location slab_allocator::state::resolve_dest(const slab_m
               to_string(cfg.t), ")::", call, "(", m.from.ptr, " -> ", m.to.ptr,
               "): not a planned, uncommitted move of this allocator (each move commits or "
               "cancels once)");
-  const auto addr = reinterpret_cast<std::uintptr_t>(m.to.ptr);
-  auto r = std::prev(std::upper_bound(by_address.begin(), by_address.end(), std::make_pair(addr, npos)));
-  const reservation& res = reservations[r->second];
-  const std::size_t off = static_cast<std::size_t>(addr - r->first);
-  location loc;
-  loc.slab = res.first + (off >> slab_shift);
-  if (slabs[loc.slab].kind == slab_kind::bin) {
-    loc.block = (off & (slab_bytes - 1)) / classes.block_bytes(slabs[loc.slab].bin->cls);
-  }
+  const location loc = locate(m.to.ptr);
   HTP_EXPECTS(requested_at(loc) == m.to.bytes && m.from.bytes == m.to.bytes, invalid_argument,
               "slab_allocator(", to_string(cfg.t), ")::", call, "(", m.from.ptr, " -> ", m.to.ptr,
               "): wrong size ", m.to.bytes, ", the move is of ", requested_at(loc), " bytes");
@@ -242,7 +330,7 @@ void slab_allocator::state::commit(const slab_move& m) {
   dest_bytes -= m.to.bytes;
   bytes_in_use += m.to.bytes;
   ++live;
-  free_at(from, false);  // an emptied source slab returns to the free slabs at once
+  free_at(from, false);  // an emptied source page returns to the free pages at once
   --n_free;
   ++n_moves;
 }
@@ -253,9 +341,9 @@ void slab_allocator::state::cancel(const slab_move& m) {
   --dest_count;
   dest_bytes -= m.to.bytes;
   if (to.block == npos) {
-    free_run(to.slab);
+    free_run(to.page);
   } else {
-    free_block(to.slab, to.block, false);
+    free_block(to.page, to.block, false);
   }
 }
 

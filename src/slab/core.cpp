@@ -9,6 +9,23 @@ namespace htp {
 
 namespace {
 bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+/// The configured page size, or the automatic one: the smallest power of two from 64 KiB that keeps
+/// the tier at or under 2^21 pages (32 MiB of page records), at most a slab. Invalid configs yield
+/// a harmless placeholder; the constructor rejects them.
+std::size_t automatic_page_bytes(const slab_allocator_config& c) {
+  const bool slab_ok = is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) &&
+                       c.slab_bytes <= (std::size_t{1} << 30);
+  if (!slab_ok) return std::size_t{64} << 10;
+  if (c.page_bytes != 0) {
+    return is_power_of_two(c.page_bytes) && c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes
+               ? c.page_bytes
+               : c.slab_bytes;
+  }
+  std::size_t p = std::size_t{64} << 10;
+  while (p < c.slab_bytes && (c.budget_bytes / p) > (std::size_t{1} << 21)) p <<= 1;
+  return std::min(p, c.slab_bytes);
+}
 }  // namespace
 
 slab_allocator::state::state(device& d, const slab_allocator_config& c)
@@ -16,216 +33,222 @@ slab_allocator::state::state(device& d, const slab_allocator_config& c)
       cfg(c),
       kind(memory_kind_of(c.t)),
       slab_bytes(c.slab_bytes),
-      slab_shift(0),
-      total_slabs(0),
+      page_bytes(0),
+      page_shift(0),
+      total_pages(0),
       per_reservation(0),
-      classes(is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10)
-                  ? c.slab_bytes
-                  : std::size_t{64} << 10) {
+      classes(automatic_page_bytes(c)) {
   HTP_EXPECTS(is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) &&
                   c.slab_bytes <= (std::size_t{1} << 30),
               invalid_argument, "slab_allocator(", to_string(c.t), "): slab_bytes=", c.slab_bytes,
               " must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)");
+  HTP_EXPECTS(c.page_bytes == 0 || (is_power_of_two(c.page_bytes) && c.page_bytes >= (std::size_t{4} << 10) &&
+                                    c.page_bytes <= c.slab_bytes),
+              invalid_argument, "slab_allocator(", to_string(c.t), "): page_bytes=", c.page_bytes,
+              " must be 0 (automatic) or a power of two from 4096 (4 KiB) to slab_bytes (", c.slab_bytes, ")");
   HTP_EXPECTS(c.budget_bytes >= c.slab_bytes, invalid_argument, "slab_allocator(", to_string(c.t),
               "): budget_bytes=", c.budget_bytes, " must hold at least one slab of ", c.slab_bytes,
               " bytes");
   HTP_EXPECTS(c.compaction_threshold >= 0.0 && c.compaction_threshold <= 1.0, invalid_argument,
               "slab_allocator(", to_string(c.t), "): compaction_threshold=", c.compaction_threshold,
               " must be within [0, 1]");
-  slab_shift = static_cast<unsigned>(__builtin_ctzll(c.slab_bytes));
-  total_slabs = c.budget_bytes >> slab_shift;
-  per_reservation = c.slabs_per_reservation;
-  if (per_reservation == 0) {
-    per_reservation = c.t == tier::hbm ? total_slabs : std::max<std::size_t>(1, (std::size_t{1} << 30) >> slab_shift);
+  page_bytes = automatic_page_bytes(c);
+  page_shift = static_cast<unsigned>(__builtin_ctzll(page_bytes));
+  const std::size_t total_slabs = c.budget_bytes / c.slab_bytes;
+  HTP_EXPECTS(total_slabs <= (std::size_t{0xfffffffe} >> __builtin_ctzll(c.slab_bytes / page_bytes)),
+              invalid_argument, "slab_allocator(", to_string(c.t), "): budget_bytes=", c.budget_bytes,
+              " is more than 2^32 - 2 pages of page_bytes=", page_bytes, "; choose larger pages");
+  total_pages = total_slabs * (c.slab_bytes / page_bytes);
+  std::size_t slabs_per = c.slabs_per_reservation;
+  if (slabs_per == 0) {
+    slabs_per = c.t == tier::hbm ? total_slabs : std::max<std::size_t>(1, (std::size_t{1} << 30) / c.slab_bytes);
   }
-  per_reservation = std::min(per_reservation, total_slabs);
+  slabs_per = std::min(slabs_per, total_slabs);
+  per_reservation = slabs_per * (c.slab_bytes / page_bytes);
   if (cfg.pin_threads == 0) cfg.pin_threads = 4;
-  for (std::size_t first = 0; first < total_slabs; first += per_reservation) {
-    reservations.push_back({nullptr, first, std::min(per_reservation, total_slabs - first), false});
+  for (std::size_t first = 0; first < total_pages; first += per_reservation) {
+    reservations.push_back({nullptr, first, std::min(per_reservation, total_pages - first), false});
   }
-  slabs.resize(total_slabs);
-  used = slab::bitmap(total_slabs, true);
+  pages.resize(total_pages);
   nonfull.resize(classes.count());
   empty_cached.assign(classes.count(), npos);
 }
 
-// ---- slabs and runs ----------------------------------------------------------------------------
+// ---- pages and runs ----------------------------------------------------------------------------
 
-std::size_t slab_allocator::state::reservation_of(std::size_t slab) const noexcept {
-  return slab / per_reservation;
+char* slab_allocator::state::page_address(std::size_t page) const noexcept {
+  const reservation& r = reservations[reservation_of(page)];
+  return r.base + ((page - r.first) << page_shift);
 }
 
-char* slab_allocator::state::slab_address(std::size_t slab) const noexcept {
-  const reservation& r = reservations[reservation_of(slab)];
-  return r.base + ((slab - r.first) << slab_shift);
-}
-
-std::size_t slab_allocator::state::find_run(std::size_t n) const noexcept {
-  std::size_t best = npos, best_len = npos;
-  for (const reservation& r : reservations) {
-    if (!r.ready || r.slabs < n) continue;
-    const std::size_t end = r.first + r.slabs;
-    for (std::size_t i = used.find_next(r.first, end, false); i != npos;) {
-      std::size_t j = used.find_next(i, end, true);
-      if (j == npos) j = end;
-      const std::size_t len = j - i;
-      if (len >= n && len < best_len) {
-        best = i;
-        best_len = len;
-        if (len == n) return best;
-      }
-      i = used.find_next(j, end, false);
-    }
+std::size_t slab_allocator::state::take_free(std::size_t start, std::size_t n, bool from_top) noexcept {
+  const std::size_t len = pages[start].len;
+  free_runs.remove(static_cast<std::uint32_t>(start));
+  std::size_t first = start;
+  if (from_top) {
+    first = start + len - n;
+    if (len > n) free_runs.insert(static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(len - n));
+  } else if (len > n) {
+    free_runs.insert(static_cast<std::uint32_t>(start + n), static_cast<std::uint32_t>(len - n));
   }
-  return best;
-}
-
-std::size_t slab_allocator::state::find_top_slab() const noexcept {
-  if (free_slabs == 0) return npos;
-  const auto& w = used.words();
-  for (std::size_t k = w.size(); k-- > 0;) {
-    std::uint64_t free_bits = ~w[k];
-    if (k == w.size() - 1 && (total_slabs & 63) != 0) free_bits &= (std::uint64_t{1} << (total_slabs & 63)) - 1;
-    if (free_bits != 0) return (k << 6) + 63 - static_cast<std::size_t>(__builtin_clzll(free_bits));
-  }
-  return npos;
-}
-
-void slab_allocator::state::take_slabs(std::size_t first, std::size_t n) noexcept {
-  used.assign_range(first, first + n, true);
-  free_slabs -= n;
+  free_pages -= n;
   largest_dirty = true;
+  return first;
 }
 
-void slab_allocator::state::give_slabs(std::size_t first, std::size_t n) noexcept {
-  for (std::size_t i = first; i < first + n; ++i) {
-    slabs[i].kind = slab_kind::free;
-    slabs[i].flags = 0;
+void slab_allocator::state::give_pages(std::size_t first, std::size_t n) noexcept {
+  const reservation& r = reservations[reservation_of(first)];
+  std::size_t lo = first, hi = first + n;
+  // The page below is the last page of its segment and the page above the first of its own, so
+  // their records are current (page_record.hpp): a free one carries its run's length.
+  if (lo > r.first && pages[lo - 1].kind == slab::page_kind::free) {
+    lo -= pages[lo - 1].len;
+    free_runs.remove(static_cast<std::uint32_t>(lo));
   }
-  used.assign_range(first, first + n, false);
-  free_slabs += n;
+  if (hi < r.first + r.pages && pages[hi].kind == slab::page_kind::free) {
+    const std::size_t next = pages[hi].len;
+    free_runs.remove(static_cast<std::uint32_t>(hi));
+    hi += next;
+  }
+  pages[first].kind = slab::page_kind::free;  // no stale head or bin record stays behind
+  free_runs.insert(static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(hi - lo));
+  free_pages += n;
   largest_dirty = true;
 }
 
 void* slab_allocator::state::take_run(std::size_t head, std::size_t n, std::size_t requested,
-                                      std::uint32_t flags) {
-  take_slabs(head, n);
-  slab_record& h = slabs[head];
-  h.kind = slab_kind::run_head;
+                                      std::uint8_t flags) noexcept {
+  slab::page_record& h = pages[head];
+  h.kind = slab::page_kind::run_head;
   h.flags = flags;
-  h.run_slabs = n;
-  h.requested = requested;
-  for (std::size_t i = head + 1; i < head + n; ++i) {
-    slabs[i].kind = slab_kind::run_body;
-    slabs[i].head = head;
+  h.len = static_cast<std::uint32_t>(n);
+  h.b = static_cast<std::uint32_t>(requested - ((n - 1) << page_shift));
+  if (n > 1) {
+    slab::page_record& t = pages[head + n - 1];
+    t.kind = slab::page_kind::run_tail;
+    t.len = static_cast<std::uint32_t>(n);
   }
-  run_slabs += n;
-  return slab_address(head);
+  run_pages += n;
+  return page_address(head);
 }
 
 void slab_allocator::state::free_run(std::size_t head) noexcept {
-  const std::size_t n = slabs[head].run_slabs;
-  run_slabs -= n;
-  give_slabs(head, n);
+  const std::size_t n = pages[head].len;
+  run_pages -= n;
+  give_pages(head, n);
 }
 
 // ---- bins --------------------------------------------------------------------------------------
 
-void slab_allocator::state::nonfull_add(bin_slab& b, std::size_t slab) {
+void slab_allocator::state::nonfull_add(bin_page& b) {
   b.nonfull_pos = nonfull[b.cls].size();
-  nonfull[b.cls].push_back(slab);
+  nonfull[b.cls].push_back(b.page);
 }
 
-void slab_allocator::state::nonfull_remove(bin_slab& b) noexcept {
+void slab_allocator::state::nonfull_remove(bin_page& b) noexcept {
   auto& list = nonfull[b.cls];
   const std::size_t last = list.back();
   list[b.nonfull_pos] = last;
-  slabs[last].bin->nonfull_pos = b.nonfull_pos;
+  bin_of(last).nonfull_pos = b.nonfull_pos;
   list.pop_back();
   b.nonfull_pos = npos;
 }
 
-std::size_t slab_allocator::state::make_bin_slab(std::size_t slab, std::size_t cls) {
-  slab_record& rec = slabs[slab];
-  if (!rec.bin || rec.bin->cls != cls) {
-    auto b = std::make_unique<bin_slab>();
-    b->cls = cls;
-    b->capacity = classes.blocks_per_slab(cls);
-    b->free_blocks = slab::bitmap(b->capacity, true);
-    b->sizes.assign(b->capacity, 0);
-    rec.bin = std::move(b);
+std::size_t slab_allocator::state::make_bin_page(std::size_t page, std::size_t cls) {
+  std::size_t slot;
+  if (!free_bin_slots.empty()) {
+    slot = free_bin_slots.back();
+    free_bin_slots.pop_back();
   } else {
-    rec.bin->used = 0;
-    rec.bin->hint = 0;
-    rec.bin->free_blocks = slab::bitmap(rec.bin->capacity, true);
+    slot = bins.size();
+    bins.emplace_back();
   }
-  take_slabs(slab, 1);
-  rec.kind = slab_kind::bin;
+  bin_page& b = bins[slot];
+  if (b.capacity == 0 || b.cls != cls) {
+    b.cls = cls;
+    b.capacity = classes.blocks_per_page(cls);
+    b.sizes.assign(b.capacity, 0);
+  }
+  b.free_blocks = slab::bitmap(b.capacity, true);
+  b.page = page;
+  b.used = 0;
+  b.hint = 0;
+  slab::page_record& rec = pages[page];
+  rec.kind = slab::page_kind::bin;
   rec.flags = 0;
-  ++bin_slabs;
-  nonfull_add(*rec.bin, slab);
-  return slab;
+  rec.len = 1;
+  rec.b = static_cast<std::uint32_t>(slot);
+  ++bin_pages;
+  nonfull_add(b);
+  return page;
 }
 
-std::size_t slab_allocator::state::bin_slab_for(std::size_t cls) {
+std::size_t slab_allocator::state::bin_page_for(std::size_t cls) {
   if (!nonfull[cls].empty()) return nonfull[cls].back();
   if (empty_cached[cls] != npos) {
-    const std::size_t s = empty_cached[cls];
+    const std::size_t p = empty_cached[cls];
     empty_cached[cls] = npos;
-    nonfull_add(*slabs[s].bin, s);
-    return s;
+    nonfull_add(bin_of(p));
+    return p;
   }
-  std::size_t s = find_top_slab();
-  if (s == npos && drop_cached_empties() > 0) s = find_top_slab();
-  return s == npos ? npos : make_bin_slab(s, cls);
+  // A fresh page from the top end of the shortest free run: small tensors fill holes first and
+  // never split a free run in two.
+  std::uint32_t run = free_runs.find(1);
+  if (run == none && drop_cached_empties() > 0) run = free_runs.find(1);
+  if (run == none) return npos;
+  free_bin_slots.reserve(free_bin_slots.size() + 1);  // so the drop path never allocates
+  nonfull[cls].reserve(nonfull[cls].size() + 1);
+  return make_bin_page(take_free(run, 1, true), cls);
 }
 
-std::size_t slab_allocator::state::first_free_block(const bin_slab& b) const noexcept {
+std::size_t slab_allocator::state::first_free_block(const bin_page& b) const noexcept {
   return b.free_blocks.find_next(b.hint, b.capacity, true);
 }
 
-void* slab_allocator::state::take_block(std::size_t slab, std::size_t block, std::size_t requested,
+void* slab_allocator::state::take_block(std::size_t page, std::size_t block, std::size_t requested,
                                         std::uint32_t flags) {
-  bin_slab& b = *slabs[slab].bin;
+  bin_page& b = bin_of(page);
   b.free_blocks.reset(block);
   b.sizes[block] = static_cast<std::uint32_t>(requested) | flags;
   if (block == b.hint) b.hint = block + 1;
   ++b.used;
   bin_block_bytes += classes.block_bytes(b.cls);
-  if (b.used == b.capacity) full_tail_bytes += slab_bytes - b.capacity * classes.block_bytes(b.cls);
+  if (b.used == b.capacity) full_tail_bytes += page_bytes - b.capacity * classes.block_bytes(b.cls);
   if (b.used == b.capacity && b.nonfull_pos != npos) nonfull_remove(b);
-  return slab_address(slab) + block * classes.block_bytes(b.cls);
+  return page_address(page) + block * classes.block_bytes(b.cls);
 }
 
-void slab_allocator::state::drop_empty_slab(std::size_t slab) noexcept {
-  bin_slab& b = *slabs[slab].bin;
+void slab_allocator::state::drop_empty_page(std::size_t page) noexcept {
+  bin_page& b = bin_of(page);
   if (b.nonfull_pos != npos) nonfull_remove(b);
-  if (empty_cached[b.cls] == slab) empty_cached[b.cls] = npos;
-  --bin_slabs;
-  give_slabs(slab, 1);
+  if (empty_cached[b.cls] == page) empty_cached[b.cls] = npos;
+  b.page = npos;
+  free_bin_slots.push_back(pages[page].b);  // capacity reserved when the page was made
+  --bin_pages;
+  give_pages(page, 1);
 }
 
-void slab_allocator::state::free_block(std::size_t slab, std::size_t block, bool keep_empty) noexcept {
-  bin_slab& b = *slabs[slab].bin;
+void slab_allocator::state::free_block(std::size_t page, std::size_t block, bool keep_empty) noexcept {
+  bin_page& b = bin_of(page);
   b.free_blocks.set(block);
   b.sizes[block] = 0;
   b.hint = std::min(b.hint, block);
   --b.used;
   bin_block_bytes -= classes.block_bytes(b.cls);
   if (b.used + 1 == b.capacity) {
-    full_tail_bytes -= slab_bytes - b.capacity * classes.block_bytes(b.cls);
+    full_tail_bytes -= page_bytes - b.capacity * classes.block_bytes(b.cls);
     // Was full: back on the non-full list. Cannot throw in practice: the vector had room for it.
     try {
-      nonfull_add(b, slab);
+      nonfull_add(b);
     } catch (...) {
     }
   }
   if (b.used == 0) {
     if (keep_empty && empty_cached[b.cls] == npos) {
       nonfull_remove(b);
-      empty_cached[b.cls] = slab;
+      empty_cached[b.cls] = page;
     } else {
-      drop_empty_slab(slab);
+      drop_empty_page(page);
     }
   }
 }
@@ -234,7 +257,7 @@ std::size_t slab_allocator::state::drop_cached_empties() noexcept {
   std::size_t n = 0;
   for (std::size_t c = 0; c < empty_cached.size(); ++c) {
     if (empty_cached[c] != npos) {
-      drop_empty_slab(empty_cached[c]);
+      drop_empty_page(empty_cached[c]);
       ++n;
     }
   }
@@ -243,28 +266,43 @@ std::size_t slab_allocator::state::drop_cached_empties() noexcept {
 
 // ---- requests ----------------------------------------------------------------------------------
 
-std::size_t slab_allocator::state::rounded(std::size_t bytes) const noexcept { return classes.rounded(bytes); }
-
 void* slab_allocator::state::try_allocate(std::size_t bytes) {
   void* p = nullptr;
-  if (bytes * 2 >= slab_bytes) {
-    const std::size_t n = (bytes + slab_bytes - 1) >> slab_shift;
-    std::size_t head = find_run(n);
-    if (head == npos && drop_cached_empties() > 0) head = find_run(n);
-    if (head == npos) return nullptr;
-    p = take_run(head, n, bytes, 0);
+  if (is_run_request(bytes)) {
+    const std::size_t n = pages_for(bytes);
+    std::uint32_t run = free_runs.find(static_cast<std::uint32_t>(n));
+    if (run == none && drop_cached_empties() > 0) run = free_runs.find(static_cast<std::uint32_t>(n));
+    if (run == none) return nullptr;
+    p = take_run(take_free(run, n, false), n, bytes, 0);
   } else {
     const std::size_t cls = classes.index_for(bytes);
-    const std::size_t s = bin_slab_for(cls);
-    if (s == npos) return nullptr;
-    p = take_block(s, first_free_block(*slabs[s].bin), bytes, 0);
+    const std::size_t pg = bin_page_for(cls);
+    if (pg == npos) return nullptr;
+    p = take_block(pg, first_free_block(bin_of(pg)), bytes, 0);
   }
   bytes_in_use += bytes;
   ++live;
   ++n_alloc;
   bytes_peak = std::max(bytes_peak, bytes_in_use);
-  slabs_peak = std::max(slabs_peak, run_slabs + bin_slabs);
+  pages_peak = std::max(pages_peak, run_pages + bin_pages);
   return p;
+}
+
+// For pointers known to be live allocations (move destinations): their page and block.
+slab_allocator::state::location slab_allocator::state::locate(const void* ptr) const noexcept {
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  auto it = std::upper_bound(by_address.begin(), by_address.end(), std::make_pair(addr, npos));
+  if (it == by_address.begin()) return {};
+  const reservation& r = reservations[std::prev(it)->second];
+  const std::size_t off = static_cast<std::size_t>(addr - std::prev(it)->first);
+  if (off >= (r.pages << page_shift)) return {};
+  location loc;
+  loc.page = r.first + (off >> page_shift);
+  const std::size_t in_page = off & (page_bytes - 1);
+  if (pages[loc.page].kind == slab::page_kind::bin) {
+    loc.block = in_page / classes.block_bytes(bin_of(loc.page).cls);
+  }
+  return loc;
 }
 
 slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::size_t bytes,
@@ -279,28 +317,29 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
   const reservation* r = nullptr;
   if (it != by_address.begin()) {
     const reservation& cand = reservations[std::prev(it)->second];
-    if (addr < std::prev(it)->first + (cand.slabs << slab_shift)) r = &cand;
+    if (addr < std::prev(it)->first + (cand.pages << page_shift)) r = &cand;
   }
   HTP_EXPECTS(r != nullptr, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call, "(",
               ptr, ", ", bytes, "): unknown pointer, not inside this tier's memory");
   const std::size_t off = static_cast<std::size_t>(addr - reinterpret_cast<std::uintptr_t>(r->base));
   location loc;
-  loc.slab = r->first + (off >> slab_shift);
-  const slab_record& rec = slabs[loc.slab];
-  const std::size_t in_slab = off & (slab_bytes - 1);
+  loc.page = r->first + (off >> page_shift);
+  const slab::page_record& rec = pages[loc.page];
+  const std::size_t in_page = off & (page_bytes - 1);
   std::size_t recorded = 0;
   std::uint32_t flags = 0;
-  if (rec.kind == slab_kind::run_head && in_slab == 0) {
-    recorded = rec.requested;
-    flags = rec.flags;
-  } else if (rec.kind == slab_kind::bin) {
-    const bin_slab& b = *rec.bin;
+  // A page that says run_head or bin is one (page_record.hpp); any other record may be stale.
+  if (rec.kind == slab::page_kind::run_head && in_page == 0) {
+    recorded = run_requested(loc.page);
+    flags = flags_at(loc);
+  } else if (rec.kind == slab::page_kind::bin) {
+    const bin_page& b = bin_of(loc.page);
     const std::size_t bb = classes.block_bytes(b.cls);
-    HTP_EXPECTS(in_slab % bb == 0 && in_slab / bb < b.capacity, invalid_argument, "slab_allocator(",
+    HTP_EXPECTS(in_page % bb == 0 && in_page / bb < b.capacity, invalid_argument, "slab_allocator(",
                 to_string(cfg.t), ")::", call, "(", ptr, ", ", bytes,
                 "): unknown pointer, it points inside a block of ", bb,
                 " bytes rather than at its start");
-    loc.block = in_slab / bb;
+    loc.block = in_page / bb;
     HTP_EXPECTS(!b.free_blocks.test(loc.block), invalid_argument, "slab_allocator(",
                 to_string(cfg.t), ")::", call, "(", ptr, ", ", bytes,
                 "): not a live allocation (already released - a double release - or never allocated)");
@@ -309,9 +348,8 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
   } else {
     HTP_EXPECTS(false, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call, "(", ptr,
                 ", ", bytes,
-                rec.kind == slab_kind::free
-                    ? "): not a live allocation (already released - a double release - or never allocated)"
-                    : "): unknown pointer, it points inside an allocation rather than at its start");
+                "): not the start of a live allocation (never allocated, already released - a double "
+                "release - or a pointer inside an allocation rather than at its start)");
   }
   HTP_EXPECTS((flags & flag_pending) == 0, invalid_argument, "slab_allocator(", to_string(cfg.t),
               ")::", call, "(", ptr, ", ", bytes,
@@ -326,22 +364,26 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
 }
 
 std::uint32_t slab_allocator::state::flags_at(const location& loc) const noexcept {
-  if (loc.block == npos) return slabs[loc.slab].flags;
-  return slabs[loc.slab].bin->sizes[loc.block] & ~size_mask;
+  if (loc.block == npos) {
+    const std::uint8_t f = pages[loc.page].flags;
+    return ((f & run_pending) ? flag_pending : 0u) | ((f & run_dest) ? flag_dest : 0u);
+  }
+  return bins[pages[loc.page].b].sizes[loc.block] & ~size_mask;
 }
 
 void slab_allocator::state::set_flags(const location& loc, std::uint32_t flags) noexcept {
   if (loc.block == npos) {
-    slabs[loc.slab].flags = flags;
+    pages[loc.page].flags = static_cast<std::uint8_t>(((flags & flag_pending) ? run_pending : 0) |
+                                                      ((flags & flag_dest) ? run_dest : 0));
   } else {
-    std::uint32_t& s = slabs[loc.slab].bin->sizes[loc.block];
+    std::uint32_t& s = bins[pages[loc.page].b].sizes[loc.block];
     s = (s & size_mask) | flags;
   }
 }
 
 std::size_t slab_allocator::state::requested_at(const location& loc) const noexcept {
-  if (loc.block == npos) return slabs[loc.slab].requested;
-  return slabs[loc.slab].bin->sizes[loc.block] & size_mask;
+  if (loc.block == npos) return run_requested(loc.page);
+  return bins[pages[loc.page].b].sizes[loc.block] & size_mask;
 }
 
 void slab_allocator::state::free_at(const location& loc, bool keep_empty) noexcept {
@@ -351,9 +393,9 @@ void slab_allocator::state::free_at(const location& loc, bool keep_empty) noexce
   --live;
   ++n_free;
   if (loc.block == npos) {
-    free_run(loc.slab);
+    free_run(loc.page);
   } else {
-    free_block(loc.slab, loc.block, keep_empty);
+    free_block(loc.page, loc.block, keep_empty);
   }
 }
 

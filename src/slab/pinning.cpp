@@ -14,11 +14,10 @@ void slab_allocator::state::mark_ready(std::size_t r, char* base, double seconds
   res.ready = true;
   const auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(base), r);
   by_address.insert(std::upper_bound(by_address.begin(), by_address.end(), key), key);
-  for (std::size_t i = res.first; i < res.first + res.slabs; ++i) slabs[i].kind = slab_kind::free;
-  used.assign_range(res.first, res.first + res.slabs, false);
-  free_slabs += res.slabs;
-  ready_slabs += res.slabs;
-  reserved_bytes += res.slabs << slab_shift;
+  free_runs.insert(static_cast<std::uint32_t>(res.first), static_cast<std::uint32_t>(res.pages));
+  free_pages += res.pages;
+  ready_pages += res.pages;
+  reserved_bytes += res.pages << page_shift;
   pin_seconds = std::max(pin_seconds, seconds);
   largest_dirty = true;
   ready_cv.notify_all();
@@ -42,7 +41,7 @@ void slab_allocator::state::reserve_all() {
         if (first_error) return;
       }
       try {
-        void* p = dev.allocate(kind, reservations[r].slabs << slab_shift);
+        void* p = dev.allocate(kind, reservations[r].pages << page_shift);
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - pin_start).count();
         mark_ready(r, static_cast<char*>(p), s);
@@ -73,7 +72,7 @@ void slab_allocator::state::release_all() noexcept {
   for (reservation& r : reservations) {
     if (!r.ready) continue;
     try {
-      dev.deallocate(kind, r.base, r.slabs << slab_shift);
+      dev.deallocate(kind, r.base, r.pages << page_shift);
     } catch (...) {
       // The device refused (it should not); nothing more can be done in a destructor.
     }

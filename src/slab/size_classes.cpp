@@ -2,9 +2,9 @@
 
 namespace htp::slab {
 
-size_classes::size_classes(std::size_t slab_bytes) : slab_bytes_(slab_bytes) {
+size_classes::size_classes(std::size_t page_bytes) : page_bytes_(page_bytes) {
   for (std::size_t c = 256; c <= 1024; c += 256) block_.push_back(c);
-  for (std::size_t p = 1024; p < slab_bytes / 2; p <<= 1) {
+  for (std::size_t p = 1024; p < page_bytes / 2; p <<= 1) {
     for (std::size_t q = 5; q <= 8; ++q) block_.push_back(p / 4 * q);
   }
 }

@@ -3,7 +3,6 @@
 
 #include <htp/detail/check.hpp>
 
-#include "slab/size_classes.hpp"
 
 namespace htp {
 
@@ -51,8 +50,8 @@ extent slab_allocator::allocate(std::size_t bytes) {
               ")::allocate(0): a request must be at least one byte");
   HTP_EXPECTS(bytes <= max_request_bytes(), invalid_argument, "slab_allocator(", to_string(s.cfg.t),
               ")::allocate(", bytes, "): more than the tier can ever hold in one extent (",
-              max_request_bytes(), " bytes: ", s.per_reservation, " slabs of ", s.slab_bytes,
-              " per reservation, budget ", s.total_slabs * s.slab_bytes,
+              max_request_bytes(), " bytes: one reservation of ", s.per_reservation * s.page_bytes / s.slab_bytes,
+              " slabs of ", s.slab_bytes, ", budget ", s.total_pages * s.page_bytes,
               " bytes); split the tensor or configure a larger budget_bytes / slabs_per_reservation");
   std::unique_lock lock(s.mu);
   if (!s.pending.empty()) s.reap_locked();
@@ -157,15 +156,16 @@ std::vector<extent> slab_allocator::reservations() {
   wait_reserved();
   std::lock_guard lock(s_->mu);
   std::vector<extent> out;
-  for (const auto& r : s_->reservations) out.push_back({r.base, r.slabs * s_->slab_bytes});
+  for (const auto& r : s_->reservations) out.push_back({r.base, r.pages * s_->page_bytes});
   return out;
 }
 
 tier slab_allocator::tier_of() const noexcept { return s_->cfg.t; }
 std::size_t slab_allocator::slab_bytes() const noexcept { return s_->slab_bytes; }
-std::size_t slab_allocator::capacity_bytes() const noexcept { return s_->total_slabs * s_->slab_bytes; }
+std::size_t slab_allocator::page_bytes() const noexcept { return s_->page_bytes; }
+std::size_t slab_allocator::capacity_bytes() const noexcept { return s_->total_pages * s_->page_bytes; }
 std::size_t slab_allocator::max_request_bytes() const noexcept {
-  return s_->per_reservation * s_->slab_bytes;
+  return s_->per_reservation * s_->page_bytes;
 }
 
 std::size_t slab_allocator::rounded_size(std::size_t bytes) const {
@@ -173,34 +173,6 @@ std::size_t slab_allocator::rounded_size(std::size_t bytes) const {
               to_string(s_->cfg.t), ")::rounded_size(", bytes, "): must be within [1, ",
               max_request_bytes(), "]");
   return s_->rounded(bytes);
-}
-
-std::size_t suggest_slab_bytes(const std::vector<std::size_t>& tensor_bytes, std::size_t min_slab,
-                               std::size_t max_slab) {
-  const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
-  HTP_EXPECTS(!tensor_bytes.empty(), invalid_argument, "suggest_slab_bytes: no tensor sizes given");
-  HTP_EXPECTS(pow2(min_slab) && pow2(max_slab) && min_slab >= (std::size_t{64} << 10) && min_slab <= max_slab &&
-                  max_slab <= (std::size_t{1} << 30),
-              invalid_argument, "suggest_slab_bytes: bounds ", min_slab, " and ", max_slab,
-              " must be powers of two with 65536 <= min_slab <= max_slab <= 1073741824");
-  std::vector<std::pair<std::size_t, long double>> waste;  // (slab, rounded - requested)
-  long double least = -1;
-  for (std::size_t s = min_slab; s <= max_slab; s *= 2) {
-    const slab::size_classes classes(s);
-    long double w = 0;
-    for (const std::size_t b : tensor_bytes) {
-      if (b != 0) w += static_cast<long double>(classes.rounded(b) - b);
-    }
-    waste.emplace_back(s, w);
-    if (least < 0 || w < least) least = w;
-  }
-  long double total = 0;
-  for (const std::size_t b : tensor_bytes) total += static_cast<long double>(b);
-  std::size_t best = min_slab;
-  for (const auto& [s, w] : waste) {
-    if (w <= least + total * 0.005L) best = s;  // ascending: the largest within the tolerance
-  }
-  return best;
 }
 
 }  // namespace htp

@@ -2,6 +2,7 @@
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/bitmap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/size_classes.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/free_index.cpp
   ${CMAKE_CURRENT_LIST_DIR}/core.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pinning.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fragmentation.cpp
