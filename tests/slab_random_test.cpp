@@ -234,6 +234,12 @@ class shadow_run {
       shadow_.insert(std::move(node));
       expect_stamp(m.to.ptr, m.to.bytes, shadow_.at(reinterpret_cast<std::uintptr_t>(m.to.ptr)).stamp);
     }
+    // A plan that says it makes room for the request does, once all its moves committed.
+    if (request != 0 && p.satisfies_request && !(cancel_some && p.moves.size() > 1)) {
+      extent e{};
+      ASSERT_NO_THROW(e = alloc_->allocate(request)) << "the plan promised room for " << request << " bytes";
+      alloc_->deallocate(e.ptr, e.bytes);
+    }
   }
 
   void check() {

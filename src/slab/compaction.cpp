@@ -146,6 +146,78 @@ std::vector<segment> segments_of(const State& s, std::size_t first, std::size_t 
 }
 }  // namespace
 
+bool slab_allocator::state::plan_evacuate(const movable_fn& movable_in, compaction_plan& p) {
+  // Free the top of each reservation in one plan: the lowest cut such that every movable item above
+  // it (runs, and bin pages of one page) fits best-fit-decreasing into the free gaps below it.
+  // Sources and destinations never overlap (items move only below the cut), each item moves once,
+  // and the bytes copied are at most the free bytes below the cut. Blocks that plan_bins already
+  // moves stay out (their page is not relocated as well).
+  std::unordered_set<const void*> moving;
+  for (const slab_move& m : p.moves) moving.insert(m.from.ptr);
+  const movable_fn movable = [&](const extent& e) { return moving.count(e.ptr) == 0 && movable_in(e); };
+  bool planned_any = false;
+  for (const reservation& r : reservations) {
+    if (!r.ready) continue;
+    const std::vector<segment> segs = segments_of(*this, r.first, r.first + r.pages, movable);
+    const std::size_t n = segs.size();
+    std::size_t floor = 0, longest = 0;  // the cut stays above every obstacle
+    for (std::size_t k = 0; k < n; ++k) {
+      if (segs[k].kind == segment::obstacle) floor = k + 1;
+      if (segs[k].kind == segment::free) longest = std::max(longest, segs[k].len);
+    }
+    auto items_above = [&](std::size_t cut) {
+      std::vector<std::pair<std::size_t, std::size_t>> items;  // (pages, first page), longest first
+      for (std::size_t k = cut; k < n; ++k) {
+        if (segs[k].kind != segment::free) items.emplace_back(segs[k].len, segs[k].start);
+      }
+      std::sort(items.rbegin(), items.rend());
+      return items;
+    };
+    auto fits = [&](std::size_t cut) {
+      std::multiset<std::size_t> holes;
+      for (std::size_t k = 0; k < cut; ++k) {
+        if (segs[k].kind == segment::free) holes.insert(segs[k].len);
+      }
+      for (const auto& item : items_above(cut)) {
+        const auto h = holes.lower_bound(item.first);
+        if (h == holes.end()) return false;
+        const std::size_t rest = *h - item.first;
+        holes.erase(h);
+        if (rest > 0) holes.insert(rest);
+      }
+      return true;
+    };
+    std::size_t lo = floor, hi = n;  // the cut at n (nothing above) always fits
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (fits(mid)) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (hi == n || r.first + r.pages - segs[hi].start <= longest) continue;  // nothing gained
+    std::set<std::pair<std::size_t, std::size_t>> holes;  // (pages, first page) below the cut
+    for (std::size_t k = 0; k < hi; ++k) {
+      if (segs[k].kind == segment::free) holes.emplace(segs[k].len, segs[k].start);
+    }
+    for (const auto& [len, head] : items_above(hi)) {
+      const auto h = holes.lower_bound({len, 0});
+      const auto [hole_len, hole_start] = *h;  // fits() said every item has one
+      holes.erase(h);
+      take_free(hole_start, len, false);
+      if (hole_len > len) holes.emplace(hole_len - len, hole_start + len);
+      if (pages[head].kind == slab::page_kind::bin) {
+        relocate_bin_page(head, hole_start, p);
+      } else {
+        reserve_run_dest(hole_start, len, page_address(head), run_requested(head), p);
+      }
+    }
+    planned_any = true;
+  }
+  return planned_any;
+}
+
 void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_plan& p) {
   // Gaps from the bottom up, each filled best-fit-decreasing with the movable items above it (runs,
   // and bin pages of one page): the longest item that fits the rest of the gap, the highest of
@@ -277,12 +349,20 @@ std::size_t slab_allocator::state::longest_run_after(const compaction_plan& p) c
   return best;
 }
 
+void slab_allocator::state::plan_gather(const movable_fn& movable, compaction_plan& p) {
+  // Fill gaps from above while that moves anything; once it is stuck (every gap smaller than each
+  // item above it), evacuate the top in one step.
+  const std::size_t before = p.moves.size();
+  plan_pack(movable, p);
+  if (p.moves.size() == before) plan_evacuate(movable, p);
+}
+
 compaction_plan slab_allocator::state::plan(const movable_fn& movable, std::size_t request) {
   compaction_plan p;
   p.pages_freed += drop_cached_empties();
   if (request == 0) {
     plan_bins(movable, p);
-    plan_pack(movable, p);
+    plan_gather(movable, p);
     p.satisfies_request = true;
   } else if (!is_run_request(request)) {
     if (!nonfull[classes.index_for(request)].empty() || free_pages > 0) {
@@ -300,7 +380,7 @@ compaction_plan slab_allocator::state::plan(const movable_fn& movable, std::size
       p.satisfies_request = true;
     } else {
       plan_bins(movable, p);
-      plan_pack(movable, p);
+      plan_gather(movable, p);
       p.satisfies_request = longest_run_after(p) >= n;
     }
   }

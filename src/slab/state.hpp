@@ -176,6 +176,10 @@ struct slab_allocator::state {
   compaction_plan plan(const std::function<bool(const extent&)>& movable, std::size_t request);
   void plan_bins(const std::function<bool(const extent&)>& movable, compaction_plan& p);
   void plan_pack(const std::function<bool(const extent&)>& movable, compaction_plan& p);
+  /// plan_pack, or plan_evacuate when packing moves nothing.
+  void plan_gather(const std::function<bool(const extent&)>& movable, compaction_plan& p);
+  /// Plans freeing the top of each reservation in one step; false when it gains nothing.
+  bool plan_evacuate(const std::function<bool(const extent&)>& movable, compaction_plan& p);
   /// Plans moving every block of bin page `from` to the same block of a new page of its class at
   /// free page `to` (already taken out of the free runs).
   void relocate_bin_page(std::size_t from, std::size_t to, compaction_plan& p);
