@@ -124,7 +124,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
 
   pager_config pc;
   pc.hbm_budget_bytes = pol.all_resident ? round_slabs(rounded_model + kv_end * 2 + 2 * slab)
-                                         : round_slabs(cfg.hbm_budget_bytes);
+                                         : cfg.hbm_budget_bytes / page * page;  // the budget as given, in pages
   r.hbm_budget_bytes = pc.hbm_budget_bytes;
   if (pol.all_resident) {
     const auto free_now = dev.memory().free_bytes;

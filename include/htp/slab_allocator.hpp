@@ -4,7 +4,8 @@
 //
 // Contract summary:
 //  - At construction the tier's whole budget is reserved from the device in a few large
-//    allocations ("reservations") of whole slabs (`slab_bytes`, 64 MiB by default). No device
+//    allocations ("reservations") of whole slabs (`slab_bytes`, 64 MiB by default; the last one
+//    may end within a slab: the budget is kept to the page). No device
 //    allocation call happens afterwards; allocate/deallocate only touch host-side bookkeeping.
 //  - Space is handed out in pages (`page_bytes`, 64 KiB by default, larger for tiers over 128 GiB).
 //    Requests of half a page or more get a contiguous run of whole pages inside one reservation,
@@ -34,7 +35,7 @@ namespace htp {
 /// Configuration of one tier's slab allocator.
 struct slab_allocator_config {
   tier t = tier::hbm;
-  /// Bytes the tier reserves from the device at construction; rounded down to whole slabs and must
+  /// Bytes the tier reserves from the device at construction; rounded down to whole pages and must
   /// hold at least one slab.
   std::size_t budget_bytes = 0;
   /// Slab size: the unit the budget is reserved in; a power of two from 64 KiB to 1 GiB.
@@ -209,7 +210,7 @@ class slab_allocator {
   std::size_t slab_bytes() const noexcept;
   /// The page size in use (the configured one, or the automatic choice).
   std::size_t page_bytes() const noexcept;
-  /// Bytes the tier manages (whole slabs of the budget).
+  /// Bytes the tier manages (the budget in whole pages).
   std::size_t capacity_bytes() const noexcept;
   /// The largest request allocate can ever satisfy (one reservation's bytes).
   std::size_t max_request_bytes() const noexcept;

@@ -54,17 +54,19 @@ slab_allocator::state::state(device& d, const slab_allocator_config& c)
               " must be within [0, 1]");
   page_bytes = automatic_page_bytes(c);
   page_shift = static_cast<unsigned>(__builtin_ctzll(page_bytes));
-  const std::size_t total_slabs = c.budget_bytes / c.slab_bytes;
-  HTP_EXPECTS(total_slabs <= (std::size_t{0xfffffffe} >> __builtin_ctzll(c.slab_bytes / page_bytes)),
-              invalid_argument, "slab_allocator(", to_string(c.t), "): budget_bytes=", c.budget_bytes,
-              " is more than 2^32 - 2 pages of page_bytes=", page_bytes, "; choose larger pages");
-  total_pages = total_slabs * (c.slab_bytes / page_bytes);
+  // The budget in whole pages: every reservation is whole slabs but the last, which may end
+  // within a slab, so no byte of the budget is lost to slab rounding.
+  HTP_EXPECTS(c.budget_bytes / page_bytes <= std::size_t{0xfffffffe}, invalid_argument, "slab_allocator(",
+              to_string(c.t), "): budget_bytes=", c.budget_bytes, " is more than 2^32 - 2 pages of page_bytes=",
+              page_bytes, "; choose larger pages");
+  total_pages = c.budget_bytes / page_bytes;
+  const std::size_t pages_per_slab = c.slab_bytes / page_bytes;
   std::size_t slabs_per = c.slabs_per_reservation;
   if (slabs_per == 0) {
-    slabs_per = c.t == tier::hbm ? total_slabs : std::max<std::size_t>(1, (std::size_t{1} << 30) / c.slab_bytes);
+    slabs_per = c.t == tier::hbm ? (total_pages + pages_per_slab - 1) / pages_per_slab
+                                 : std::max<std::size_t>(1, (std::size_t{1} << 30) / c.slab_bytes);
   }
-  slabs_per = std::min(slabs_per, total_slabs);
-  per_reservation = slabs_per * (c.slab_bytes / page_bytes);
+  per_reservation = std::min(slabs_per * pages_per_slab, total_pages);
   if (cfg.pin_threads == 0) cfg.pin_threads = 4;
   for (std::size_t first = 0; first < total_pages; first += per_reservation) {
     reservations.push_back({nullptr, first, std::min(per_reservation, total_pages - first), false});
