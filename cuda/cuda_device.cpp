@@ -4,6 +4,7 @@
 // host program has current.
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
+#include <htp/detail/topology.hpp>
 #include <htp/detail/cuda_backend.hpp>
 
 #include "checksum_scratch.hpp"
@@ -52,6 +53,11 @@ class cuda_device final : public device {
     props_.compute_capability_major = p.major;
     props_.compute_capability_minor = p.minor;
     props_.can_map_host_memory = p.canMapHostMemory != 0;
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal_) == cudaSuccess) {
+      props_.pci_bus_id = detail::normalize_pci_bus_id(bus_id);
+      props_.numa_node = detail::numa_node_of_pci(props_.pci_bus_id);
+    }
     HTP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
     cuda::report_hardware_queues(ordinal_);
     // Load the kernels and the checksum scratch now: a lazy kernel load or an allocation later

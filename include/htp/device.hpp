@@ -74,6 +74,11 @@ struct device_properties {
   int compute_capability_major = 0;  ///< 0 on sim.
   int compute_capability_minor = 0;
   bool can_map_host_memory = true;   ///< pinned host memory has a device address (zero-copy).
+  /// PCI address, lower case ("0000:3b:00.0"; cudaDeviceGetPCIBusId), for topology discovery.
+  /// Empty on sim unless configured.
+  std::string pci_bus_id;
+  /// The host NUMA node nearest the device (sysfs numa_node of its PCI device); -1 = unknown.
+  int numa_node = -1;
 };
 
 /// Free and total device memory, as cudaMemGetInfo reports them.

@@ -42,6 +42,10 @@ struct sim_config {
   /// already holding N unfinished tasks blocks until one finishes, as on a GPU whose stream queue
   /// is full. For tests of what htp enqueues while holding its locks.
   std::size_t stream_queue_limit = 0;
+  /// Reported in device_properties, so node topology code can be tested on sim.
+  int ordinal = 0;
+  std::string pci_bus_id;
+  int numa_node = -1;
 };
 
 /// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0 or

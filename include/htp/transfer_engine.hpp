@@ -33,6 +33,8 @@
 
 namespace htp {
 
+class shared_link;  // shared_link.hpp
+
 /// Priority classes, highest first.
 enum class transfer_priority : int { fault = 0, prefetch = 1, writeback = 2, compaction = 3 };
 inline constexpr std::size_t transfer_priority_count = 4;
@@ -57,6 +59,10 @@ struct transfer_link_config {
   bool unlimited = false;
   /// Burst in bytes; 0 means two chunks. Must hold at least one chunk.
   std::uint64_t burst_bytes = 0;
+  /// A link shared with other GPUs' engines upstream of this cap (a PCIe switch, a NUMA node's
+  /// memory bandwidth; see shared_link.hpp): a chunk also needs its tokens. Null: none. Its burst
+  /// must hold one chunk.
+  std::shared_ptr<shared_link> upstream;
 };
 
 /// What the dispatcher reports as it issues each chunk (test hook, tracing).

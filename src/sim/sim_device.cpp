@@ -35,6 +35,9 @@ class sim_device final : public device {
                 config.copy_engines, "; it must be at least 1");
     props_.kind = backend::sim;
     props_.name = "htp sim device";
+    props_.ordinal = config.ordinal;
+    props_.pci_bus_id = config.pci_bus_id;
+    props_.numa_node = config.numa_node;
     props_.total_memory = config.device_memory_bytes;
     props_.copy_engines = config.copy_engines;
   }

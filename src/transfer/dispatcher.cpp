@@ -133,18 +133,24 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
   for (;;) {
     request* next = pick(l);
     if (!next) {
+      if (l.upstream) l.upstream->withdraw(l.upstream_waiter);  // idle: not waiting on the link
       if (stopping) break;
       l.dispatch_cv.wait(lock);
       continue;
     }
     if (l.in_flight.size() >= cfg.max_in_flight_chunks || l.free_events.empty()) {
+      if (l.upstream) l.upstream->withdraw(l.upstream_waiter);
       l.dispatch_cv.wait(lock);
       continue;
     }
     const std::size_t off = next->issued * cfg.chunk_bytes;
     const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
     if (next->direction != copy_direction::device_to_device) {
-      const std::int64_t wait = l.bucket.time_until_available(n);
+      std::int64_t wait = l.bucket.time_until_available(n);
+      if (wait > 0 && l.upstream) l.upstream->withdraw(l.upstream_waiter);
+      // The own bucket holds the bytes (and only this dispatcher takes from it): now the shared
+      // link, which takes its tokens at once when it can, so the two never disagree.
+      if (wait == 0 && l.upstream) wait = l.upstream->take_or_wait(n, next->priority, l.upstream_waiter);
       if (wait > 0) {
         // Woken early by a submit, cancel or rate change: pick again, a fault may have arrived.
         const std::int64_t t0 = now_ns();

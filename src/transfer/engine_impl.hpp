@@ -2,6 +2,7 @@
 // API) and dispatcher.cpp (the dispatcher and completer threads). One mutex guards it all.
 #pragma once
 
+#include <htp/shared_link.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include <htp/detail/check.hpp>
@@ -83,6 +84,8 @@ struct lane {
   lane(device& dev, std::uint64_t rate, std::uint64_t burst) : stream_(dev), bucket(rate, burst) {}
   stream stream_;
   token_bucket bucket;  // the host link direction of this lane (D2D chunks take no tokens)
+  std::shared_ptr<shared_link> upstream;  // shared with other engines, or null
+  shared_link::waiter upstream_waiter;
   std::array<std::deque<request_ptr>, transfer_priority_count> queues;
   std::set<std::uint64_t> queued_ids;  // ids of every queued request: the oldest in O(log n)
   std::deque<in_flight_chunk> in_flight;

@@ -1,6 +1,7 @@
 # Sources of the transfer engine (issue 4).
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/token_bucket.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/shared_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/value_word_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/calibration.cpp
   ${CMAKE_CURRENT_LIST_DIR}/link_checks.cpp

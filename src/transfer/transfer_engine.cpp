@@ -66,6 +66,7 @@ transfer_engine::impl::impl(device& d, transfer_config c) : dev(d), cfg(std::mov
     lanes[i] = std::make_unique<lane>(dev, *links[i]->rate_bytes_per_second, links[i]->burst_bytes);
     lane& l = *lanes[i];
     l.bucket.set_unlimited(links[i]->unlimited);
+    l.upstream = links[i]->upstream;
     l.link_peak = peak[i];
     for (std::size_t k = 0; k < cfg.max_in_flight_chunks; ++k) {
       l.events.emplace_back(dev);

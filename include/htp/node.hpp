@@ -1,0 +1,142 @@
+// A node: several GPUs of one process over ONE pinned host tier. See docs/multi_gpu.md.
+//
+// Note [Node]
+// - The node owns the host tier once (pinned, portable to every GPU: cudaHostAllocPortable) and one
+//   pager per GPU on top of it. Each pager has no host tier of its own: the node lends it the
+//   node's host memory (pager::add_host_region) and registers tensors there
+//   (pager::register_tensor_at), so a weight has one host copy however many GPUs page it in.
+// - Three ways to register: replicated (a weight any GPU may page in: data-parallel replicas),
+//   sharded (N shards, shard g paged only into GPU g: tensor parallelism), local (one GPU's own
+//   tensor, e.g. its KV blocks, still in the shared tier). Mutable tensors are never replicated:
+//   two GPUs writing back one host copy would race.
+// - Link budgets: every GPU keeps its own token buckets (pager_config h2d/d2h); GPUs that share an
+//   upstream link (a PCIe root port, a NUMA node's memory bandwidth) also draw from a
+//   shared_link, configured here or discovered from sysfs on cuda (shared_link.hpp).
+// - Thread safety: every member may be called from any thread; the pagers are thread-safe, and
+//   the node's registry has its own lock, never held across a pager call that copies.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/pager.hpp>
+#include <htp/shared_link.hpp>
+#include <htp/slab_allocator.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace htp {
+
+/// GPUs that share an upstream link, and its caps.
+struct node_link_group {
+  std::string name;                        ///< e.g. "pcie:pci0000:00/0000:00:01.0" or "numa1".
+  std::vector<std::size_t> gpus;           ///< indices into the node's GPUs; each GPU in one group.
+  std::uint64_t h2d_bytes_per_second = 0;  ///< shared host-to-device cap; 0 = none.
+  std::uint64_t d2h_bytes_per_second = 0;  ///< shared device-to-host cap; 0 = none.
+};
+
+/// Configuration of a node.
+struct node_config {
+  std::size_t host_budget_bytes = 0;           ///< the one pinned host tier, for every GPU.
+  std::size_t host_slab_bytes = std::size_t{64} << 20;
+  std::size_t host_page_bytes = 0;             ///< 0 = automatic (slab_allocator_config::page_bytes).
+  /// Each GPU's pager. host_budget_bytes must be 0 (the node's tier serves them all).
+  pager_config gpu;
+  /// Empty, or one config per GPU (overrides `gpu`; same rule for host_budget_bytes).
+  std::vector<pager_config> per_gpu;
+  /// Shared upstream links. Empty and discover_shared_links: found from the topology on cuda
+  /// (GPUs under one PCIe root port share it; cap = link_share x the first GPU's H2D/D2H cap).
+  std::vector<node_link_group> shared_links;
+  bool discover_shared_links = true;
+  double link_share = 1.0;  ///< discovered caps as a fraction of one GPU's own cap; in (0, 1].
+};
+
+/// A tensor registered with a node. A value; stale once unregistered (generation).
+struct node_tensor {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;  ///< 0 = null
+  explicit operator bool() const noexcept { return generation != 0; }
+  friend bool operator==(node_tensor a, node_tensor b) noexcept {
+    return a.index == b.index && a.generation == b.generation;
+  }
+  friend bool operator!=(node_tensor a, node_tensor b) noexcept { return !(a == b); }
+};
+
+/// How a node tensor is laid out over the GPUs.
+enum class node_layout { replicated, sharded, local };
+
+/// One shared link's use.
+struct node_link_metrics {
+  std::string name;
+  std::vector<std::size_t> gpus;
+  std::uint64_t h2d_rate_bytes_per_second = 0;  ///< 0 = not capped.
+  std::uint64_t h2d_bytes = 0;                  ///< bytes that crossed it host-to-device.
+  std::uint64_t d2h_rate_bytes_per_second = 0;
+  std::uint64_t d2h_bytes = 0;
+};
+
+/// A snapshot of a node's metrics.
+struct node_metrics {
+  std::size_t host_capacity_bytes = 0;
+  std::size_t host_used_bytes = 0;     ///< requested bytes of every node tensor's host copies.
+  std::size_t tensors = 0;
+  std::size_t replicated_bytes = 0;    ///< host bytes of replicated weights (held once, not N times).
+  std::vector<pager_metrics> per_gpu;  ///< each GPU's pager metrics.
+  std::vector<node_link_metrics> links;
+};
+
+class node {
+ public:
+  /// Reserves the host tier (pinned through gpus[0], portable to all) and builds one pager per
+  /// GPU over it. The devices must outlive the node.
+  /// @throws htp::invalid_argument for no GPUs, a null device, per_gpu of the wrong length, a
+  /// per-GPU host budget, a bad link group (unknown or repeated GPU); what the pager and the
+  /// slab allocator throw for their configs.
+  node(std::vector<device*> gpus, node_config config);
+  /// Drops every pager (waiting for their copies), then frees the host tier. Never throws.
+  ~node();
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
+  std::size_t gpu_count() const noexcept;
+  /// GPU g's pager: acquire, release, prefetch, schedules, as on one GPU.
+  /// @throws htp::invalid_argument if g >= gpu_count().
+  pager& gpu(std::size_t g);
+
+  /// A weight any GPU may page in, with one host copy: `bytes` from `source` (null = zeros).
+  /// @throws htp::invalid_argument if bytes == 0 or it can never fit some GPU's HBM;
+  /// htp::out_of_memory if the host tier is full. Nothing is left behind on failure.
+  node_tensor register_replicated(std::string name, std::size_t bytes, const void* source = nullptr);
+  /// A tensor split into one shard per GPU: shard g (`shard_bytes[g]` bytes, from `sources[g]`
+  /// when given) is paged only into GPU g. @throws htp::invalid_argument if shard_bytes does not
+  /// have one positive size per GPU or sources is neither empty nor one per GPU; as above.
+  node_tensor register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
+                               tensor_kind kind, const std::vector<const void*>& sources = {});
+  /// A tensor of GPU g alone (its KV blocks, activations), held in the shared tier.
+  /// @throws htp::invalid_argument if g >= gpu_count(); as above.
+  node_tensor register_local(std::size_t g, std::string name, std::size_t bytes, tensor_kind kind,
+                             const void* source = nullptr);
+  /// The tensor's handle in GPU g's pager.
+  /// @throws htp::invalid_argument for a stale tensor or one not on GPU g (a shard or local
+  /// tensor of another GPU), naming the rule.
+  tensor_handle on(node_tensor t, std::size_t g) const;
+  node_layout layout(node_tensor t) const;
+  /// Unregisters the tensor from every GPU and frees its host copies.
+  /// @throws htp::invalid_argument for a stale tensor or one still acquired on some GPU (then
+  /// nothing changes).
+  void unregister(node_tensor t);
+
+  /// The host tier, GPU by GPU pager metrics, and shared-link use. Thread-safe.
+  node_metrics metrics() const;
+  /// The shared links in use (configured or discovered).
+  std::vector<std::shared_ptr<shared_link>> shared_links() const;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace htp

@@ -1,0 +1,354 @@
+// The node: one host tier, one pager per GPU, shared upstream links. See include/htp/node.hpp.
+#include <htp/node.hpp>
+
+#include <htp/detail/check.hpp>
+#include <htp/detail/topology.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace htp {
+
+namespace {
+
+struct link_entry {
+  node_link_group group;
+  bool discovered = false;  // rates derived from the first GPU's own caps
+  std::shared_ptr<shared_link> h2d, d2h;
+};
+
+struct record {
+  std::string name;
+  node_layout layout = node_layout::replicated;
+  std::vector<extent> host;            // one per shard (sharded), else one
+  std::vector<tensor_handle> handles;  // per GPU; null where the tensor is not
+  std::uint32_t generation = 0;
+  bool live = false;
+};
+
+/// GPUs under one PCIe root port share its link: groups of two or more, from sysfs.
+std::vector<node_link_group> discover(const std::vector<device*>& gpus) {
+  std::map<std::string, std::vector<std::size_t>> by_port;
+  for (std::size_t g = 0; g < gpus.size(); ++g) {
+    const std::string port = detail::pcie_root_port_of(gpus[g]->properties().pci_bus_id);
+    if (!port.empty()) by_port[port].push_back(g);
+  }
+  std::vector<node_link_group> out;
+  for (auto& [port, members] : by_port) {
+    if (members.size() < 2) continue;
+    node_link_group grp;
+    grp.name = "pcie:" + port;
+    grp.gpus = members;
+    out.push_back(std::move(grp));
+  }
+  return out;
+}
+
+std::uint64_t own_cap(const transfer_direction_metrics& m) {
+  return m.rate_cap_bytes_per_second != 0 ? m.rate_cap_bytes_per_second : m.link_peak_bytes_per_second;
+}
+
+}  // namespace
+
+struct node::impl {
+  std::vector<device*> devs;
+  node_config cfg;
+  std::unique_ptr<slab_allocator> host;
+  std::vector<link_entry> links;
+  std::vector<std::unique_ptr<pager>> pagers;  // after host: destroyed first
+  mutable std::mutex mu;
+  std::vector<record> records;
+  std::vector<std::uint32_t> free_slots;
+  std::size_t used_bytes = 0, replicated_bytes = 0, live = 0;
+
+  const record& live_record(node_tensor t, const char* call) const {
+    HTP_EXPECTS(t && t.index < records.size() && records[t.index].live &&
+                    records[t.index].generation == t.generation,
+                invalid_argument, "node::", call, ": stale or null node_tensor (index ", t.index,
+                ", generation ", t.generation, "); it was unregistered or never registered");
+    return records[t.index];
+  }
+  extent host_extent(std::size_t bytes, const void* source) {
+    const extent e = host->allocate(bytes);
+    if (source != nullptr) {
+      std::memcpy(e.ptr, source, bytes);
+    } else {
+      std::memset(e.ptr, 0, bytes);
+    }
+    return e;
+  }
+  /// Registers `r` (host extents filled) in the pagers of `where` (per extent index) and stores it.
+  node_tensor commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
+                     tensor_kind kind);
+};
+
+node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<impl>()) {
+  impl& s = *p_;
+  HTP_EXPECTS(!gpus.empty(), invalid_argument, "node: no GPUs given; pass at least one device");
+  for (std::size_t g = 0; g < gpus.size(); ++g) {
+    HTP_EXPECTS(gpus[g] != nullptr, invalid_argument, "node: GPU ", g, " is a null device");
+  }
+  HTP_EXPECTS(config.per_gpu.empty() || config.per_gpu.size() == gpus.size(), invalid_argument,
+              "node_config.per_gpu has ", config.per_gpu.size(), " configs for ", gpus.size(),
+              " GPUs; give none (node_config.gpu for all) or one per GPU");
+  HTP_EXPECTS(config.link_share > 0 && config.link_share <= 1, invalid_argument,
+              "node_config.link_share is ", config.link_share, "; it must be in (0, 1]");
+  s.devs = std::move(gpus);
+  s.cfg = std::move(config);
+  const std::size_t n = s.devs.size();
+  std::vector<pager_config> pcs(n, s.cfg.gpu);
+  if (!s.cfg.per_gpu.empty()) pcs = s.cfg.per_gpu;
+  std::size_t largest_hbm = 0, largest_chunk = 0;
+  for (std::size_t g = 0; g < n; ++g) {
+    HTP_EXPECTS(pcs[g].host_budget_bytes == 0, invalid_argument, "node_config.",
+                s.cfg.per_gpu.empty() ? "gpu" : "per_gpu[" + std::to_string(g) + "]", ".host_budget_bytes is ",
+                pcs[g].host_budget_bytes, "; it must be 0: the node's one host tier (node_config.host_budget_bytes) "
+                "serves every GPU");
+    largest_hbm = std::max(largest_hbm, pcs[g].hbm_budget_bytes);
+    largest_chunk = std::max(largest_chunk, pcs[g].chunk_bytes);
+  }
+
+  // The host tier, once, pinned through GPU 0 (portable to every GPU on cuda). Reservations are at
+  // least as large as the largest HBM budget, so any tensor that fits a GPU has a host extent.
+  slab_allocator_config hc;
+  hc.t = tier::host;
+  hc.budget_bytes = s.cfg.host_budget_bytes;
+  hc.slab_bytes = s.cfg.host_slab_bytes;
+  hc.page_bytes = s.cfg.host_page_bytes;
+  if (hc.slab_bytes > 0) {
+    hc.slabs_per_reservation = (std::max(largest_hbm, std::size_t{1} << 30) + hc.slab_bytes - 1) / hc.slab_bytes;
+  }
+  s.host = std::make_unique<slab_allocator>(*s.devs[0], hc);
+
+  // Shared links: configured, or discovered from the PCIe topology.
+  std::vector<node_link_group> groups = s.cfg.shared_links;
+  const bool discovered = groups.empty() && s.cfg.discover_shared_links;
+  if (discovered) groups = discover(s.devs);
+  std::vector<int> group_of(n, -1);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    for (std::size_t g : groups[k].gpus) {
+      HTP_EXPECTS(g < n, invalid_argument, "node_config.shared_links[", k, "] ('", groups[k].name,
+                  "') names GPU ", g, " but the node has ", n);
+      HTP_EXPECTS(group_of[g] < 0, invalid_argument, "node_config.shared_links[", k, "] ('", groups[k].name,
+                  "') names GPU ", g, ", already in shared_links[", group_of[g], "]; a GPU has one upstream link");
+      group_of[g] = static_cast<int>(k);
+    }
+    link_entry e;
+    e.group = groups[k];
+    e.discovered = discovered;
+    const std::uint64_t burst = 2 * static_cast<std::uint64_t>(largest_chunk);
+    if (discovered || e.group.h2d_bytes_per_second > 0) {
+      e.h2d = std::make_shared<shared_link>(e.group.name + " h2d", discovered ? 1 : e.group.h2d_bytes_per_second, burst);
+    }
+    if (discovered || e.group.d2h_bytes_per_second > 0) {
+      e.d2h = std::make_shared<shared_link>(e.group.name + " d2h", discovered ? 1 : e.group.d2h_bytes_per_second, burst);
+    }
+    s.links.push_back(std::move(e));
+  }
+
+  const std::vector<extent> host_memory = s.host->reservations();
+  for (std::size_t g = 0; g < n; ++g) {
+    pager_config pc = pcs[g];
+    link_entry* link = group_of[g] >= 0 ? &s.links[static_cast<std::size_t>(group_of[g])] : nullptr;
+    if (link) {
+      pc.h2d.upstream = link->h2d;
+      pc.d2h.upstream = link->d2h;
+    }
+    s.pagers.push_back(std::make_unique<pager>(*s.devs[g], pc));
+    if (link && link->discovered && link->group.gpus.front() == g) {
+      // The first GPU of a discovered group is calibrated now: the shared caps follow its own.
+      const transfer_metrics m = s.pagers.back()->engine().metrics();
+      const auto share = [&](std::uint64_t cap) {
+        return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(static_cast<double>(cap) * s.cfg.link_share));
+      };
+      link->group.h2d_bytes_per_second = share(own_cap(m.h2d));
+      link->group.d2h_bytes_per_second = share(own_cap(m.d2h));
+      link->h2d->set_rate(link->group.h2d_bytes_per_second);
+      link->d2h->set_rate(link->group.d2h_bytes_per_second);
+    }
+    for (const extent& r : host_memory) s.pagers.back()->add_host_region(r.ptr, r.bytes, host_region_kind::pinned);
+  }
+}
+
+node::~node() {
+  // Pagers first (they wait for their copies and hold regions of the host tier), then the tier.
+  p_->pagers.clear();
+  p_->host.reset();
+}
+
+std::size_t node::gpu_count() const noexcept { return p_->pagers.size(); }
+
+pager& node::gpu(std::size_t g) {
+  HTP_EXPECTS(g < p_->pagers.size(), invalid_argument, "node::gpu(", g, "): the node has ",
+              p_->pagers.size(), " GPUs (0..", p_->pagers.size() - 1, ")");
+  return *p_->pagers[g];
+}
+
+node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
+                               tensor_kind kind) {
+  // where: (GPU, host extent index). Register in each pager; on failure undo all of it.
+  r.handles.assign(pagers.size(), tensor_handle{});
+  try {
+    for (const auto& [g, e] : where) {
+      r.handles[g] = pagers[g]->register_tensor_at(r.name, r.host[e].bytes, kind, r.host[e].ptr);
+    }
+  } catch (...) {
+    for (std::size_t g = 0; g < pagers.size(); ++g) {
+      if (r.handles[g]) pagers[g]->unregister_tensor(r.handles[g]);
+    }
+    for (const extent& e : r.host) host->deallocate(e.ptr, e.bytes);
+    throw;
+  }
+  std::lock_guard lock(mu);
+  std::uint32_t slot;
+  if (!free_slots.empty()) {
+    slot = free_slots.back();
+    free_slots.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(records.size());
+    records.emplace_back();
+  }
+  r.generation = records[slot].generation + 1;
+  r.live = true;
+  for (const extent& e : r.host) used_bytes += e.bytes;
+  if (r.layout == node_layout::replicated) replicated_bytes += r.host.front().bytes;
+  ++live;
+  records[slot] = std::move(r);
+  return node_tensor{slot, records[slot].generation};
+}
+
+node_tensor node::register_replicated(std::string name, std::size_t bytes, const void* source) {
+  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_replicated('", name, "', 0 bytes): a tensor needs a byte");
+  record r;
+  r.name = std::move(name);
+  r.layout = node_layout::replicated;
+  r.host.push_back(p_->host_extent(bytes, source));
+  std::vector<std::pair<std::size_t, std::size_t>> where;
+  for (std::size_t g = 0; g < p_->pagers.size(); ++g) where.emplace_back(g, 0);
+  return p_->commit(std::move(r), where, tensor_kind::weight);
+}
+
+node_tensor node::register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
+                                   tensor_kind kind, const std::vector<const void*>& sources) {
+  const std::size_t n = p_->pagers.size();
+  HTP_EXPECTS(shard_bytes.size() == n, invalid_argument, "node::register_sharded('", name, "'): ",
+              shard_bytes.size(), " shard sizes for ", n, " GPUs; give one per GPU");
+  HTP_EXPECTS(sources.empty() || sources.size() == n, invalid_argument, "node::register_sharded('", name,
+              "'): ", sources.size(), " sources for ", n, " shards; give none or one per shard");
+  for (std::size_t g = 0; g < n; ++g) {
+    HTP_EXPECTS(shard_bytes[g] > 0, invalid_argument, "node::register_sharded('", name, "'): shard ", g,
+                " has 0 bytes; every GPU's shard needs a byte");
+  }
+  record r;
+  r.name = std::move(name);
+  r.layout = node_layout::sharded;
+  std::vector<std::pair<std::size_t, std::size_t>> where;
+  try {
+    for (std::size_t g = 0; g < n; ++g) {
+      r.host.push_back(p_->host_extent(shard_bytes[g], sources.empty() ? nullptr : sources[g]));
+      where.emplace_back(g, g);
+    }
+  } catch (...) {
+    for (const extent& e : r.host) p_->host->deallocate(e.ptr, e.bytes);
+    throw;
+  }
+  return p_->commit(std::move(r), where, kind);
+}
+
+node_tensor node::register_local(std::size_t g, std::string name, std::size_t bytes, tensor_kind kind,
+                                 const void* source) {
+  HTP_EXPECTS(g < p_->pagers.size(), invalid_argument, "node::register_local(", g, ", '", name,
+              "'): the node has ", p_->pagers.size(), " GPUs");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_local('", name, "', 0 bytes): a tensor needs a byte");
+  record r;
+  r.name = std::move(name);
+  r.layout = node_layout::local;
+  r.host.push_back(p_->host_extent(bytes, source));
+  return p_->commit(std::move(r), {{g, 0}}, kind);
+}
+
+tensor_handle node::on(node_tensor t, std::size_t g) const {
+  std::lock_guard lock(p_->mu);
+  const record& r = p_->live_record(t, "on");
+  HTP_EXPECTS(g < r.handles.size(), invalid_argument, "node::on('", r.name, "', ", g, "): the node has ",
+              r.handles.size(), " GPUs");
+  HTP_EXPECTS(static_cast<bool>(r.handles[g]), invalid_argument, "node::on('", r.name, "', ", g, "): the ",
+              r.layout == node_layout::sharded ? "sharded tensor's shard for GPU " : "local tensor is not on GPU ", g,
+              r.layout == node_layout::sharded ? " is not registered" : "", "; a ",
+              r.layout == node_layout::sharded ? "shard" : "local tensor",
+              " is paged only into its own GPU (use register_replicated for a weight every GPU reads)");
+  return r.handles[g];
+}
+
+node_layout node::layout(node_tensor t) const {
+  std::lock_guard lock(p_->mu);
+  return p_->live_record(t, "layout").layout;
+}
+
+void node::unregister(node_tensor t) {
+  record r;
+  {
+    std::lock_guard lock(p_->mu);
+    const record& cur = p_->live_record(t, "unregister");
+    for (std::size_t g = 0; g < cur.handles.size(); ++g) {
+      if (!cur.handles[g]) continue;
+      const tensor_info info = p_->pagers[g]->info(cur.handles[g]);
+      HTP_EXPECTS(info.pins == 0, invalid_argument, "node::unregister('", cur.name, "'): still acquired ",
+                  info.pins, " time(s) on GPU ", g, "; release it first");
+    }
+    record& slot = p_->records[t.index];
+    r = slot;
+    slot.live = false;
+    slot.host.clear();
+    slot.handles.clear();
+    p_->free_slots.push_back(t.index);
+    for (const extent& e : r.host) p_->used_bytes -= e.bytes;
+    if (r.layout == node_layout::replicated) p_->replicated_bytes -= r.host.front().bytes;
+    --p_->live;
+  }
+  // Outside the node's lock: unregistering waits for the tensor's copies.
+  for (std::size_t g = 0; g < r.handles.size(); ++g) {
+    if (r.handles[g]) p_->pagers[g]->unregister_tensor(r.handles[g]);
+  }
+  for (const extent& e : r.host) p_->host->deallocate(e.ptr, e.bytes);
+}
+
+node_metrics node::metrics() const {
+  node_metrics m;
+  {
+    std::lock_guard lock(p_->mu);
+    m.host_used_bytes = p_->used_bytes;
+    m.replicated_bytes = p_->replicated_bytes;
+    m.tensors = p_->live;
+  }
+  m.host_capacity_bytes = p_->host->capacity_bytes();
+  for (const auto& pg : p_->pagers) m.per_gpu.push_back(pg->metrics());
+  for (const link_entry& e : p_->links) {
+    node_link_metrics l;
+    l.name = e.group.name;
+    l.gpus = e.group.gpus;
+    if (e.h2d) {
+      l.h2d_rate_bytes_per_second = e.h2d->rate();
+      l.h2d_bytes = e.h2d->bytes_taken();
+    }
+    if (e.d2h) {
+      l.d2h_rate_bytes_per_second = e.d2h->rate();
+      l.d2h_bytes = e.d2h->bytes_taken();
+    }
+    m.links.push_back(std::move(l));
+  }
+  return m;
+}
+
+std::vector<std::shared_ptr<shared_link>> node::shared_links() const {
+  std::vector<std::shared_ptr<shared_link>> out;
+  for (const link_entry& e : p_->links) {
+    if (e.h2d) out.push_back(e.h2d);
+    if (e.d2h) out.push_back(e.d2h);
+  }
+  return out;
+}
+
+}  // namespace htp

@@ -1,0 +1,2 @@
+# Tests of the node: several GPUs over one host tier (issue 13).
+htp_add_test(test_node node_test.cpp)

@@ -1,0 +1,187 @@
+// The node on N sim devices in one process: one host tier for all GPUs, replicated weights paged
+// into any GPU from one host copy, shards only into their own GPU, local mutable tensors written
+// back into the shared tier, configured shared links, and errors that name the rule.
+#include <htp/checksum.hpp>
+#include <htp/error.hpp>
+#include <htp/node.hpp>
+#include <htp/sim_device.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+struct sim_node {
+  std::vector<std::unique_ptr<device>> devs;
+  std::unique_ptr<node> n;
+  explicit sim_node(std::size_t gpus, node_config c = config()) {
+    std::vector<device*> ptrs;
+    for (std::size_t g = 0; g < gpus; ++g) {
+      sim_config s;
+      s.device_memory_bytes = 32 * MiB;
+      s.pinned_memory_bytes = 64 * MiB;
+      s.ordinal = static_cast<int>(g);
+      devs.push_back(make_sim_device(s));
+      ptrs.push_back(devs.back().get());
+    }
+    n = std::make_unique<node>(ptrs, c);
+  }
+  static node_config config() {
+    node_config c;
+    c.host_budget_bytes = 16 * MiB;
+    c.host_slab_bytes = MiB;
+    c.gpu.hbm_budget_bytes = 2 * MiB;
+    c.gpu.slab_bytes = MiB;
+    c.gpu.chunk_bytes = 256 * KiB;
+    c.gpu.h2d.link_bytes_per_second = 4'000'000'000;  // skip calibration
+    c.gpu.d2h.link_bytes_per_second = 4'000'000'000;
+    return c;
+  }
+};
+
+std::vector<unsigned char> pattern(std::size_t bytes, unsigned seed) {
+  std::vector<unsigned char> v(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed * 17) >> 3);
+  return v;
+}
+
+/// The bytes GPU g sees for handle h (acquire, copy the device span out, release).
+std::vector<unsigned char> read_on(node& n, std::size_t g, tensor_handle h, device& dev) {
+  stream s(dev);
+  const device_span sp = n.gpu(g).acquire(h, s, /*wait=*/true);
+  std::vector<unsigned char> out(sp.bytes);
+  std::memcpy(out.data(), sp.data, sp.bytes);  // sim device memory is host memory
+  n.gpu(g).release(h, s);
+  s.synchronize();
+  return out;
+}
+
+TEST(node, a_replicated_weight_has_one_host_copy_and_pages_into_every_gpu) {
+  sim_node sn(3);
+  node& n = *sn.n;
+  const auto w = pattern(600 * KiB, 1);
+  const node_tensor t = n.register_replicated("w", w.size(), w.data());
+  EXPECT_EQ(n.layout(t), node_layout::replicated);
+  const node_metrics m = n.metrics();
+  EXPECT_EQ(m.host_used_bytes, w.size()) << "one host copy, not one per GPU";
+  EXPECT_EQ(m.replicated_bytes, w.size());
+  EXPECT_EQ(m.per_gpu.size(), 3u);
+  for (std::size_t g = 0; g < 3; ++g) {
+    EXPECT_EQ(checksum(read_on(n, g, n.on(t, g), *sn.devs[g]).data(), w.size()), checksum(w.data(), w.size()))
+        << "GPU " << g;
+  }
+  for (std::size_t g = 0; g < 3; ++g) EXPECT_EQ(n.gpu(g).metrics().faults, 1u);
+  n.unregister(t);
+  EXPECT_EQ(n.metrics().host_used_bytes, 0u);
+  EXPECT_THROW(n.on(t, 0), invalid_argument);
+}
+
+TEST(node, shards_page_only_into_their_own_gpu) {
+  sim_node sn(2);
+  node& n = *sn.n;
+  const auto s0 = pattern(300 * KiB, 2), s1 = pattern(200 * KiB, 3);
+  const node_tensor t = n.register_sharded("wq", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
+  EXPECT_EQ(n.metrics().host_used_bytes, s0.size() + s1.size());
+  EXPECT_EQ(read_on(n, 0, n.on(t, 0), *sn.devs[0]), s0);
+  EXPECT_EQ(read_on(n, 1, n.on(t, 1), *sn.devs[1]), s1);
+  EXPECT_EQ(n.gpu(0).info(n.on(t, 0)).bytes, s0.size());
+  try {
+    (void)n.on(n.register_local(1, "kv", 64 * KiB, tensor_kind::mutable_state), 0);
+    FAIL() << "a local tensor of GPU 1 was found on GPU 0";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("its own GPU"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(n.register_sharded("bad", {s0.size()}, tensor_kind::weight), invalid_argument);
+  EXPECT_THROW(n.register_sharded("bad", {s0.size(), 0}, tensor_kind::weight), invalid_argument);
+}
+
+TEST(node, a_local_mutable_tensor_is_written_back_into_the_shared_tier) {
+  sim_node sn(2);
+  node& n = *sn.n;
+  const node_tensor kv = n.register_local(1, "kv", 128 * KiB, tensor_kind::mutable_state);
+  const tensor_handle h = n.on(kv, 1);
+  stream s(*sn.devs[1]);
+  const device_span sp = n.gpu(1).acquire(h, s, true);
+  const auto data = pattern(sp.bytes, 9);
+  std::memcpy(sp.data, data.data(), sp.bytes);  // "the kernel" writes it
+  n.gpu(1).release(h, s, /*dirty=*/true);
+  s.synchronize();
+  n.gpu(1).evict(h);  // written back to the node's host memory
+  EXPECT_EQ(n.gpu(1).metrics().write_backs, 1u);
+  std::vector<unsigned char> back(sp.bytes);
+  n.gpu(1).copy_to_host(h, back.data());
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(read_on(n, 1, h, *sn.devs[1]), data) << "paged in again from the shared tier";
+}
+
+TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_named) {
+  node_config c = sim_node::config();
+  node_link_group grp;
+  grp.name = "switch0";
+  grp.gpus = {0, 1};
+  grp.h2d_bytes_per_second = 2'000'000'000;
+  c.shared_links = {grp};
+  sim_node sn(3, c);
+  node& n = *sn.n;
+  ASSERT_EQ(n.shared_links().size(), 1u) << "H2D only: no D2H cap was configured";
+  const auto w = pattern(512 * KiB, 4);
+  const node_tensor t = n.register_replicated("w", w.size(), w.data());
+  for (std::size_t g = 0; g < 3; ++g) (void)read_on(n, g, n.on(t, g), *sn.devs[g]);
+  const node_metrics m = n.metrics();
+  ASSERT_EQ(m.links.size(), 1u);
+  EXPECT_EQ(m.links[0].h2d_rate_bytes_per_second, 2'000'000'000u);
+  EXPECT_EQ(m.links[0].h2d_bytes, 2 * w.size()) << "GPUs 0 and 1 crossed the shared link; GPU 2 did not";
+
+  auto expect_bad = [&](node_config bad, const char* what) {
+    try {
+      sim_node x(2, bad);
+      FAIL() << "accepted; expected a complaint about " << what;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  node_config twice = sim_node::config();
+  twice.shared_links = {grp, grp};
+  expect_bad(twice, "one upstream link");
+  node_config unknown = sim_node::config();
+  unknown.shared_links = {grp};
+  unknown.shared_links[0].gpus = {0, 5};
+  expect_bad(unknown, "names GPU 5");
+  node_config own_host = sim_node::config();
+  own_host.gpu.host_budget_bytes = MiB;
+  expect_bad(own_host, "host_budget_bytes");
+}
+
+TEST(node, a_failed_registration_leaves_nothing_behind) {
+  sim_node sn(2);
+  node& n = *sn.n;
+  // Too large for a GPU's HBM: the pagers refuse it after the host copy was made; it is freed.
+  EXPECT_THROW(n.register_replicated("huge", 10 * MiB), invalid_argument);
+  EXPECT_EQ(n.metrics().host_used_bytes, 0u);
+  EXPECT_EQ(n.metrics().tensors, 0u);
+  // Fill the 16 MiB host tier with 2 MiB weights; the one that does not fit changes nothing.
+  std::vector<node_tensor> ts;
+  for (;;) {
+    try {
+      ts.push_back(n.register_replicated("w" + std::to_string(ts.size()), 2 * MiB));
+    } catch (const out_of_memory&) {
+      break;
+    }
+    ASSERT_LT(ts.size(), 16u);
+  }
+  EXPECT_EQ(ts.size(), 8u);
+  EXPECT_EQ(n.metrics().tensors, 8u);
+  EXPECT_EQ(n.metrics().host_used_bytes, 16 * MiB);
+  n.unregister(ts.back());
+  EXPECT_TRUE(static_cast<bool>(n.register_replicated("again", 2 * MiB))) << "the space came back";
+}
+
+}  // namespace
+}  // namespace htp::test

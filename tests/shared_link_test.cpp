@@ -1,0 +1,171 @@
+// A link shared by two GPUs' transfer engines (two sim devices): its cap holds across them, and a
+// fault on one GPU goes before a prefetch on the other. The link runs on a virtual clock the test
+// advances, so "how many chunks crossed" is exact; waits are on the engines' state, never sleeps.
+#include <htp/error.hpp>
+#include <htp/shared_link.hpp>
+#include <htp/sim_device.hpp>
+#include <htp/transfer_engine.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+constexpr std::size_t chunk = 64 << 10;
+constexpr std::uint64_t rate = 1'000'000'000;               // 1 GB/s on the virtual clock
+constexpr std::int64_t chunk_ns = chunk * 1'000'000'000LL / rate;  // 65,536 ns per chunk
+
+struct virtual_clock {
+  std::atomic<std::int64_t> now{1'000'000};
+  token_bucket::clock_fn fn() {
+    return [this] { return now.load(); };
+  }
+};
+
+/// Chunks issued by every engine, in order: (gpu, priority).
+struct crossing_log {
+  std::mutex mutex;
+  std::vector<std::pair<int, transfer_priority>> chunks;
+  void add(int gpu, transfer_priority p) {
+    std::lock_guard lock(mutex);
+    chunks.emplace_back(gpu, p);
+  }
+  std::vector<std::pair<int, transfer_priority>> snapshot() {
+    std::lock_guard lock(mutex);
+    return chunks;
+  }
+};
+
+/// Advances the clock a chunk at a time until the request has finished (the bucket holds at most
+/// its burst, so one big step would let only that much through).
+void drain(virtual_clock& clock, transfer_engine& e, transfer_ticket t) {
+  while (e.status(t) == transfer_status::queued || e.status(t) == transfer_status::in_flight) {
+    clock.now += chunk_ns;
+    std::this_thread::yield();
+  }
+  e.wait(t);
+}
+
+/// Waits (yielding, up to 20 s of wall time as a hang guard) until `done` holds.
+template <class F>
+bool eventually(F done) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+struct gpu {
+  std::unique_ptr<device> dev;
+  unsigned char* hbm = nullptr;
+  unsigned char* host = nullptr;
+  std::unique_ptr<transfer_engine> engine;
+  static constexpr std::size_t arena = 4 << 20;
+  gpu(int index, std::shared_ptr<shared_link> link, crossing_log& log) {
+    sim_config c;
+    c.device_memory_bytes = 16 << 20;
+    c.ordinal = index;
+    dev = make_sim_device(c);
+    hbm = static_cast<unsigned char*>(dev->allocate(memory_kind::device, arena));
+    host = static_cast<unsigned char*>(dev->allocate(memory_kind::pinned_host, arena));
+    transfer_config t;
+    t.chunk_bytes = chunk;
+    t.h2d.link_bytes_per_second = 4'000'000'000;  // skip calibration
+    t.d2h.link_bytes_per_second = 4'000'000'000;
+    t.h2d.unlimited = true;  // the per-GPU cap never binds: the shared link is under test
+    t.d2h.unlimited = true;
+    t.h2d.upstream = std::move(link);
+    t.device_memory = {{hbm, arena}};
+    t.host_memory = {{host, arena}};
+    t.on_chunk_issued = [&log, index](const transfer_chunk_info& i) { log.add(index, i.priority); };
+    engine = std::make_unique<transfer_engine>(*dev, t);
+  }
+  ~gpu() {
+    engine.reset();
+    dev->deallocate(memory_kind::device, hbm, arena);
+    dev->deallocate(memory_kind::pinned_host, host, arena);
+  }
+  transfer_ticket load(std::size_t chunks, std::size_t offset_chunks, transfer_priority p) {
+    return engine->submit(hbm + offset_chunks * chunk, host + offset_chunks * chunk, chunks * chunk,
+                          copy_direction::host_to_device, p);
+  }
+};
+
+TEST(shared_link, two_gpus_together_never_cross_faster_than_the_shared_cap) {
+  virtual_clock clock;
+  auto link = std::make_shared<shared_link>("switch0", rate, 2 * chunk, clock.fn());
+  crossing_log log;
+  gpu a(0, link, log), b(1, link, log);
+  // More than the test lets through, so neither engine runs out of chunks while it watches.
+  const transfer_ticket ta = a.load(16, 0, transfer_priority::prefetch);
+  const transfer_ticket tb = b.load(16, 0, transfer_priority::prefetch);
+  // The burst lets two chunks through; then both engines wait on the link.
+  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::prefetch) == 2; }));
+  EXPECT_EQ(log.snapshot().size(), 2u);
+  for (std::size_t step = 1; step <= 6; ++step) {
+    clock.now += chunk_ns;  // exactly one more chunk's tokens
+    ASSERT_TRUE(eventually([&] {
+      return log.snapshot().size() == 2 + step && link->waiting(transfer_priority::prefetch) == 2;
+    })) << "step " << step << ": " << log.snapshot().size() << " chunks";
+  }
+  EXPECT_EQ(link->bytes_taken(), 8 * chunk) << "burst + elapsed x rate, over both GPUs together";
+  drain(clock, *a.engine, ta);  // let the rest through
+  drain(clock, *b.engine, tb);
+}
+
+TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
+  virtual_clock clock;
+  auto link = std::make_shared<shared_link>("numa0", rate, 2 * chunk, clock.fn());
+  crossing_log log;
+  gpu a(0, link, log), b(1, link, log);
+  const transfer_ticket ta = a.load(16, 0, transfer_priority::prefetch);  // GPU 0 streams a long prefetch
+  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::prefetch) == 1; }));
+  ASSERT_EQ(log.snapshot().size(), 2u);
+  const transfer_ticket tb = b.load(2, 0, transfer_priority::fault);  // GPU 1 faults meanwhile
+  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 1; }));
+  for (int k = 1; k <= 2; ++k) {
+    // The fault's next chunk waits on the link before its tokens appear.
+    ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 1; }));
+    clock.now += chunk_ns;
+    ASSERT_TRUE(eventually([&] { return log.snapshot().size() == 2u + static_cast<std::size_t>(k); }));
+    const auto c = log.snapshot().back();
+    EXPECT_EQ(c.first, 1) << "chunk " << k << " of the fault";
+    EXPECT_EQ(c.second, transfer_priority::fault);
+  }
+  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 0; }));
+  clock.now += chunk_ns;  // the fault is through: the prefetch resumes
+  ASSERT_TRUE(eventually([&] { return log.snapshot().size() == 5u; }));
+  EXPECT_EQ(log.snapshot().back().first, 0);
+  drain(clock, *a.engine, ta);
+  drain(clock, *b.engine, tb);
+}
+
+TEST(shared_link, a_burst_smaller_than_a_chunk_is_refused_naming_the_field) {
+  auto link = std::make_shared<shared_link>("tiny", rate, chunk / 2);
+  sim_config c;
+  auto dev = make_sim_device(c);
+  transfer_config t;
+  t.chunk_bytes = chunk;
+  t.h2d.link_bytes_per_second = 4'000'000'000;
+  t.d2h.link_bytes_per_second = 4'000'000'000;
+  t.h2d.upstream = link;
+  try {
+    transfer_engine e(*dev, t);
+    FAIL() << "accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("upstream"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(shared_link("zero", 0, chunk), invalid_argument);
+}
+
+}  // namespace
+}  // namespace htp::test
