@@ -17,8 +17,8 @@ configure_and_build "$full" -DCMAKE_BUILD_TYPE=Release -DHTP_WITH_CUDA=ON -DHTP_
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench" "$out/examples" "$out/lib"
 # Only the test binaries gpu-check.sh runs on the GPU (the CPU-only suites run in CI): the typed
-# device conformance suite and the pager end to end on each backend.
-for t in test_device test_pager_backends; do
+# device conformance suite, the pager end to end on each backend, and NCCL collectives (one rank).
+for t in test_device test_pager_backends test_collectives; do
   cp "$full/tests/$t" "$out/tests/"
 done
 cp "$full"/bench/htp-* "$out/bench/"

@@ -123,7 +123,7 @@ else
 fi
 
 # ---- steps ---------------------------------------------------------------------------------------
-steps_left=10  # timed steps below, so each reserves time for the ones after it
+steps_left=11  # timed steps below, so each reserves time for the ones after it
 step_env=()
 
 # timeout_for NOMINAL: NOMINAL seconds, cut so that every later step keeps 20 s (+10 s to kill).
@@ -252,6 +252,9 @@ if run_step pager-tests 60 "$out/tests.log" "$build/tests/test_pager_backends" -
     fail "pager-tests: the cuda pager test skipped on a machine with a GPU"
   fi
 fi
+# NCCL, loaded at run time: one rank on this GPU (skips, with the reason, where libnccl is absent).
+run_step nccl-tests 30 "$out/tests.log" "$build/tests/test_collectives" --gtest_filter='*nccl*' \
+  --gtest_output="json:$out/nccl-tests.json" || true
 for e in "$build"/examples/htp-example-*; do
   [[ -x $e ]] || continue
   steps_left=$((steps_left + 1))  # the examples are short: they reserve nothing for later steps

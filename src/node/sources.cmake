@@ -3,3 +3,8 @@ target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topology.cpp
   ${CMAKE_CURRENT_LIST_DIR}/node.cpp
 )
+target_sources(htp PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/sim_collectives.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_collectives.cpp
+)
+target_link_libraries(htp PRIVATE ${CMAKE_DL_LIBS})

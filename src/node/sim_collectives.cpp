@@ -1,0 +1,173 @@
+// Collectives across sim devices: each rank's call enqueues a host function on its stream; the
+// functions of one collective meet at a rendezvous, the last to arrive does every rank's copies
+// (and sleeps the modelled interconnect time), then all of them return. Each sim stream is its own
+// worker thread, so the waiting is on those threads, never on the caller's.
+#include <htp/collectives.hpp>
+
+#include <htp/detail/check.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace htp {
+
+std::size_t size_of(element_type t) noexcept { return t == element_type::float32 ? 4 : 2; }
+
+namespace {
+
+float bf16_to_float(std::uint16_t v) {
+  const std::uint32_t bits = std::uint32_t{v} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+std::uint16_t float_to_bf16(float f) {  // round to nearest even
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+class sim_collectives final : public collectives {
+ public:
+  sim_collectives(std::size_t n, std::vector<device*> devs, std::uint64_t rate)
+      : devs_(std::move(devs)), rate_(rate), calls_(n, 0) {}
+  std::size_t size() const noexcept override { return devs_.size(); }
+  std::string backend_name() const override { return "sim"; }
+
+  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    enqueue(rank, "all_gather", send, recv, bytes, bytes, element_type::float32, false, s);
+  }
+  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
+                      stream_ref s) override {
+    enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
+  }
+  void group_start() override {}
+  void group_end() override {}
+
+ private:
+  struct op {
+    bool reduce = false;
+    std::size_t bytes = 0, count = 0;
+    element_type type = element_type::float32;
+    std::vector<const void*> send;
+    std::vector<void*> recv;
+    std::size_t enqueued = 0, arrived = 0, left = 0;
+    bool done = false;
+  };
+
+  void enqueue(std::size_t rank, const char* what, const void* send, void* recv, std::size_t bytes,
+               std::size_t count, element_type type, bool reduce, stream_ref s) {
+    HTP_EXPECTS(rank < devs_.size(), invalid_argument, "collectives::", what, ": rank ", rank, " of ",
+                devs_.size());
+    HTP_EXPECTS(send != nullptr && recv != nullptr && bytes > 0, invalid_argument, "collectives::", what,
+                "(rank ", rank, "): null buffer or zero size");
+    std::uint64_t id;
+    {
+      std::lock_guard lock(mu_);
+      id = calls_[rank];
+      op& o = ops_[id];
+      if (o.enqueued == 0) {
+        o.reduce = reduce;
+        o.bytes = bytes;
+        o.count = count;
+        o.type = type;
+        o.send.assign(devs_.size(), nullptr);
+        o.recv.assign(devs_.size(), nullptr);
+      } else {
+        HTP_EXPECTS(o.reduce == reduce && o.bytes == bytes && o.type == type, invalid_argument,
+                    "collectives::", what, "(rank ", rank, "): collective ", id, " is a ",
+                    o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes,
+                    " bytes on the other ranks; every rank must make the same calls in the same order");
+      }
+      o.send[rank] = send;
+      o.recv[rank] = recv;
+      ++o.enqueued;
+      ++calls_[rank];
+    }
+    devs_[rank]->launch_host_func([this, id] { arrive(id); }, s);
+  }
+
+  void arrive(std::uint64_t id) {
+    std::unique_lock lock(mu_);
+    op& o = ops_.at(id);
+    if (++o.arrived == devs_.size()) {
+      lock.unlock();
+      run(o);  // every rank is here: nobody touches o but this thread until done
+      lock.lock();
+      o.done = true;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return o.done; });
+    }
+    if (++o.left == devs_.size()) ops_.erase(id);
+  }
+
+  void run(op& o) {
+    const std::size_t n = devs_.size();
+    if (!o.reduce) {
+      for (std::size_t r = 0; r < n; ++r) {
+        for (std::size_t k = 0; k < n; ++k) {
+          std::memcpy(static_cast<char*>(o.recv[r]) + k * o.bytes, o.send[k], o.bytes);
+        }
+      }
+    } else {
+      std::vector<float> sum(o.count, 0.0f);
+      for (std::size_t k = 0; k < n; ++k) {
+        for (std::size_t i = 0; i < o.count; ++i) {
+          if (o.type == element_type::float32) {
+            float v;
+            std::memcpy(&v, static_cast<const char*>(o.send[k]) + 4 * i, 4);
+            sum[i] += v;
+          } else {
+            std::uint16_t v;
+            std::memcpy(&v, static_cast<const char*>(o.send[k]) + 2 * i, 2);
+            sum[i] += bf16_to_float(v);
+          }
+        }
+      }
+      for (std::size_t r = 0; r < n; ++r) {
+        for (std::size_t i = 0; i < o.count; ++i) {
+          if (o.type == element_type::float32) {
+            std::memcpy(static_cast<char*>(o.recv[r]) + 4 * i, &sum[i], 4);
+          } else {
+            const std::uint16_t v = float_to_bf16(sum[i]);
+            std::memcpy(static_cast<char*>(o.recv[r]) + 2 * i, &v, 2);
+          }
+        }
+      }
+    }
+    if (rate_ > 0 && n > 1) {
+      // The modelled interconnect (the sim's clock, as its copy engine models PCIe): a ring moves
+      // (N - 1) / N of the data per rank, twice for an all-reduce.
+      const double per_rank = static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<std::int64_t>(per_rank / double(rate_) * 1e9)));
+    }
+  }
+
+  std::vector<device*> devs_;
+  std::uint64_t rate_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::uint64_t> calls_;   // per rank: collectives issued so far
+  std::map<std::uint64_t, op> ops_;    // by collective index, until every rank has left
+};
+
+}  // namespace
+
+std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& devices,
+                                                  std::uint64_t interconnect_bytes_per_second) {
+  HTP_EXPECTS(!devices.empty(), invalid_argument, "make_sim_collectives: no devices");
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::sim, invalid_argument,
+                "make_sim_collectives: device ", r, " is ", devices[r] ? "not a sim device" : "null",
+                "; use make_nccl_collectives for cuda devices");
+  }
+  return std::make_unique<sim_collectives>(devices.size(), devices, interconnect_bytes_per_second);
+}
+
+}  // namespace htp

@@ -1,0 +1,126 @@
+// Collectives: the sim implementation across N sim devices (exact results, stream order, errors),
+// and the NCCL one where a GPU and libnccl exist (skipped with a message otherwise).
+#include <htp/collectives.hpp>
+#include <htp/error.hpp>
+#include <htp/sim_device.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+struct sim_gpus {
+  std::vector<std::unique_ptr<device>> devs;
+  std::vector<device*> ptrs;
+  std::vector<std::unique_ptr<stream>> streams;
+  explicit sim_gpus(std::size_t n) {
+    for (std::size_t g = 0; g < n; ++g) {
+      sim_config c;
+      c.device_memory_bytes = 8 << 20;
+      c.ordinal = static_cast<int>(g);
+      devs.push_back(make_sim_device(c));
+      ptrs.push_back(devs.back().get());
+      streams.push_back(std::make_unique<stream>(*devs.back()));
+    }
+  }
+};
+
+TEST(collectives, sim_all_gather_puts_every_ranks_bytes_in_rank_order_on_every_rank) {
+  sim_gpus g(4);
+  auto c = make_sim_collectives(g.ptrs);
+  EXPECT_EQ(c->size(), 4u);
+  EXPECT_EQ(c->backend_name(), "sim");
+  const std::size_t bytes = 1000;
+  std::vector<std::vector<unsigned char>> send(4, std::vector<unsigned char>(bytes)), recv(4, std::vector<unsigned char>(4 * bytes));
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t i = 0; i < bytes; ++i) send[r][i] = static_cast<unsigned char>(r * 37 + i);
+  }
+  // One thread per rank, as an engine with a thread per GPU calls it.
+  std::vector<std::thread> ts;
+  for (std::size_t r = 0; r < 4; ++r) {
+    ts.emplace_back([&, r] { c->all_gather(r, send[r].data(), recv[r].data(), bytes, *g.streams[r]); });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& s : g.streams) s->synchronize();
+  for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(std::memcmp(recv[r].data() + k * bytes, send[k].data(), bytes), 0) << "rank " << r << " block " << k;
+    }
+  }
+}
+
+TEST(collectives, sim_all_reduce_sums_float32_and_bfloat16_and_runs_in_stream_order) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs, 100'000'000'000);  // a modelled 100 GB/s interconnect
+  std::vector<std::vector<float>> f(3, std::vector<float>(64));
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t i = 0; i < 64; ++i) f[r][i] = float(r + 1) * float(i);
+  }
+  // bf16: 1.0, 2.0 and 4.0 are exact.
+  std::vector<std::vector<std::uint16_t>> b(3, std::vector<std::uint16_t>(8));
+  const std::uint16_t ones[3] = {0x3f80, 0x4000, 0x4080};
+  for (std::size_t r = 0; r < 3; ++r) std::fill(b[r].begin(), b[r].end(), ones[r]);
+  std::vector<int> order;
+  std::mutex m;
+  c->group_start();  // one thread issues all ranks
+  for (std::size_t r = 0; r < 3; ++r) {
+    c->all_reduce_sum(r, f[r].data(), f[r].data(), 64, element_type::float32, *g.streams[r]);
+    c->all_reduce_sum(r, b[r].data(), b[r].data(), 8, element_type::bfloat16, *g.streams[r]);
+    g.devs[r]->launch_host_func([&, r] { std::lock_guard l(m); order.push_back(int(r)); }, *g.streams[r]);
+  }
+  c->group_end();
+  for (auto& s : g.streams) s->synchronize();
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(f[r][i], 6.0f * float(i)) << "rank " << r << " element " << i;
+    for (std::uint16_t v : b[r]) ASSERT_EQ(v, 0x40e0) << "7.0 in bfloat16";
+  }
+  EXPECT_EQ(order.size(), 3u) << "work queued after the collectives ran after them";
+}
+
+TEST(collectives, mismatched_calls_and_bad_arguments_are_named) {
+  sim_gpus g(2);
+  auto c = make_sim_collectives(g.ptrs);
+  std::vector<unsigned char> a(64), r(128);
+  c->all_gather(0, a.data(), r.data(), 64, *g.streams[0]);
+  try {
+    c->all_gather(1, a.data(), r.data(), 32, *g.streams[1]);
+    FAIL() << "a size mismatch was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("same calls in the same order"), std::string::npos) << e.what();
+  }
+  c->all_gather(1, a.data(), r.data(), 64, *g.streams[1]);  // the matching call completes it
+  for (auto& s : g.streams) s->synchronize();
+  EXPECT_THROW(c->all_gather(2, a.data(), r.data(), 64, *g.streams[0]), invalid_argument);
+  EXPECT_THROW(c->all_gather(0, nullptr, r.data(), 64, *g.streams[0]), invalid_argument);
+  EXPECT_THROW(make_sim_collectives({}), invalid_argument);
+  EXPECT_THROW(make_nccl_collectives(g.ptrs), invalid_argument) << "sim devices are not NCCL ranks";
+}
+
+TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {
+  std::string why;
+  if (!nccl_available(&why)) {
+    EXPECT_FALSE(why.empty());
+    EXPECT_NE(why.find("HTP_NCCL_LIBRARY"), std::string::npos) << why;
+    EXPECT_THROW(wrap_nccl_comms({reinterpret_cast<void*>(1)}), cuda_error);
+    GTEST_SKIP() << "NCCL not loadable here: " << why;
+  }
+  EXPECT_TRUE(why.empty());
+  EXPECT_THROW(wrap_nccl_comms({nullptr}), invalid_argument);
+  const int gpus = cuda_device_count();
+  if (gpus < 1) GTEST_SKIP() << "NCCL loaded, but no GPU to run a collective on";
+  auto dev = make_device(backend::cuda, 0);
+  auto c = make_nccl_collectives({dev.get()});
+  stream s(*dev);
+  void* buf = dev->allocate(memory_kind::device, 4096);
+  c->all_gather(0, buf, buf, 4096, s);  // one rank: in place
+  s.synchronize();
+  dev->deallocate(memory_kind::device, buf, 4096);
+  EXPECT_EQ(c->backend_name(), "nccl");
+}
+
+}  // namespace
+}  // namespace htp::test
