@@ -104,6 +104,8 @@ class node {
   /// GPU g's pager: acquire, release, prefetch, schedules, as on one GPU.
   /// @throws htp::invalid_argument if g >= gpu_count().
   pager& gpu(std::size_t g);
+  /// GPU g's device. @throws htp::invalid_argument if g >= gpu_count().
+  device& device_of(std::size_t g);
 
   /// A weight any GPU may page in, with one host copy: `bytes` from `source` (null = zeros).
   /// @throws htp::invalid_argument if bytes == 0 or it can never fit some GPU's HBM;
@@ -123,6 +125,10 @@ class node {
   /// tensor of another GPU), naming the rule.
   tensor_handle on(node_tensor t, std::size_t g) const;
   node_layout layout(node_tensor t) const;
+  /// The host copy of shard `shard` (0 for replicated and local tensors): the authoritative bytes
+  /// while no GPU holds a newer copy. @throws htp::invalid_argument for a stale tensor or a shard
+  /// it does not have.
+  extent host_copy(node_tensor t, std::size_t shard = 0) const;
   /// Unregisters the tensor from every GPU and frees its host copies.
   /// @throws htp::invalid_argument for a stale tensor or one still acquired on some GPU (then
   /// nothing changes).

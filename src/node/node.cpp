@@ -186,6 +186,11 @@ pager& node::gpu(std::size_t g) {
   return *p_->pagers[g];
 }
 
+device& node::device_of(std::size_t g) {
+  HTP_EXPECTS(g < p_->devs.size(), invalid_argument, "node::device_of(", g, "): the node has ", p_->devs.size(), " GPUs");
+  return *p_->devs[g];
+}
+
 node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
                                tensor_kind kind) {
   // where: (GPU, host extent index). Register in each pager; on failure undo all of it.
@@ -285,6 +290,14 @@ tensor_handle node::on(node_tensor t, std::size_t g) const {
 node_layout node::layout(node_tensor t) const {
   std::lock_guard lock(p_->mu);
   return p_->live_record(t, "layout").layout;
+}
+
+extent node::host_copy(node_tensor t, std::size_t shard) const {
+  std::lock_guard lock(p_->mu);
+  const record& r = p_->live_record(t, "host_copy");
+  HTP_EXPECTS(shard < r.host.size(), invalid_argument, "node::host_copy('", r.name, "', ", shard, "): it has ",
+              r.host.size(), " host cop", r.host.size() == 1 ? "y" : "ies");
+  return r.host[shard];
 }
 
 void node::unregister(node_tensor t) {

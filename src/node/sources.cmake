@@ -8,3 +8,4 @@ target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/nccl_collectives.cpp
 )
 target_link_libraries(htp PRIVATE ${CMAKE_DL_LIBS})
+target_sources(htp PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp)

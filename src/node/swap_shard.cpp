@@ -1,0 +1,213 @@
+// Swap-and-shard: see include/htp/swap_shard.hpp, Note [Swap-and-shard].
+#include <htp/swap_shard.hpp>
+
+#include <htp/detail/check.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+namespace htp {
+
+namespace {
+
+/// One GPU's slots, streams and events. Visit v (the v-th acquire on this GPU) uses layer
+/// v % layers and slot v % ahead.
+struct gpu_state {
+  std::unique_ptr<stream> gather;
+  std::vector<node_tensor> slot_tensor;
+  std::vector<void*> slot;
+  std::vector<event_ref> ready, released;
+  std::size_t issued = 0;  // visits whose gather is enqueued
+  std::size_t next = 0;    // the next visit to acquire
+  bool holding = false;    // visit next - 1 acquired and not released
+  std::size_t pinned = 0;  // slots acquired (for teardown after a partial construction)
+};
+
+}  // namespace
+
+struct swap_shard::impl {
+  node& n;
+  collectives& coll;
+  swap_shard_config cfg;
+  std::vector<std::size_t> bytes;         // per layer, as given
+  std::size_t shard = 0;                  // bytes per shard (the largest layer / N, rounded up)
+  std::vector<node_tensor> layer;         // sharded
+  std::vector<layer_source> src;
+  std::vector<gpu_state> gpus;
+  mutable std::mutex mu;                  // metrics
+  swap_shard_metrics m;
+
+  impl(node& nd, collectives& c, swap_shard_config k) : n(nd), coll(c), cfg(k) {}
+  /// Waits for every gather, releases and drops the slots, unregisters the layers; copes with a
+  /// partly built object. Never throws.
+  void teardown() noexcept;
+
+  void issue(std::size_t g, std::size_t visit) {
+    gpu_state& st = gpus[g];
+    const std::size_t l = visit % layer.size(), s = visit % cfg.ahead;
+    device& dev = n.device_of(g);
+    const stream_ref gs = *st.gather;
+    const std::size_t N = n.gpu_count();
+    if (src[l] == layer_source::peers) {
+      if (visit >= cfg.ahead) dev.wait(st.released[s], gs);  // the slot's previous layer is done
+      pager& p = n.gpu(g);
+      const tensor_handle h = n.on(layer[l], g);
+      const device_span own = p.acquire(h, gs);  // pages the shard in if it is not in HBM
+      coll.all_gather(g, own.data, st.slot[s], shard, gs);
+      p.release(h, gs);
+    } else {
+      std::vector<event_ref> after;
+      if (visit >= cfg.ahead) after.push_back(st.released[s]);
+      transfer_engine& e = n.gpu(g).engine();
+      for (std::size_t k = 0; k < N; ++k) {
+        const extent hc = n.host_copy(layer[l], k);
+        const transfer_ticket t = e.submit(static_cast<char*>(st.slot[s]) + k * shard, hc.ptr, shard,
+                                           copy_direction::host_to_device, transfer_priority::prefetch, after);
+        e.wait_on(t, gs);
+      }
+    }
+    dev.record(st.ready[s], gs);
+    std::lock_guard lock(mu);
+    ++m.gathers;
+    ++(src[l] == layer_source::peers ? m.peer_gathers : m.host_loads);
+    m.gathered_bytes += N * shard;
+  }
+};
+
+swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>& layer_bytes,
+                       const std::vector<const void*>& layer_sources, swap_shard_config config)
+    : p_(std::make_unique<impl>(nd, c, config)) {
+  impl& s = *p_;
+  const std::size_t N = nd.gpu_count();
+  HTP_EXPECTS(!layer_bytes.empty(), invalid_argument, "swap_shard: no layers");
+  HTP_EXPECTS(layer_sources.empty() || layer_sources.size() == layer_bytes.size(), invalid_argument,
+              "swap_shard: ", layer_sources.size(), " sources for ", layer_bytes.size(), " layers; give none or one per layer");
+  HTP_EXPECTS(c.size() == N, invalid_argument, "swap_shard: the collectives have ", c.size(),
+              " ranks and the node ", N, " GPUs");
+  HTP_EXPECTS(config.ahead >= 1, invalid_argument, "swap_shard_config.ahead is 0; at least one slot is needed (2 = double buffering)");
+  for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
+    HTP_EXPECTS(layer_bytes[l] > 0, invalid_argument, "swap_shard: layer ", l, " has 0 bytes");
+  }
+  s.bytes = layer_bytes;
+  const std::size_t largest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
+  s.shard = (largest + N - 1) / N;
+  s.shard = (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
+
+  // The source plan, the same on every rank. Peers when every GPU's shards fit its HBM (next to
+  // the staging slots) or the interconnect is at least as fast as the host link.
+  std::uint64_t host_rate = config.host_bytes_per_second;
+  if (host_rate == 0) {
+    const transfer_metrics tm = nd.gpu(0).engine().metrics();
+    host_rate = tm.h2d.rate_cap_bytes_per_second ? tm.h2d.rate_cap_bytes_per_second : tm.h2d.link_peak_bytes_per_second;
+  }
+  std::size_t smallest_hbm = SIZE_MAX;
+  for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, nd.gpu(g).config().hbm_budget_bytes);
+  const std::size_t staging = config.ahead * N * s.shard;
+  const bool all_fit = s.shard * layer_bytes.size() + staging <= smallest_hbm;
+  const layer_source plan = all_fit || config.interconnect_bytes_per_second >= host_rate ? layer_source::peers
+                                                                                          : layer_source::host;
+  try {
+    std::vector<unsigned char> padded;
+    for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
+      std::vector<const void*> shard_src;
+      if (!layer_sources.empty() && layer_sources[l] != nullptr) {
+        padded.assign(N * s.shard, 0);
+        std::memcpy(padded.data(), layer_sources[l], layer_bytes[l]);
+        for (std::size_t k = 0; k < N; ++k) shard_src.push_back(padded.data() + k * s.shard);
+      }
+      s.layer.push_back(nd.register_sharded("layer" + std::to_string(l), std::vector<std::size_t>(N, s.shard),
+                                            tensor_kind::weight, shard_src));
+      s.src.push_back(plan);
+      ++(plan == layer_source::peers ? s.m.layers_from_peers : s.m.layers_from_host);
+    }
+    for (std::size_t g = 0; g < N; ++g) {
+      s.gpus.emplace_back();
+      gpu_state& st = s.gpus.back();
+      device& dev = nd.device_of(g);
+      st.gather = std::make_unique<stream>(dev);
+      for (std::size_t k = 0; k < config.ahead; ++k) {
+        st.slot_tensor.push_back(nd.register_local(g, "staging" + std::to_string(k), N * s.shard, tensor_kind::mutable_state));
+        st.slot.push_back(nd.gpu(g).acquire(nd.on(st.slot_tensor.back(), g), *st.gather).data);  // pinned for life
+        ++st.pinned;
+        st.ready.push_back(dev.create_event());
+        st.released.push_back(dev.create_event());
+      }
+    }
+  } catch (...) {
+    s.teardown();  // nothing made so far stays behind
+    throw;
+  }
+}
+
+swap_shard::~swap_shard() { p_->teardown(); }
+
+void swap_shard::impl::teardown() noexcept {
+  impl& s = *this;
+  for (std::size_t g = 0; g < s.gpus.size(); ++g) {
+    gpu_state& st = s.gpus[g];
+    try {
+      if (st.gather) {
+        st.gather->synchronize();
+        for (std::size_t k = 0; k < st.pinned; ++k) s.n.gpu(g).release(s.n.on(st.slot_tensor[k], g), *st.gather);
+        st.gather->synchronize();
+      }
+      for (node_tensor t : st.slot_tensor) s.n.unregister(t);
+    } catch (...) {
+      // A device error at teardown: the node drops what is left when it goes.
+    }
+    device& dev = s.n.device_of(g);
+    for (event_ref e : st.ready) dev.destroy_event(e);
+    for (event_ref e : st.released) dev.destroy_event(e);
+  }
+  s.gpus.clear();
+  for (node_tensor t : s.layer) {
+    try {
+      s.n.unregister(t);
+    } catch (...) {
+    }
+  }
+  s.layer.clear();
+}
+
+std::size_t swap_shard::layers() const noexcept { return p_->layer.size(); }
+
+layer_source swap_shard::source(std::size_t layer) const {
+  HTP_EXPECTS(layer < p_->layer.size(), invalid_argument, "swap_shard::source(", layer, "): ", p_->layer.size(), " layers");
+  return p_->src[layer];
+}
+
+device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref compute) {
+  impl& s = *p_;
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::acquire: GPU ", g, " of ", s.gpus.size());
+  gpu_state& st = s.gpus[g];
+  const std::size_t expected = st.next % s.layer.size();
+  HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
+              "): ", st.holding ? "the previous layer is not released yet"
+                                : "layers come in order; the next one on this GPU is " + std::to_string(expected));
+  // Keep `ahead` gathers in flight: this visit's and the next ones, whose slots are released.
+  for (; st.issued < st.next + s.cfg.ahead; ++st.issued) s.issue(g, st.issued);
+  device& dev = s.n.device_of(g);
+  dev.wait(st.ready[st.next % s.cfg.ahead], compute);
+  const device_span span{st.slot[st.next % s.cfg.ahead], s.bytes[layer], false};
+  ++st.next;
+  st.holding = true;
+  return span;
+}
+
+void swap_shard::release(std::size_t g, std::size_t layer, stream_ref compute) {
+  impl& s = *p_;
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::release: GPU ", g, " of ", s.gpus.size());
+  gpu_state& st = s.gpus[g];
+  HTP_EXPECTS(st.holding && layer == (st.next - 1) % s.layer.size(), invalid_argument, "swap_shard::release(GPU ", g,
+              ", layer ", layer, "): not the layer this GPU holds");
+  s.n.device_of(g).record(st.released[(st.next - 1) % s.cfg.ahead], compute);
+  st.holding = false;
+}
+
+swap_shard_metrics swap_shard::metrics() const {
+  std::lock_guard lock(p_->mu);
+  return p_->m;
+}
+
+}  // namespace htp

@@ -1,0 +1,153 @@
+// Swap-and-shard on N sim devices: every GPU sees every layer's exact bytes, step after step, from
+// peers (all-gather of the shards) or from host RAM, with the slots double-buffered and the calls
+// checked for order.
+#include <htp/checksum.hpp>
+#include <htp/collectives.hpp>
+#include <htp/error.hpp>
+#include <htp/node.hpp>
+#include <htp/sim_device.hpp>
+#include <htp/swap_shard.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+struct rig {
+  std::vector<std::unique_ptr<device>> devs;
+  std::vector<device*> ptrs;
+  std::unique_ptr<node> n;
+  std::unique_ptr<collectives> coll;
+  rig(std::size_t gpus, std::size_t hbm) {
+    for (std::size_t g = 0; g < gpus; ++g) {
+      sim_config s;
+      s.device_memory_bytes = 32 * MiB;
+      s.ordinal = static_cast<int>(g);
+      devs.push_back(make_sim_device(s));
+      ptrs.push_back(devs.back().get());
+    }
+    node_config c;
+    c.host_budget_bytes = 16 * MiB;
+    c.host_slab_bytes = MiB;
+    c.gpu.hbm_budget_bytes = hbm;
+    c.gpu.slab_bytes = MiB;
+    c.gpu.chunk_bytes = 128 * KiB;
+    c.gpu.h2d.link_bytes_per_second = 4'000'000'000;  // skip calibration
+    c.gpu.d2h.link_bytes_per_second = 4'000'000'000;
+    n = std::make_unique<node>(ptrs, c);
+    coll = make_sim_collectives(ptrs);
+  }
+};
+
+std::vector<std::vector<unsigned char>> make_layers(std::size_t count, std::size_t bytes) {
+  std::vector<std::vector<unsigned char>> v(count);
+  for (std::size_t l = 0; l < count; ++l) {
+    v[l].resize(bytes - 1000 * l);  // unequal sizes: shards are padded to the largest
+    for (std::size_t i = 0; i < v[l].size(); ++i) v[l][i] = static_cast<unsigned char>((i * 7 + l * 131) >> 2);
+  }
+  return v;
+}
+
+/// Runs `steps` passes over the layers on every GPU (one thread per GPU) and checks each layer's
+/// bytes as the GPU's compute stream sees them.
+void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned char>>& layers, int steps) {
+  std::vector<std::thread> ts;
+  std::vector<int> bad(r.devs.size(), 0);
+  for (std::size_t g = 0; g < r.devs.size(); ++g) {
+    ts.emplace_back([&, g] {
+      stream compute(*r.devs[g]);
+      for (int step = 0; step < steps; ++step) {
+        for (std::size_t l = 0; l < layers.size(); ++l) {
+          const device_span sp = ss.acquire(g, l, compute);
+          std::uint64_t sum = 0;
+          r.devs[g]->checksum_async(sp.data, sp.bytes, &sum, compute);  // "the kernel" reads the layer
+          compute.synchronize();
+          if (sp.bytes != layers[l].size() || sum != checksum(layers[l].data(), layers[l].size())) ++bad[g];
+          ss.release(g, l, compute);
+        }
+      }
+      compute.synchronize();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (std::size_t g = 0; g < bad.size(); ++g) EXPECT_EQ(bad[g], 0) << "GPU " << g << " read wrong layer bytes";
+}
+
+TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_peers) {
+  rig r(3, 4 * MiB);
+  const auto layers = make_layers(5, 600 * KiB);
+  std::vector<std::size_t> sizes;
+  std::vector<const void*> srcs;
+  for (const auto& l : layers) {
+    sizes.push_back(l.size());
+    srcs.push_back(l.data());
+  }
+  swap_shard ss(*r.n, *r.coll, sizes, srcs);
+  EXPECT_EQ(ss.layers(), 5u);
+  for (std::size_t l = 0; l < 5; ++l) EXPECT_EQ(ss.source(l), layer_source::peers);
+  run_steps(r, ss, layers, 3);
+  const swap_shard_metrics m = ss.metrics();
+  EXPECT_GE(m.peer_gathers, 3u * 5u * 3u) << "a gather per layer per GPU per step";
+  EXPECT_EQ(m.host_loads, 0u);
+  // Each GPU holds a third of each layer (200 KiB shards), paged in once and kept (they fit), plus
+  // its two staging slots once: no layer ever crossed its host link whole.
+  for (std::size_t g = 0; g < 3; ++g) {
+    EXPECT_EQ(r.n->gpu(g).metrics().page_in_bytes, 5u * 200 * KiB + 2u * 600 * KiB) << "GPU " << g;
+  }
+}
+
+TEST(swap_shard, a_slow_interconnect_and_too_little_hbm_read_layers_from_host_ram) {
+  rig r(2, 2 * MiB);  // 2 MiB of HBM per GPU cannot hold 8 layers' shards next to the slots
+  const auto layers = make_layers(8, 400 * KiB);
+  std::vector<std::size_t> sizes;
+  std::vector<const void*> srcs;
+  for (const auto& l : layers) {
+    sizes.push_back(l.size());
+    srcs.push_back(l.data());
+  }
+  swap_shard_config cfg;
+  cfg.interconnect_bytes_per_second = 1'000'000'000;  // slower than the 4 GB/s host link
+  cfg.host_bytes_per_second = 4'000'000'000;
+  swap_shard ss(*r.n, *r.coll, sizes, srcs, cfg);
+  for (std::size_t l = 0; l < 8; ++l) EXPECT_EQ(ss.source(l), layer_source::host);
+  run_steps(r, ss, layers, 2);
+  const swap_shard_metrics m = ss.metrics();
+  EXPECT_GT(m.host_loads, 0u);
+  EXPECT_EQ(m.peer_gathers, 0u);
+  EXPECT_EQ(m.layers_from_host, 8u);
+}
+
+TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
+  rig r(2, 4 * MiB);
+  swap_shard ss(*r.n, *r.coll, {100 * KiB, 100 * KiB});
+  stream s(*r.devs[0]);
+  EXPECT_THROW(ss.acquire(0, 1, s), invalid_argument) << "layer 0 comes first";
+  (void)ss.acquire(0, 0, s);
+  EXPECT_THROW(ss.acquire(0, 1, s), invalid_argument) << "layer 0 is not released";
+  EXPECT_THROW(ss.release(0, 1, s), invalid_argument);
+  ss.release(0, 0, s);
+  (void)ss.acquire(0, 1, s);
+  ss.release(0, 1, s);
+  EXPECT_THROW(ss.acquire(2, 0, s), invalid_argument);
+  auto three = make_sim_collectives({r.devs[0].get(), r.devs[1].get(), r.devs[1].get()});
+  EXPECT_THROW(swap_shard(*r.n, *three, {KiB}), invalid_argument) << "3 ranks for 2 GPUs";
+  swap_shard_config zero;
+  zero.ahead = 0;
+  EXPECT_THROW(swap_shard(*r.n, *r.coll, {KiB}, {}, zero), invalid_argument);
+  // GPU 1 makes the same acquires as GPU 0: the gathers they start must match, rank by rank.
+  stream s1(*r.devs[1]);
+  for (std::size_t l = 0; l < 2; ++l) {
+    (void)ss.acquire(1, l, s1);
+    ss.release(1, l, s1);
+  }
+  s1.synchronize();
+}
+
+}  // namespace
+}  // namespace htp::test
