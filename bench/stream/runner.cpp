@@ -26,22 +26,6 @@ int expert_of(const std::string& name) {
   return std::atoi(name.c_str() + i);
 }
 
-summary_ms summarize(std::vector<double> v) {
-  summary_ms s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0))];
-  };
-  s.p50 = at(0.5);
-  s.p99 = at(0.99);
-  s.max = v.back();
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(v.size());
-  return s;
-}
-
 double median(std::vector<double> v) { return summarize(std::move(v)).p50; }
 
 std::uint64_t kv_bytes_per_token(const bench_config& cfg) {
@@ -65,6 +49,22 @@ struct model_instance {
 };
 
 }  // namespace
+
+summary_ms summarize(std::vector<double> v) {
+  summary_ms s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0))];
+  };
+  s.p50 = at(0.5);
+  s.p99 = at(0.99);
+  s.max = v.back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
 
 std::vector<policy> standard_policies() {
   return {

@@ -94,6 +94,9 @@ struct policy_result {
 using progress_fn = std::function<void(const std::string&, int, int)>;
 
 /// Runs one policy. `trace_path` non-empty: trace it and write the Chrome JSON there.
+/// p50 / p99 (nearest rank) / max / mean of a sample, in its unit.
+summary_ms summarize(std::vector<double> v);
+
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
                          layer_compute& compute, const std::string& trace_path,
                          const progress_fn& progress);

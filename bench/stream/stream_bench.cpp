@@ -10,6 +10,7 @@
 #include "compute.hpp"
 #include "model/model_shapes.hpp"
 #include "report.hpp"
+#include "node_report.hpp"
 #include "runner.hpp"
 
 #include <CLI/CLI.hpp>
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
   double sim_link_gbps = 4, sim_latency_us = 5, sim_compute_gbps = 0;
   std::string sim_compute = "modelled";
   std::uint64_t seed = 1;
+  std::size_t gpus = 0;
+  std::string node_modes = "data-parallel,tensor-parallel,swap-and-shard";
+  double interconnect_gbps = 0, shared_link_gbps = 0;
   app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
   app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
   app.add_option("--dtype", dtype_name, "bf16, fp16, fp8 or int8");
@@ -89,6 +93,12 @@ int main(int argc, char** argv) {
   app.add_option("--sim-compute-gbps", sim_compute_gbps,
                  "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s over 55 GB/s)");
   app.add_option("--seed", seed, "payload and routing seed");
+  app.add_option("--gpus", gpus, "also run on a node of N GPUs (sim: N sim devices) in --node-modes, after the "
+                                 "single-GPU policies, at the same per-GPU HBM budgets");
+  app.add_option("--node-modes", node_modes, "comma-separated: data-parallel, tensor-parallel, swap-and-shard");
+  app.add_option("--interconnect-gbps", interconnect_gbps,
+                 "sim --gpus: modelled NVLink per GPU for collectives (default: 450/55 x the link)");
+  app.add_option("--shared-link-gbps", shared_link_gbps, "sim --gpus: one H2D link all GPUs share upstream (0 = none)");
   CLI11_PARSE(app, argc, argv);
 
   bench_config cfg;
@@ -240,6 +250,40 @@ int main(int argc, char** argv) {
     nlohmann::json pj = nlohmann::json::array();
     for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
     sweep_json.push_back({{"hbm_budget_bytes", budgets[bi]}, {"policies", pj}});
+    if (gpus > 0) {
+      if (!sim) {
+        std::fprintf(stderr, "htp-stream-bench: --gpus runs on sim only so far (a GPU run is N = 1 on one H200)\n");
+        exit_code = 1;
+      } else {
+        node_options no;
+        no.gpus = gpus;
+        no.sim_link_gbps = sim_link_gbps;
+        no.sim_latency_us = sim_latency_us;
+        no.compute_gbps = sim_compute_gbps;
+        no.interconnect_gbps = interconnect_gbps;
+        no.shared_link_gbps = shared_link_gbps;
+        std::vector<node_result> nrs;
+        for (node_mode m : {node_mode::data_parallel, node_mode::tensor_parallel, node_mode::swap_and_shard}) {
+          if (("," + node_modes + ",").find(std::string(",") + to_string(m) + ",") == std::string::npos) continue;
+          try {
+            nrs.push_back(run_node_mode(cfg, m, no));
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", to_string(m), gpus, e.what());
+            exit_code = 1;
+            continue;
+          }
+          if (nrs.back().mismatches != 0) {
+            std::fprintf(stderr, "htp-stream-bench: %s read %llu corrupt weight(s)\n", to_string(m),
+                         static_cast<unsigned long long>(nrs.back().mismatches));
+            exit_code = 1;
+          }
+        }
+        print_node_table(nrs, budget_ms);
+        nlohmann::json nj = nlohmann::json::array();
+        for (const auto& r : nrs) nj.push_back(to_json(r));
+        sweep_json.back()["node"] = nj;
+      }
+    }
     last = std::move(results);
   }
 
@@ -259,6 +303,7 @@ int main(int argc, char** argv) {
                    {"latency_budget_ms", budget_ms}, {"compute", compute->description()}, {"seed", seed}};
     if (sim) j["sim"] = {{"link_gbps", sim_link_gbps}, {"latency_us", sim_latency_us}, {"compute", sim_compute}};
     j["policies"] = sweep_json.back()["policies"];
+    if (sweep_json.back().contains("node")) j["node"] = sweep_json.back()["node"];
     j["sweep"] = sweep_json;
     for (const auto& r : last) {
       if (r.name == trace_policy && !r.skipped) {

@@ -1,0 +1,312 @@
+// htp-stream-bench --gpus N. See node_runner.hpp.
+#include "node_runner.hpp"
+
+#include <htp/checksum.hpp>
+#include <htp/collectives.hpp>
+#include <htp/detail/check.hpp>
+#include <htp/node.hpp>
+#include <htp/sim_device.hpp>
+#include <htp/swap_shard.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+namespace htp::bench {
+
+const char* to_string(node_mode m) noexcept {
+  switch (m) {
+    case node_mode::data_parallel: return "data-parallel";
+    case node_mode::tensor_parallel: return "tensor-parallel";
+    case node_mode::swap_and_shard: return "swap-and-shard";
+  }
+  return "?";
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// One weight as GPU g reads it: its handle (or its offset in a swap-and-shard layer) and checks.
+struct gpu_weight {
+  tensor_handle h;
+  std::size_t offset = 0, bytes = 0;
+  std::uint64_t rows = 0, cols = 0, sum = 0, head = 0, tail = 0;
+};
+
+gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
+  const std::size_t n = std::min(sample_bytes, bytes);
+  return {tensor_handle{}, 0, bytes, rows, cols, checksum(data, bytes), checksum(data, n), checksum(data + bytes - n, n)};
+}
+
+/// Host functions on a stream stamping the stream thread's clock: device-side durations on sim.
+struct stamps {
+  std::mutex mu;
+  std::vector<double> ms;
+  clock_type::time_point begin;
+  void mark_begin(device& d, stream_ref s) {
+    d.launch_host_func([this] { begin = clock_type::now(); }, s);
+  }
+  void mark_end(device& d, stream_ref s) {
+    d.launch_host_func([this] {
+      const double x = std::chrono::duration<double, std::milli>(clock_type::now() - begin).count();
+      std::lock_guard lock(mu);
+      ms.push_back(x);
+    }, s);
+  }
+};
+
+}  // namespace
+
+node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o) {
+  HTP_EXPECTS(o.gpus >= 1, invalid_argument, "--gpus ", o.gpus, ": at least one GPU");
+  const std::size_t N = o.gpus;
+  const auto shapes = layer_tensors(cfg.model);
+  const std::size_t elem = bytes_per_element(cfg.type);
+  std::uint64_t layer_bytes = 0;
+  for (const auto& t : shapes) layer_bytes += t.rows * t.cols * elem;
+  const std::size_t model_bytes = static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers);
+
+  if (mode == node_mode::swap_and_shard) {
+    // Two staging layers and one shard being paged in must fit next to each other.
+    const std::size_t need = 2 * static_cast<std::size_t>(layer_bytes) + static_cast<std::size_t>(layer_bytes) / N;
+    if (cfg.hbm_budget_bytes < need) {
+      node_result r;
+      r.mode = to_string(mode);
+      r.gpus = N;
+      r.skipped = true;
+      r.skip_reason = "needs " + std::to_string(need >> 20) + " MiB of HBM per GPU (two staging layers and a shard), has " +
+                      std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB";
+      return r;
+    }
+  }
+  // N sim devices, each with the single-GPU run's modelled link; one node over them.
+  std::vector<std::unique_ptr<device>> devs;
+  std::vector<device*> ptrs;
+  for (std::size_t g = 0; g < N; ++g) {
+    sim_config sc;
+    sc.device_memory_bytes = cfg.hbm_budget_bytes + (std::size_t{1} << 30);
+    sc.pinned_memory_bytes = 0;
+    sc.h2d_bytes_per_second = static_cast<std::uint64_t>(o.sim_link_gbps * 1e9);
+    sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
+    sc.copy_latency_ns = static_cast<std::uint64_t>(o.sim_latency_us * 1e3);
+    sc.poison_byte = -1;
+    sc.ordinal = static_cast<int>(g);
+    devs.push_back(make_sim_device(sc));
+    ptrs.push_back(devs.back().get());
+  }
+  node_config nc;
+  // The weights once, plus (swap-and-shard) the staging slots' host shadows: two layers per GPU,
+  // until HBM-only tensors exist (docs/multi_gpu.md).
+  const std::size_t staging = mode == node_mode::swap_and_shard ? 2 * N * (static_cast<std::size_t>(layer_bytes) + N * 256) : 0;
+  nc.host_budget_bytes = (model_bytes + staging + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
+                         4 * cfg.slab_bytes;
+  nc.host_slab_bytes = cfg.slab_bytes;
+  nc.host_page_bytes = cfg.page_bytes;
+  nc.gpu.hbm_budget_bytes = cfg.hbm_budget_bytes;
+  nc.gpu.slab_bytes = cfg.slab_bytes;
+  nc.gpu.page_bytes = cfg.page_bytes;
+  nc.gpu.chunk_bytes = cfg.chunk_bytes;
+  nc.gpu.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  nc.gpu.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  nc.gpu.prefetch_lookahead = 2;
+  if (cfg.rate_bytes_per_second) nc.gpu.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
+  if (o.shared_link_gbps > 0) {
+    node_link_group grp;
+    grp.name = "shared-h2d";
+    for (std::size_t g = 0; g < N; ++g) grp.gpus.push_back(g);
+    grp.h2d_bytes_per_second = static_cast<std::uint64_t>(o.shared_link_gbps * 1e9);
+    nc.shared_links = {grp};
+  }
+  node nd(ptrs, nc);
+  const double ic_gbps = o.interconnect_gbps > 0 ? o.interconnect_gbps : o.sim_link_gbps * 450.0 / 55.0;
+  auto coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(ic_gbps * 1e9));
+
+  // The weights, with the single-GPU run's patterns (same seeds), so the bytes checked are the
+  // bytes the single-GPU policies read.
+  std::vector<std::vector<std::vector<gpu_weight>>> w(N);  // [gpu][layer][tensor]
+  std::unique_ptr<swap_shard> ss;
+  std::vector<unsigned char> buf;
+  std::vector<std::size_t> swap_layer_bytes;
+  std::vector<std::vector<unsigned char>> swap_layers;
+  for (int l = 0; l < cfg.layers; ++l) {
+    for (std::size_t g = 0; g < N; ++g) w[g].emplace_back();
+    std::vector<unsigned char> packed;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const auto& t = shapes[i];
+      const std::size_t bytes = t.rows * t.cols * elem;
+      buf.resize(bytes);
+      fill_pattern(buf.data(), bytes, cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
+      const std::string name = "L" + std::to_string(l) + "." + t.name;
+      if (mode == node_mode::data_parallel) {
+        const node_tensor nt = nd.register_replicated(name, bytes, buf.data());
+        for (std::size_t g = 0; g < N; ++g) {
+          gpu_weight gw = checked(buf.data(), bytes, t.rows, t.cols);
+          gw.h = nd.on(nt, g);
+          w[g].back().push_back(gw);
+        }
+      } else if (mode == node_mode::tensor_parallel) {
+        // Column shards (a vector, rows x 1, splits its bytes): shard g is the g-th 1/N of bytes.
+        std::vector<std::size_t> sb(N);
+        std::vector<const void*> src(N);
+        std::size_t at = 0;
+        for (std::size_t g = 0; g < N; ++g) {
+          sb[g] = bytes / N + (g < bytes % N ? 1 : 0);
+          src[g] = buf.data() + at;
+          at += sb[g];
+        }
+        const node_tensor nt = nd.register_sharded(name, sb, tensor_kind::weight, src);
+        at = 0;
+        for (std::size_t g = 0; g < N; ++g) {
+          gpu_weight gw = checked(buf.data() + at, sb[g], t.rows, std::max<std::uint64_t>(1, t.cols / N));
+          gw.h = nd.on(nt, g);
+          w[g].back().push_back(gw);
+          at += sb[g];
+        }
+      } else {
+        gpu_weight gw = checked(buf.data(), bytes, t.rows, t.cols);
+        gw.offset = packed.size();
+        packed.insert(packed.end(), buf.begin(), buf.end());
+        for (std::size_t g = 0; g < N; ++g) w[g].back().push_back(gw);
+      }
+    }
+    if (mode == node_mode::swap_and_shard) {
+      swap_layer_bytes.push_back(packed.size());
+      swap_layers.push_back(std::move(packed));
+    }
+  }
+  if (mode == node_mode::swap_and_shard) {
+    std::vector<const void*> src;
+    for (const auto& v : swap_layers) src.push_back(v.data());
+    swap_shard_config sc;
+    sc.interconnect_bytes_per_second = static_cast<std::uint64_t>(ic_gbps * 1e9);
+    ss = std::make_unique<swap_shard>(nd, *coll, swap_layer_bytes, src, sc);
+    swap_layers.clear();
+  } else {
+    for (std::size_t g = 0; g < N; ++g) {
+      std::vector<tensor_handle> order;
+      for (const auto& layer : w[g]) {
+        for (const auto& gw : layer) order.push_back(gw.h);
+      }
+      nd.gpu(g).set_schedule(order, /*cyclic=*/true);
+    }
+  }
+
+  // One thread per GPU, as an engine drives a node; each step's time is its slowest GPU's.
+  const int total = cfg.warmup_steps + cfg.steps;
+  const std::size_t act_bytes = static_cast<std::size_t>(cfg.tokens) * static_cast<std::size_t>(cfg.model.hidden) * 2;
+  std::vector<std::vector<double>> step_ms(N, std::vector<double>(static_cast<std::size_t>(total), 0));
+  std::vector<double> stall(N, 0), paged(N, 0);
+  std::vector<std::uint64_t> bad(N, 0);
+  std::vector<stamps> coll_time(N);
+  std::vector<std::exception_ptr> err(N);
+  clock_type::time_point timed_begin{}, timed_end{};
+  std::mutex time_mu;
+  std::vector<std::thread> threads;
+  for (std::size_t g = 0; g < N; ++g) {
+    threads.emplace_back([&, g] {
+      try {
+        device& dev = *devs[g];
+        pager& p = nd.gpu(g);
+        auto compute = make_sim_compute(dev, "modelled", o.compute_gbps);
+        stream cs(dev);
+        std::vector<unsigned char> act_host(act_bytes * 2, 0);
+        void* act = dev.allocate(memory_kind::device, std::max<std::size_t>(act_bytes, 256));
+        std::uint64_t paged0 = 0;
+        for (int step = 0; step < total; ++step) {
+          if (step == cfg.warmup_steps) {
+            compute->take_stall_ms();
+            compute->take_mismatches();
+            paged0 = p.metrics().page_in_bytes;
+            std::lock_guard lock(time_mu);
+            if (timed_begin == clock_type::time_point{}) timed_begin = clock_type::now();
+          }
+          const auto t0 = clock_type::now();
+          for (std::size_t l = 0; l < w[g].size(); ++l) {
+            if (ss) {
+              compute->begin_stall(cs);
+              const device_span layer = ss->acquire(g, l, cs);
+              compute->end_stall(cs);
+              std::vector<weight_view> views;
+              for (const auto& gw : w[g][l]) {
+                const device_span sp{static_cast<char*>(layer.data) + gw.offset, gw.bytes, false};
+                views.push_back({sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, true});
+              }
+              compute->run_layer(views, cfg.tokens, cs);
+              ss->release(g, l, cs);
+            } else {
+              for (const auto& gw : w[g][l]) {
+                compute->begin_stall(cs);
+                const device_span sp = p.acquire(gw.h, cs);
+                compute->end_stall(cs);
+                compute->run_layer({{sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, true}}, cfg.tokens, cs);
+                p.release(gw.h, cs);
+              }
+              if (mode == node_mode::tensor_parallel && N > 1) {
+                // The layer's partial activations summed over the GPUs, as tensor parallelism does.
+                if (step >= cfg.warmup_steps) coll_time[g].mark_begin(dev, cs);
+                coll->all_reduce_sum(g, act, act, act_bytes / 2, element_type::bfloat16, cs);
+                if (step >= cfg.warmup_steps) coll_time[g].mark_end(dev, cs);
+              }
+            }
+          }
+          cs.synchronize();
+          step_ms[g][static_cast<std::size_t>(step)] =
+              std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+        }
+        stall[g] = compute->take_stall_ms() / static_cast<double>(cfg.steps);
+        bad[g] = compute->take_mismatches();
+        paged[g] = static_cast<double>(p.metrics().page_in_bytes - paged0) / static_cast<double>(cfg.steps);
+        dev.deallocate(memory_kind::device, act, std::max<std::size_t>(act_bytes, 256));
+        std::lock_guard lock(time_mu);
+        timed_end = std::max(timed_end, clock_type::now());
+      } catch (...) {
+        err[g] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : err) {
+    if (e) std::rethrow_exception(e);
+  }
+
+  node_result r;
+  r.mode = to_string(mode);
+  r.gpus = N;
+  for (int s = cfg.warmup_steps; s < total; ++s) {
+    double worst = 0;
+    for (std::size_t g = 0; g < N; ++g) worst = std::max(worst, step_ms[g][static_cast<std::size_t>(s)]);
+    r.step_ms.push_back(worst);
+  }
+  r.step = summarize(r.step_ms);
+  r.meets_budget = r.step.p99 <= static_cast<double>(cfg.latency_budget.count());
+  const swap_shard_metrics sm = ss ? ss->metrics() : swap_shard_metrics{};
+  double bytes = 0, st = 0, coll_ms = 0, coll_n = 0;
+  for (std::size_t g = 0; g < N; ++g) {
+    bytes += paged[g];
+    st += stall[g];
+    r.mismatches += bad[g];
+    for (double x : coll_time[g].ms) coll_ms += x;
+    coll_n += static_cast<double>(coll_time[g].ms.size());
+  }
+  if (ss) bytes += 0;  // swap-and-shard shards come through the pagers too: already in page_in_bytes
+  r.bytes_per_step_per_gpu = bytes / static_cast<double>(N);
+  r.stall_ms_per_step = st / static_cast<double>(N);
+  r.collective_ms_per_layer = mode == node_mode::tensor_parallel ? (coll_n > 0 ? coll_ms / coll_n : 0)
+                              : mode == node_mode::swap_and_shard
+                                  ? r.stall_ms_per_step / static_cast<double>(std::max(1, cfg.layers))
+                                  : 0;
+  const double secs = std::chrono::duration<double>(timed_end - timed_begin).count();
+  r.host_gbps = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs / 1e9 : 0;
+  const node_metrics m = nd.metrics();
+  if (!m.links.empty() && m.links[0].h2d_rate_bytes_per_second > 0 && secs > 0) {
+    r.shared_link_use = r.host_gbps * 1e9 / static_cast<double>(m.links[0].h2d_rate_bytes_per_second);
+  }
+  r.host_tier_bytes = m.host_used_bytes;
+  (void)sm;
+  ss.reset();  // before the node: its slots and layers live in the node
+  return r;
+}
+
+}  // namespace htp::bench

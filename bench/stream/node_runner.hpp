@@ -1,0 +1,52 @@
+// The stream bench on a node of N GPUs (htp-stream-bench --gpus N): the same model shape and
+// per-GPU HBM budget as the single-GPU policies, in three parallel modes over one host tier.
+//  - data-parallel: every GPU runs the whole model from replicated weights (one host copy);
+//  - tensor-parallel: every weight split into N column shards, shard g paged by GPU g, and an
+//    all-reduce of the layer's activations (tokens x hidden, bf16) after each layer;
+//  - swap-and-shard: each GPU holds 1/N of every layer, a layer gathered two layers ahead.
+// sim only for now (N sim devices, each with the modelled link and compute of the single-GPU run).
+#pragma once
+
+#include "runner.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace htp::bench {
+
+enum class node_mode { data_parallel, tensor_parallel, swap_and_shard };
+const char* to_string(node_mode m) noexcept;
+
+struct node_options {
+  std::size_t gpus = 2;
+  double sim_link_gbps = 4.0;      ///< each GPU's modelled PCIe link
+  double sim_latency_us = 5.0;
+  double compute_gbps = 349.0;     ///< modelled weight-reading rate of each GPU
+  double interconnect_gbps = 0;    ///< modelled NVLink per GPU for collectives; 0 = 450 x link / 55
+  double shared_link_gbps = 0;     ///< one H2D link all GPUs share upstream; 0 = none
+};
+
+struct node_result {
+  std::string mode;
+  std::size_t gpus = 0;
+  bool skipped = false;
+  std::string skip_reason;
+  std::vector<double> step_ms;      ///< per timed step: the slowest GPU
+  summary_ms step;
+  bool meets_budget = false;
+  double bytes_per_step_per_gpu = 0;  ///< paged in (and gathered from host), mean over GPUs
+  double host_gbps = 0;               ///< all GPUs' host-to-device bytes / timed wall time
+  double shared_link_use = 0;         ///< of the shared link's cap (0 when none)
+  double collective_ms_per_layer = 0; ///< all-reduce (tp) or gather wait (swap) per layer, device-side
+  double stall_ms_per_step = 0;       ///< compute stream waiting on htp, mean over GPUs
+  std::size_t host_tier_bytes = 0;    ///< host memory the node's tensors use
+  std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered
+};
+
+/// Runs one mode: a fresh node of N sim devices, cfg's model and per-GPU HBM budget, warm-up
+/// steps, then timed steps. @throws htp::invalid_argument for gpus < 1.
+node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o);
+
+}  // namespace htp::bench
