@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace htp::test {
@@ -54,6 +55,17 @@ std::vector<std::vector<unsigned char>> make_layers(std::size_t count, std::size
   return v;
 }
 
+/// The layers' sizes and byte pointers, as swap_shard takes them.
+std::pair<std::vector<std::size_t>, std::vector<const void*>> sizes_and_sources(
+    const std::vector<std::vector<unsigned char>>& layers) {
+  std::pair<std::vector<std::size_t>, std::vector<const void*>> out;
+  for (const auto& l : layers) {
+    out.first.push_back(l.size());
+    out.second.push_back(l.data());
+  }
+  return out;
+}
+
 /// Runs `steps` passes over the layers on every GPU (one thread per GPU) and checks each layer's
 /// bytes as the GPU's compute stream sees them.
 void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned char>>& layers, int steps) {
@@ -82,12 +94,7 @@ void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned ch
 TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_peers) {
   rig r(3, 4 * MiB);
   const auto layers = make_layers(5, 600 * KiB);
-  std::vector<std::size_t> sizes;
-  std::vector<const void*> srcs;
-  for (const auto& l : layers) {
-    sizes.push_back(l.size());
-    srcs.push_back(l.data());
-  }
+  const auto [sizes, srcs] = sizes_and_sources(layers);
   swap_shard ss(*r.n, *r.coll, sizes, srcs);
   EXPECT_EQ(ss.layers(), 5u);
   for (std::size_t l = 0; l < 5; ++l) EXPECT_EQ(ss.source(l), layer_source::peers);
@@ -105,12 +112,7 @@ TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_pee
 TEST(swap_shard, a_slow_interconnect_and_too_little_hbm_read_layers_from_host_ram) {
   rig r(2, 2 * MiB);  // 2 MiB of HBM per GPU cannot hold 8 layers' shards next to the slots
   const auto layers = make_layers(8, 400 * KiB);
-  std::vector<std::size_t> sizes;
-  std::vector<const void*> srcs;
-  for (const auto& l : layers) {
-    sizes.push_back(l.size());
-    srcs.push_back(l.data());
-  }
+  const auto [sizes, srcs] = sizes_and_sources(layers);
   swap_shard_config cfg;
   cfg.interconnect_bytes_per_second = 1'000'000'000;  // slower than the 4 GB/s host link
   cfg.host_bytes_per_second = 4'000'000'000;
