@@ -20,10 +20,11 @@
 //   waits for. So compute and gathers meet once per layer per GPU, through two events, and with
 //   ahead = 2 a GPU never waits for a gather of the layer after next.
 // - Calls per GPU come in layer order (0, 1, ..., L - 1, 0, ...). With NCCL, each GPU's calls come
-//   from its own thread, or the caller brackets one thread's calls for all GPUs with
-//   collectives::group_start/group_end. Every GPU makes the same number of acquires before the
-//   object is destroyed: the gathers they start are collectives, and one no other rank matches
-//   never completes (the destructor would wait for it forever).
+//   from its own thread, never inside collectives::group_start/group_end (a grouped all-gather is
+//   enqueued only at group_end, after the slot's ready event). Every GPU makes the same number of
+//   acquires before the object is destroyed: the gathers they start are collectives, and one no
+//   other rank matches never completes (the destructor would wait for it forever). Destroy it only
+//   after every acquired layer is released.
 #pragma once
 
 #include <htp/collectives.hpp>

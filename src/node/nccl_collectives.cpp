@@ -88,7 +88,10 @@ class nccl_collectives final : public collectives {
   nccl_collectives(std::vector<nccl_comm> comms, bool owned) : comms_(std::move(comms)), owned_(owned) {}
   ~nccl_collectives() override {
     if (!owned_) return;
+    // One group: newer NCCL finalizes inside destroy, which waits for the other ranks.
+    api().group_start();
     for (nccl_comm c : comms_) api().comm_destroy(c);  // errors ignored: nothing to do about them here
+    api().group_end();
   }
   std::size_t size() const noexcept override { return comms_.size(); }
   std::string backend_name() const override { return "nccl"; }
@@ -131,6 +134,10 @@ std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& d
                 "make_nccl_collectives: device ", r, " is ", devices[r] ? "not a cuda device" : "null",
                 "; use make_sim_collectives for sim devices");
     ordinals.push_back(devices[r]->properties().ordinal);
+    for (std::size_t q = 0; q < r; ++q) {
+      HTP_EXPECTS(ordinals[q] != ordinals[r], invalid_argument, "make_nccl_collectives: devices ", q, " and ", r,
+                  " are both GPU ", ordinals[r], "; each rank needs its own GPU");
+    }
   }
   const nccl_api& a = loaded_api("make_nccl_collectives");
   std::vector<nccl_comm> comms(devices.size(), nullptr);

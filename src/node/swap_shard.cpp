@@ -22,6 +22,14 @@ struct gpu_state {
   std::size_t next = 0;    // the next visit to acquire
   bool holding = false;    // visit next - 1 acquired and not released
   std::size_t pinned = 0;  // slots acquired (for teardown after a partial construction)
+  /// Host path: events recorded on the gather stream once a slot is free, handed to the engine as
+  /// the loads' `after` fence. An engine fence must not be re-recorded before its requests finish,
+  /// so each is reused only when they have (a pool, not one event per slot).
+  struct gate {
+    event_ref ev;
+    std::vector<transfer_ticket> loads;
+  };
+  std::vector<gate> gates;
 };
 
 }  // namespace
@@ -43,28 +51,49 @@ struct swap_shard::impl {
   /// partly built object. Never throws.
   void teardown() noexcept;
 
+  /// A gate event of GPU g whose earlier loads have all finished (or a new one).
+  gpu_state::gate& free_gate(std::size_t g) {
+    gpu_state& st = gpus[g];
+    transfer_engine& e = n.gpu(g).engine();
+    for (gpu_state::gate& gt : st.gates) {
+      const bool done = std::all_of(gt.loads.begin(), gt.loads.end(), [&](transfer_ticket t) {
+        const transfer_status x = e.status(t);
+        return x != transfer_status::queued && x != transfer_status::in_flight;
+      });
+      if (done) return gt;
+    }
+    st.gates.push_back({n.device_of(g).create_event(), {}});
+    return st.gates.back();
+  }
+
   void issue(std::size_t g, std::size_t visit) {
     gpu_state& st = gpus[g];
     const std::size_t l = visit % layer.size(), s = visit % cfg.ahead;
     device& dev = n.device_of(g);
     const stream_ref gs = *st.gather;
     const std::size_t N = n.gpu_count();
+    if (visit >= cfg.ahead) dev.wait(st.released[s], gs);  // the slot's previous layer is done
     if (src[l] == layer_source::peers) {
-      if (visit >= cfg.ahead) dev.wait(st.released[s], gs);  // the slot's previous layer is done
       pager& p = n.gpu(g);
       const tensor_handle h = n.on(layer[l], g);
       const device_span own = p.acquire(h, gs);  // pages the shard in if it is not in HBM
-      coll.all_gather(g, own.data, st.slot[s], shard, gs);
+      try {
+        coll.all_gather(g, own.data, st.slot[s], shard, gs);
+      } catch (...) {
+        p.release(h, gs);  // the shard is not left pinned
+        throw;
+      }
       p.release(h, gs);
     } else {
-      std::vector<event_ref> after;
-      if (visit >= cfg.ahead) after.push_back(st.released[s]);
       transfer_engine& e = n.gpu(g).engine();
+      gpu_state::gate& gt = free_gate(g);
+      dev.record(gt.ev, gs);  // passes once the slot is free (the wait above)
+      gt.loads.clear();
       for (std::size_t k = 0; k < N; ++k) {
         const extent hc = n.host_copy(layer[l], k);
-        const transfer_ticket t = e.submit(static_cast<char*>(st.slot[s]) + k * shard, hc.ptr, shard,
-                                           copy_direction::host_to_device, transfer_priority::prefetch, after);
-        e.wait_on(t, gs);
+        gt.loads.push_back(e.submit(static_cast<char*>(st.slot[s]) + k * shard, hc.ptr, shard,
+                                    copy_direction::host_to_device, transfer_priority::prefetch, {gt.ev}));
+        e.wait_on(gt.loads.back(), gs);
       }
     }
     dev.record(st.ready[s], gs);
@@ -149,6 +178,8 @@ void swap_shard::impl::teardown() noexcept {
     try {
       if (st.gather) {
         st.gather->synchronize();
+        // The compute streams' last uses of the slots end before their memory goes back.
+        for (event_ref e : st.released) s.n.device_of(g).synchronize(e);
         for (std::size_t k = 0; k < st.pinned; ++k) s.n.gpu(g).release(s.n.on(st.slot_tensor[k], g), *st.gather);
         st.gather->synchronize();
       }
@@ -159,6 +190,7 @@ void swap_shard::impl::teardown() noexcept {
     device& dev = s.n.device_of(g);
     for (event_ref e : st.ready) dev.destroy_event(e);
     for (event_ref e : st.released) dev.destroy_event(e);
+    for (const gpu_state::gate& gt : st.gates) dev.destroy_event(gt.ev);
   }
   s.gpus.clear();
   for (node_tensor t : s.layer) {

@@ -39,6 +39,7 @@ bool slab_allocator::state::bin_page_movable(std::size_t page, const movable_fn&
 }
 
 void slab_allocator::state::relocate_bin_page(std::size_t from, std::size_t to, compaction_plan& p) {
+  evacuate(from);
   const std::size_t cls = bin_of(from).cls;
   make_bin_page(to, cls);
   const bin_page& src = bin_of(from);  // after make_bin_page: it may grow the slot table
@@ -103,6 +104,7 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
       const std::size_t own_free = sb.capacity - sb.used;
       if (free_blocks_total - own_free < sb.used) break;  // sources come sparsest first
       role[src] = source;
+      evacuate(src);
       free_blocks_total -= own_free;
       char* base = page_address(src);
       for (std::size_t k = sb.free_blocks.find_next(0, sb.capacity, false); k != npos;
@@ -424,7 +426,22 @@ void slab_allocator::state::cancel(const slab_move& m) {
     free_run(to.page);
   } else {
     free_block(to.page, to.block, false);
+    // The source stays: its page takes blocks again (with several moves out of it, the first
+    // cancel already gives it back).
+    const location from = locate(m.from.ptr);
+    if (from.block != npos && bin_of(from.page).evacuating) {
+      bin_page& b = bin_of(from.page);
+      b.evacuating = false;
+      if (b.used < b.capacity && b.nonfull_pos == npos) nonfull_add(b);
+    }
   }
+}
+
+void slab_allocator::state::evacuate(std::size_t page) noexcept {
+  bin_page& b = bin_of(page);
+  b.evacuating = true;
+  if (b.nonfull_pos != npos) nonfull_remove(b);
+  if (empty_cached[b.cls] == page) empty_cached[b.cls] = npos;
 }
 
 }  // namespace htp

@@ -175,6 +175,7 @@ std::size_t slab_allocator::state::make_bin_page(std::size_t page, std::size_t c
   b.page = page;
   b.used = 0;
   b.hint = 0;
+  b.evacuating = false;
   slab::page_record& rec = pages[page];
   rec.kind = slab::page_kind::bin;
   rec.flags = 0;
@@ -239,14 +240,16 @@ void slab_allocator::state::free_block(std::size_t page, std::size_t block, bool
   bin_block_bytes -= classes.block_bytes(b.cls);
   if (b.used + 1 == b.capacity) {
     full_tail_bytes -= page_bytes - b.capacity * classes.block_bytes(b.cls);
-    // Was full: back on the non-full list. Cannot throw in practice: the vector had room for it.
-    try {
-      nonfull_add(b);
-    } catch (...) {
+    // Was full: back on the non-full list (unless it is being emptied by compaction).
+    if (!b.evacuating) {
+      try {
+        nonfull_add(b);
+      } catch (...) {
+      }
     }
   }
   if (b.used == 0) {
-    if (keep_empty && empty_cached[b.cls] == npos) {
+    if (keep_empty && !b.evacuating && empty_cached[b.cls] == npos) {
       nonfull_remove(b);
       empty_cached[b.cls] = page;
     } else {

@@ -180,7 +180,8 @@ fragmentation_report slab_allocator::state::audit() const {
         const std::size_t free_count = b.free_blocks.count(0, b.capacity);
         HTP_ASSERT(b.used + free_count == b.capacity, "bin page ", i, " used count");
         HTP_ASSERT(b.used > 0 || empty_cached[b.cls] == i, "empty bin page ", i, " not cached");
-        HTP_ASSERT((b.used < b.capacity && b.used > 0) == (b.nonfull_pos != npos), "bin page ", i, " non-full list");
+        HTP_ASSERT((b.used < b.capacity && b.used > 0 && !b.evacuating) == (b.nonfull_pos != npos), "bin page ", i,
+                   " non-full list");
         if (b.nonfull_pos != npos) {
           HTP_ASSERT(nonfull[b.cls][b.nonfull_pos] == i, "bin page ", i, " non-full position");
           ++nonfull_count[b.cls];

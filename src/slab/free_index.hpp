@@ -113,7 +113,12 @@ inline std::uint32_t free_index::find(std::uint32_t n) const noexcept {
   }
   if (best != none) return best;
   const unsigned above = next_nonempty_above(b);
-  return above == bucket_count ? none : heads_[above];  // every run there is longer than n
+  if (above != bucket_count) return heads_[above];  // every run there is longer than n
+  // Nothing longer elsewhere: a fitting run may still sit deeper in n's own list.
+  for (std::uint32_t s = heads_[b]; s != none; s = pages_[s].b) {
+    if (pages_[s].len >= n) return s;
+  }
+  return none;
 }
 
 }  // namespace htp::slab

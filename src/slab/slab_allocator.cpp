@@ -112,6 +112,7 @@ void slab_allocator::synchronize_pending() {
 compaction_plan slab_allocator::plan_compaction(const std::function<bool(const extent&)>& movable,
                                                 std::size_t for_request_bytes) {
   std::lock_guard lock(s_->mu);
+  if (for_request_bytes > max_request_bytes()) return {};  // can never fit: nothing to plan
   return s_->plan(movable, for_request_bytes);
 }
 

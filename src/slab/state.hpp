@@ -51,6 +51,7 @@ struct slab_allocator::state {
     std::vector<std::uint32_t> sizes;  // requested bytes | flags, per block
     std::size_t hint = 0;              // no free block below this index
     std::size_t nonfull_pos = npos;    // position in nonfull[cls]
+    bool evacuating = false;           // a compaction source: off nonfull, takes no new block
   };
   /// Where a live allocation is: its page, and its block (npos for a run of pages).
   struct location {
@@ -191,6 +192,9 @@ struct slab_allocator::state {
   bool run_movable(std::size_t head, const std::function<bool(const extent&)>& movable) const;
   void reserve_run_dest(std::size_t head, std::size_t n, void* src, std::size_t bytes,
                         compaction_plan& p);
+  /// Marks a bin page as a compaction source: off the non-full list, it takes no new block and is
+  /// freed when its last block moves out.
+  void evacuate(std::size_t page) noexcept;
   void commit(const slab_move& m);
   void cancel(const slab_move& m);
   location locate(const void* ptr) const noexcept;
