@@ -4,11 +4,13 @@
 // traffic on the CPU) or sleeps for a modelled duration.
 #pragma once
 
+#include <htp/checksum.hpp>
 #include <htp/device.hpp>
 #include <htp/pager.hpp>
 
 #include "model/model_shapes.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +31,15 @@ struct weight_view {
 
 /// Bytes at each end of a weight that the modelled sim compute verifies.
 inline constexpr std::size_t sample_bytes = 4096;
+
+/// The checksums a weight_view carries: of all `bytes`, and of the first and last sample_bytes.
+struct weight_sums {
+  std::uint64_t sum = 0, head = 0, tail = 0;
+};
+inline weight_sums sums_of(const unsigned char* data, std::size_t bytes) {
+  const std::size_t n = std::min(sample_bytes, bytes);
+  return {checksum(data, bytes), checksum(data, n), checksum(data + bytes - n, n)};
+}
 
 class layer_compute {
  public:

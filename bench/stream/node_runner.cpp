@@ -36,8 +36,8 @@ struct gpu_weight {
 };
 
 gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
-  const std::size_t n = std::min(sample_bytes, bytes);
-  return {tensor_handle{}, 0, bytes, rows, cols, checksum(data, bytes), checksum(data, n), checksum(data + bytes - n, n)};
+  const weight_sums ws = sums_of(data, bytes);
+  return {tensor_handle{}, 0, bytes, rows, cols, ws.sum, ws.head, ws.tail};
 }
 
 /// Host functions on a stream stamping the stream thread's clock: device-side durations on sim.
@@ -281,7 +281,6 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   }
   r.step = summarize(r.step_ms);
   r.meets_budget = r.step.p99 <= static_cast<double>(cfg.latency_budget.count());
-  const swap_shard_metrics sm = ss ? ss->metrics() : swap_shard_metrics{};
   double bytes = 0, st = 0, coll_ms = 0, coll_n = 0;
   for (std::size_t g = 0; g < N; ++g) {
     bytes += paged[g];
@@ -290,7 +289,6 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     for (double x : coll_time[g].ms) coll_ms += x;
     coll_n += static_cast<double>(coll_time[g].ms.size());
   }
-  if (ss) bytes += 0;  // swap-and-shard shards come through the pagers too: already in page_in_bytes
   r.bytes_per_step_per_gpu = bytes / static_cast<double>(N);
   r.stall_ms_per_step = st / static_cast<double>(N);
   r.collective_ms_per_layer = mode == node_mode::tensor_parallel ? (coll_n > 0 ? coll_ms / coll_n : 0)
@@ -304,7 +302,6 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     r.shared_link_use = r.host_gbps * 1e9 / static_cast<double>(m.links[0].h2d_rate_bytes_per_second);
   }
   r.host_tier_bytes = m.host_used_bytes;
-  (void)sm;
   ss.reset();  // before the node: its slots and layers live in the node
   return r;
 }

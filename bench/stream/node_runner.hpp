@@ -36,7 +36,8 @@ struct node_result {
   std::vector<double> step_ms;      ///< per timed step: the slowest GPU
   summary_ms step;
   bool meets_budget = false;
-  double bytes_per_step_per_gpu = 0;  ///< paged in (and gathered from host), mean over GPUs
+  double bytes_per_step_per_gpu = 0;  ///< paged in by the GPUs' pagers, mean over GPUs (swap-and-shard's
+                                      ///< host-path loads go through the engine, not counted here)
   double host_gbps = 0;               ///< all GPUs' host-to-device bytes / timed wall time
   double shared_link_use = 0;         ///< of the shared link's cap (0 when none)
   double collective_ms_per_layer = 0; ///< all-reduce (tp) or gather wait (swap) per layer, device-side

@@ -135,6 +135,10 @@ struct transfer_direction_metrics {
   std::uint64_t token_wait_ns = 0;         ///< time the dispatcher waited for tokens.
   std::uint64_t rate_cap_bytes_per_second = 0;  ///< current cap; 0 when unlimited or not limited.
   std::uint64_t link_peak_bytes_per_second = 0; ///< calibrated or configured link peak.
+  /// The rate this direction runs at: its cap, or the link peak when it is not capped.
+  std::uint64_t effective_rate() const noexcept {
+    return rate_cap_bytes_per_second != 0 ? rate_cap_bytes_per_second : link_peak_bytes_per_second;
+  }
 };
 
 /// Counters of one priority class.

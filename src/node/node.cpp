@@ -46,10 +46,6 @@ std::vector<node_link_group> discover(const std::vector<device*>& gpus) {
   return out;
 }
 
-std::uint64_t own_cap(const transfer_direction_metrics& m) {
-  return m.rate_cap_bytes_per_second != 0 ? m.rate_cap_bytes_per_second : m.link_peak_bytes_per_second;
-}
-
 }  // namespace
 
 struct node::impl {
@@ -163,8 +159,8 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
       const auto share = [&](std::uint64_t cap) {
         return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(static_cast<double>(cap) * s.cfg.link_share));
       };
-      link->group.h2d_bytes_per_second = share(own_cap(m.h2d));
-      link->group.d2h_bytes_per_second = share(own_cap(m.d2h));
+      link->group.h2d_bytes_per_second = share(m.h2d.effective_rate());
+      link->group.d2h_bytes_per_second = share(m.d2h.effective_rate());
       link->h2d->set_rate(link->group.h2d_bytes_per_second);
       link->d2h->set_rate(link->group.d2h_bytes_per_second);
     }

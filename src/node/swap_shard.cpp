@@ -126,10 +126,7 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
   // The source plan, the same on every rank. Peers when every GPU's shards fit its HBM (next to
   // the staging slots) or the interconnect is at least as fast as the host link.
   std::uint64_t host_rate = config.host_bytes_per_second;
-  if (host_rate == 0) {
-    const transfer_metrics tm = nd.gpu(0).engine().metrics();
-    host_rate = tm.h2d.rate_cap_bytes_per_second ? tm.h2d.rate_cap_bytes_per_second : tm.h2d.link_peak_bytes_per_second;
-  }
+  if (host_rate == 0) host_rate = nd.gpu(0).engine().metrics().h2d.effective_rate();
   std::size_t smallest_hbm = SIZE_MAX;
   for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, nd.gpu(g).config().hbm_budget_bytes);
   const std::size_t staging = config.ahead * N * s.shard;

@@ -8,22 +8,6 @@ bitmap::bitmap(std::size_t bits, bool value)
   if (value && (bits & 63) != 0) words_.back() = (std::uint64_t{1} << (bits & 63)) - 1;
 }
 
-void bitmap::assign_range(std::size_t first, std::size_t last, bool value) noexcept {
-  for (std::size_t i = first; i < last;) {
-    const std::size_t w = i >> 6;
-    const std::size_t lo = i & 63;
-    const std::size_t hi = (last - (i - lo)) >= 64 ? 64 : last - (i - lo);
-    const std::uint64_t mask =
-        (hi == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1) & ~((std::uint64_t{1} << lo) - 1);
-    if (value) {
-      words_[w] |= mask;
-    } else {
-      words_[w] &= ~mask;
-    }
-    i = (w + 1) << 6;
-  }
-}
-
 std::size_t bitmap::find_next(std::size_t from, std::size_t to, bool value) const noexcept {
   if (from >= to) return npos;
   std::size_t w = from >> 6;

@@ -18,13 +18,10 @@ class bitmap {
   bool test(std::size_t i) const noexcept { return (words_[i >> 6] >> (i & 63)) & 1u; }
   void set(std::size_t i) noexcept { words_[i >> 6] |= std::uint64_t{1} << (i & 63); }
   void reset(std::size_t i) noexcept { words_[i >> 6] &= ~(std::uint64_t{1} << (i & 63)); }
-  /// Sets (value=true) or clears bits [first, last).
-  void assign_range(std::size_t first, std::size_t last, bool value) noexcept;
   /// First index in [from, to) whose bit equals `value`, or npos.
   std::size_t find_next(std::size_t from, std::size_t to, bool value) const noexcept;
   /// Number of set bits in [first, last).
   std::size_t count(std::size_t first, std::size_t last) const noexcept;
-  const std::vector<std::uint64_t>& words() const noexcept { return words_; }
 
  private:
   std::vector<std::uint64_t> words_;

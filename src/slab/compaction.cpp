@@ -5,6 +5,7 @@
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <unordered_set>
 
@@ -18,7 +19,31 @@ struct segment {
   std::size_t start, len;
   enum kind_t : std::uint8_t { free, movable_run, movable_bin, obstacle } kind;
 };
+
+/// `movable`, but false for the sources of the moves `p` already holds (blocks plan_bins moves:
+/// their page is not relocated as well). The set of sources is taken now and owned by the result.
+movable_fn excluding_sources(const compaction_plan& p, const movable_fn& movable) {
+  auto moving = std::make_shared<std::unordered_set<const void*>>();
+  for (const slab_move& m : p.moves) moving->insert(m.from.ptr);
+  return [moving, &movable](const extent& e) { return moving->count(e.ptr) == 0 && movable(e); };
+}
 }  // namespace
+
+void slab_allocator::state::record_move(void* from, void* to, std::size_t bytes, compaction_plan& p) {
+  planned.emplace(to, from);
+  ++dest_count;
+  dest_bytes += bytes;
+  p.moves.push_back({extent{from, bytes}, extent{to, bytes}});
+  p.bytes_to_copy += bytes;
+}
+
+void slab_allocator::state::move_item(std::size_t head, std::size_t dest, compaction_plan& p) {
+  if (pages[head].kind == slab::page_kind::bin) {
+    relocate_bin_page(head, dest, p);
+  } else {
+    reserve_run_dest(dest, pages[head].len, page_address(head), run_requested(head), p);
+  }
+}
 
 bool slab_allocator::state::run_movable(std::size_t head, const movable_fn& movable) const {
   const slab::page_record& h = pages[head];
@@ -49,22 +74,13 @@ void slab_allocator::state::relocate_bin_page(std::size_t from, std::size_t to, 
        k = src.free_blocks.find_next(k + 1, src.capacity, false)) {
     const std::size_t bytes = src.sizes[k] & size_mask;
     void* dst = take_block(to, k, bytes, flag_dest);  // the same block: keeps the hint rule
-    planned.emplace(dst, base + k * bb);
-    ++dest_count;
-    dest_bytes += bytes;
-    p.moves.push_back({extent{base + k * bb, bytes}, extent{dst, bytes}});
-    p.bytes_to_copy += bytes;
+    record_move(base + k * bb, dst, bytes, p);
   }
 }
 
 void slab_allocator::state::reserve_run_dest(std::size_t head, std::size_t n, void* src,
                                              std::size_t bytes, compaction_plan& p) {
-  void* to = take_run(head, n, bytes, run_dest);
-  planned.emplace(to, src);
-  ++dest_count;
-  dest_bytes += bytes;
-  p.moves.push_back({extent{src, bytes}, extent{to, bytes}});
-  p.bytes_to_copy += bytes;
+  record_move(src, take_run(head, n, bytes, run_dest), bytes, p);
 }
 
 void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan& p) {
@@ -76,15 +92,8 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
     std::vector<std::size_t> sources;
     std::size_t free_blocks_total = 0;
     for (std::size_t pg : list) {
-      const bin_page& b = bin_of(pg);
-      free_blocks_total += b.capacity - b.used;
-      bool ok = true;
-      char* base = page_address(pg);
-      for (std::size_t k = b.free_blocks.find_next(0, b.capacity, false); ok && k != npos;
-           k = b.free_blocks.find_next(k + 1, b.capacity, false)) {
-        ok = (b.sizes[k] & ~size_mask) == 0 && movable(extent{base + k * bb, b.sizes[k] & size_mask});
-      }
-      if (ok) sources.push_back(pg);
+      free_blocks_total += bin_of(pg).capacity - bin_of(pg).used;
+      if (bin_page_movable(pg, movable)) sources.push_back(pg);
     }
     auto used_of = [&](std::size_t pg) { return bin_of(pg).used; };
     std::stable_sort(sources.begin(), sources.end(), [&](std::size_t a, std::size_t b) { return used_of(a) < used_of(b); });
@@ -113,15 +122,9 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
         while (is_source(dests[cursor]) || bin_of(dests[cursor]).used == bin_of(dests[cursor]).capacity) ++cursor;
         const std::size_t d = dests[cursor];
         const std::size_t bytes = sb.sizes[k] & size_mask;
-        void* to = take_block(d, first_free_block(bin_of(d)), bytes, flag_dest);
-        void* from = base + k * bb;
-        planned.emplace(to, from);
-        ++dest_count;
-        dest_bytes += bytes;
+        record_move(base + k * bb, take_block(d, first_free_block(bin_of(d)), bytes, flag_dest), bytes, p);
         --free_blocks_total;
         if (role.count(d) != 0) role[d] = received;
-        p.moves.push_back({extent{from, bytes}, extent{to, bytes}});
-        p.bytes_to_copy += bytes;
       }
       ++p.pages_freed;
     }
@@ -129,7 +132,7 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
 }
 
 namespace {
-/// The segments of pages [first, end), read from the page bitmap and the records.
+/// The segments of pages [first, end), read from the page records.
 template <class State>
 std::vector<segment> segments_of(const State& s, std::size_t first, std::size_t end, const movable_fn& movable) {
   std::vector<segment> out;
@@ -152,11 +155,8 @@ bool slab_allocator::state::plan_evacuate(const movable_fn& movable_in, compacti
   // Free the top of each reservation in one plan: the lowest cut such that every movable item above
   // it (runs, and bin pages of one page) fits best-fit-decreasing into the free gaps below it.
   // Sources and destinations never overlap (items move only below the cut), each item moves once,
-  // and the bytes copied are at most the free bytes below the cut. Blocks that plan_bins already
-  // moves stay out (their page is not relocated as well).
-  std::unordered_set<const void*> moving;
-  for (const slab_move& m : p.moves) moving.insert(m.from.ptr);
-  const movable_fn movable = [&](const extent& e) { return moving.count(e.ptr) == 0 && movable_in(e); };
+  // and the bytes copied are at most the free bytes below the cut.
+  const movable_fn movable = excluding_sources(p, movable_in);
   bool planned_any = false;
   for (const reservation& r : reservations) {
     if (!r.ready) continue;
@@ -209,11 +209,7 @@ bool slab_allocator::state::plan_evacuate(const movable_fn& movable_in, compacti
       holes.erase(h);
       take_free(hole_start, len, false);
       if (hole_len > len) holes.emplace(hole_len - len, hole_start + len);
-      if (pages[head].kind == slab::page_kind::bin) {
-        relocate_bin_page(head, hole_start, p);
-      } else {
-        reserve_run_dest(hole_start, len, page_address(head), run_requested(head), p);
-      }
+      move_item(head, hole_start, p);
     }
     planned_any = true;
   }
@@ -224,11 +220,8 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
   // Gaps from the bottom up, each filled best-fit-decreasing with the movable items above it (runs,
   // and bin pages of one page): the longest item that fits the rest of the gap, the highest of
   // equals. Items settle at the bottom of each reservation and free space gathers above them; the
-  // sources freed by one plan are the gaps of the next. Blocks that plan_bins already moves stay
-  // out (their page is not relocated as well).
-  std::unordered_set<const void*> moving;
-  for (const slab_move& m : p.moves) moving.insert(m.from.ptr);
-  const movable_fn movable = [&](const extent& e) { return moving.count(e.ptr) == 0 && movable_in(e); };
+  // sources freed by one plan are the gaps of the next.
+  const movable_fn movable = excluding_sources(p, movable_in);
   for (const reservation& r : reservations) {
     if (!r.ready) continue;
     const std::vector<segment> segs = segments_of(*this, r.first, r.first + r.pages, movable);
@@ -252,11 +245,7 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
         const auto [n, head] = *it;
         above.erase(it);
         take_free(pos, n, false);  // pos starts the rest of this gap
-        if (pages[head].kind == slab::page_kind::bin) {
-          relocate_bin_page(head, pos, p);
-        } else {
-          reserve_run_dest(pos, n, page_address(head), run_requested(head), p);
-        }
+        move_item(head, pos, p);
         pos += n;
         rem -= n;
       }
@@ -265,8 +254,8 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
 }
 
 bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n, compaction_plan& p) {
-  // Candidate windows of n pages holding only free pages and movable runs, cheapest (fewest pages
-  // to copy) first. A window starts at a segment; prefix sums give its cost in O(log segments).
+  // Candidate windows of n pages holding only free pages, movable runs and movable bin pages,
+  // cheapest (fewest pages to copy) first. A window starts at a segment; prefix sums give its cost in O(log segments).
   struct candidate {
     std::size_t cost, reservation, first_seg, end_seg;
   };
@@ -310,11 +299,8 @@ bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n
         ok = false;
         break;
       }
-      if (s.kind == segment::movable_bin) {
-        relocate_bin_page(s.start, take_free(d, 1, true), p);
-      } else {
-        reserve_run_dest(take_free(d, s.len, false), s.len, page_address(s.start), run_requested(s.start), p);
-      }
+      // A bin page takes the top end of its free run (as any new bin page), a run the bottom end.
+      move_item(s.start, take_free(d, s.len, s.kind == segment::movable_bin), p);
     }
     for (const segment& s : blocked) {
       free_runs.insert(static_cast<std::uint32_t>(s.start), static_cast<std::uint32_t>(s.len));

@@ -13,15 +13,17 @@ bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 /// The configured page size, or the automatic one: the smallest power of two from 64 KiB that keeps
 /// the tier at or under 2^21 pages (32 MiB of page records), at most a slab. Invalid configs yield
 /// a harmless placeholder; the constructor rejects them.
+bool valid_slab_bytes(const slab_allocator_config& c) {
+  return is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) && c.slab_bytes <= (std::size_t{1} << 30);
+}
+
+bool valid_page_bytes(const slab_allocator_config& c) {
+  return c.page_bytes == 0 || (is_power_of_two(c.page_bytes) && c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes);
+}
+
 std::size_t automatic_page_bytes(const slab_allocator_config& c) {
-  const bool slab_ok = is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) &&
-                       c.slab_bytes <= (std::size_t{1} << 30);
-  if (!slab_ok) return std::size_t{64} << 10;
-  if (c.page_bytes != 0) {
-    return is_power_of_two(c.page_bytes) && c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes
-               ? c.page_bytes
-               : c.slab_bytes;
-  }
+  if (!valid_slab_bytes(c)) return std::size_t{64} << 10;
+  if (c.page_bytes != 0) return valid_page_bytes(c) ? c.page_bytes : c.slab_bytes;
   std::size_t p = std::size_t{64} << 10;
   while (p < c.slab_bytes && (c.budget_bytes / p) > (std::size_t{1} << 21)) p <<= 1;
   return std::min(p, c.slab_bytes);
@@ -33,18 +35,14 @@ slab_allocator::state::state(device& d, const slab_allocator_config& c)
       cfg(c),
       kind(memory_kind_of(c.t)),
       slab_bytes(c.slab_bytes),
-      page_bytes(0),
+      page_bytes(automatic_page_bytes(c)),  // checked below; a placeholder when invalid
       page_shift(0),
       total_pages(0),
       per_reservation(0),
-      classes(automatic_page_bytes(c)) {
-  HTP_EXPECTS(is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) &&
-                  c.slab_bytes <= (std::size_t{1} << 30),
-              invalid_argument, "slab_allocator(", to_string(c.t), "): slab_bytes=", c.slab_bytes,
+      classes(page_bytes) {
+  HTP_EXPECTS(valid_slab_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t), "): slab_bytes=", c.slab_bytes,
               " must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)");
-  HTP_EXPECTS(c.page_bytes == 0 || (is_power_of_two(c.page_bytes) && c.page_bytes >= (std::size_t{4} << 10) &&
-                                    c.page_bytes <= c.slab_bytes),
-              invalid_argument, "slab_allocator(", to_string(c.t), "): page_bytes=", c.page_bytes,
+  HTP_EXPECTS(valid_page_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t), "): page_bytes=", c.page_bytes,
               " must be 0 (automatic) or a power of two from 4096 (4 KiB) to slab_bytes (", c.slab_bytes, ")");
   HTP_EXPECTS(c.budget_bytes >= c.slab_bytes, invalid_argument, "slab_allocator(", to_string(c.t),
               "): budget_bytes=", c.budget_bytes, " must hold at least one slab of ", c.slab_bytes,
@@ -52,7 +50,6 @@ slab_allocator::state::state(device& d, const slab_allocator_config& c)
   HTP_EXPECTS(c.compaction_threshold >= 0.0 && c.compaction_threshold <= 1.0, invalid_argument,
               "slab_allocator(", to_string(c.t), "): compaction_threshold=", c.compaction_threshold,
               " must be within [0, 1]");
-  page_bytes = automatic_page_bytes(c);
   page_shift = static_cast<unsigned>(__builtin_ctzll(page_bytes));
   // The budget in whole pages: every reservation is whole slabs but the last, which may end
   // within a slab, so no byte of the budget is lost to slab rounding.

@@ -192,6 +192,12 @@ struct slab_allocator::state {
   bool run_movable(std::size_t head, const std::function<bool(const extent&)>& movable) const;
   void reserve_run_dest(std::size_t head, std::size_t n, void* src, std::size_t bytes,
                         compaction_plan& p);
+  /// Books a planned move whose destination is already reserved: the planned map, the
+  /// destination counters and the plan.
+  void record_move(void* from, void* to, std::size_t bytes, compaction_plan& p);
+  /// Plans moving the item (a run or a whole bin page) starting at page `head` to free pages
+  /// starting at `dest`, already taken out of the free runs.
+  void move_item(std::size_t head, std::size_t dest, compaction_plan& p);
   /// Marks a bin page as a compaction source: off the non-full list, it takes no new block and is
   /// freed when its last block moves out.
   void evacuate(std::size_t page) noexcept;
