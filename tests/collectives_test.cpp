@@ -100,6 +100,31 @@ TEST(collectives, mismatched_calls_and_bad_arguments_are_named) {
   EXPECT_THROW(make_nccl_collectives(g.ptrs), invalid_argument) << "sim devices are not NCCL ranks";
 }
 
+TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks) {
+  sim_gpus g(1);
+  device& d = *g.devs[0];
+  stream& s = *g.streams[0];
+  auto c = make_one_rank_collectives(d);
+  EXPECT_EQ(c->size(), 1u);
+  const std::size_t bytes = 3000;
+  auto* send = static_cast<unsigned char*>(d.allocate(memory_kind::device, bytes));
+  auto* recv = static_cast<unsigned char*>(d.allocate(memory_kind::device, bytes));
+  for (std::size_t i = 0; i < bytes; ++i) send[i] = static_cast<unsigned char>(i * 13);  // sim memory is host memory
+  std::memset(recv, 0, bytes);
+  c->all_gather(0, send, recv, bytes, s);
+  s.synchronize();
+  EXPECT_EQ(std::memcmp(recv, send, bytes), 0);
+  std::memset(recv, 0, bytes);
+  c->all_reduce_sum(0, send, recv, bytes / 2, element_type::bfloat16, s);
+  c->all_reduce_sum(0, recv, recv, bytes / 2, element_type::bfloat16, s);  // in place: unchanged
+  s.synchronize();
+  EXPECT_EQ(std::memcmp(recv, send, bytes), 0);
+  EXPECT_THROW(c->all_gather(1, send, recv, 1, s), invalid_argument);
+  EXPECT_THROW(c->all_reduce_sum(0, nullptr, recv, 2, element_type::float32, s), invalid_argument);
+  d.deallocate(memory_kind::device, send, bytes);
+  d.deallocate(memory_kind::device, recv, bytes);
+}
+
 TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {
   std::string why;
   if (!nccl_available(&why)) {

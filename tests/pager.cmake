@@ -8,5 +8,6 @@ htp_add_test(test_pager_scale pager_scale_test.cpp)
 htp_add_test(test_pager_queue_limit pager_queue_limit_test.cpp)
 htp_add_test(test_pager_metrics pager_metrics_test.cpp)
 htp_add_test(test_pager_backends pager_backends_test.cpp)
+htp_add_test(test_pager_resident pager_resident_test.cpp)
 # GB-sized tensors: about 4.3 GB committed, so nothing else runs beside it.
 htp_add_test(test_pager_model_size SERIAL pager_model_size_test.cpp)

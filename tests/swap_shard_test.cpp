@@ -1,6 +1,6 @@
 // Swap-and-shard on N sim devices: every GPU sees every layer's exact bytes, step after step, from
-// peers (all-gather of the shards) or from host RAM, with the slots double-buffered and the calls
-// checked for order.
+// peers (all-gather of the shards) or from host RAM, with the staging buffers double-buffered, one
+// synchronisation per group of layers, and the calls checked for order.
 #include <htp/checksum.hpp>
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
@@ -102,11 +102,33 @@ TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_pee
   const swap_shard_metrics m = ss.metrics();
   EXPECT_GE(m.peer_gathers, 3u * 5u * 3u) << "a gather per layer per GPU per step";
   EXPECT_EQ(m.host_loads, 0u);
-  // Each GPU holds a third of each layer (200 KiB shards), paged in once and kept (they fit), plus
-  // its two staging slots once: no layer ever crossed its host link whole.
+  // Each GPU holds a third of each layer (200 KiB shards), paged in once and kept (they fit); the
+  // staging buffers are device-resident: no layer ever crossed its host link whole.
   for (std::size_t g = 0; g < 3; ++g) {
-    EXPECT_EQ(r.n->gpu(g).metrics().page_in_bytes, 5u * 200 * KiB + 2u * 600 * KiB) << "GPU " << g;
+    const pager_metrics pm = r.n->gpu(g).metrics();
+    EXPECT_EQ(pm.page_in_bytes, 5u * 200 * KiB) << "GPU " << g;
+    EXPECT_EQ(pm.device_resident_tensors, 2u) << "GPU " << g << ": two staging buffers";
+    EXPECT_EQ(pm.device_resident_bytes, 2u * 2u * 3u * 200 * KiB) << "GPU " << g << ": two layers each";
   }
+  // Host RAM holds the layers once, as shards, and nothing for staging.
+  EXPECT_EQ(r.n->metrics().host_used_bytes, 5u * 3u * 200 * KiB);
+  // 15 layers per GPU, in groups of two: 8 synchronisations per GPU (the last group has one layer).
+  EXPECT_EQ(m.layers_acquired, 3u * 15u);
+  EXPECT_EQ(m.compute_waits, 3u * 8u);
+}
+
+TEST(swap_shard, one_layer_per_sync_synchronises_every_layer_and_reads_the_same_bytes) {
+  rig r(2, 4 * MiB);
+  const auto layers = make_layers(4, 300 * KiB);
+  const auto [sizes, srcs] = sizes_and_sources(layers);
+  swap_shard_config cfg;
+  cfg.layers_per_sync = 1;
+  swap_shard ss(*r.n, *r.coll, sizes, srcs, cfg);
+  run_steps(r, ss, layers, 2);
+  const swap_shard_metrics m = ss.metrics();
+  EXPECT_EQ(m.layers_acquired, 2u * 8u);
+  EXPECT_EQ(m.compute_waits, 2u * 8u);
+  EXPECT_EQ(r.n->gpu(0).metrics().device_resident_bytes, 2u * 2u * 150 * KiB);
 }
 
 TEST(swap_shard, a_slow_interconnect_and_too_little_hbm_read_layers_from_host_ram) {
@@ -134,6 +156,8 @@ TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
   EXPECT_THROW(ss.acquire(0, 1, s), invalid_argument) << "layer 0 is not released";
   EXPECT_THROW(ss.release(0, 1, s), invalid_argument);
   ss.release(0, 0, s);
+  stream other(*r.devs[0]);
+  EXPECT_THROW(ss.acquire(0, 1, other), invalid_argument) << "layer 1 is in layer 0's group: same stream";
   (void)ss.acquire(0, 1, s);
   ss.release(0, 1, s);
   EXPECT_THROW(ss.acquire(2, 0, s), invalid_argument);
@@ -141,6 +165,9 @@ TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
   EXPECT_THROW(swap_shard(*r.n, *three, {KiB}), invalid_argument) << "3 ranks for 2 GPUs";
   swap_shard_config zero;
   zero.ahead = 0;
+  EXPECT_THROW(swap_shard(*r.n, *r.coll, {KiB}, {}, zero), invalid_argument);
+  zero.ahead = 2;
+  zero.layers_per_sync = 0;
   EXPECT_THROW(swap_shard(*r.n, *r.coll, {KiB}, {}, zero), invalid_argument);
   // GPU 1 makes the same acquires as GPU 0: the gathers they start must match, rank by rank.
   stream s1(*r.devs[1]);

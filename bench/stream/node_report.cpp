@@ -8,22 +8,23 @@ namespace htp::bench {
 void print_node_table(const std::vector<node_result>& results, double budget_ms) {
   if (results.empty()) return;
   std::printf("\nnode of %zu GPUs, one host tier (same per-GPU HBM budget)\n", results.front().gpus);
-  std::printf("%-16s %9s %9s %7s | %10s %8s %7s | %9s %9s | %9s %6s\n", "mode", "step p50", "p99", "budget",
-              "MB/step/GPU", "hostGB/s", "shared", "coll/lyr", "stall/st", "host MB", "corrupt");
+  std::printf("%-16s %9s %9s %7s | %10s %8s %7s | %9s %9s %8s | %9s %6s\n", "mode", "step p50", "p99", "budget",
+              "MB/step/GPU", "hostGB/s", "shared", "coll/lyr", "stall/st", "sync/lyr", "host MB", "corrupt");
   for (const auto& r : results) {
     if (r.skipped) {
       std::printf("%-16s skipped: %s\n", r.mode.c_str(), r.skip_reason.c_str());
       continue;
     }
-    std::printf("%-16s %9.2f %9.2f %7s | %10.1f %8.2f %6.0f%% | %9.3f %9.2f | %9.1f %6llu\n", r.mode.c_str(),
+    std::printf("%-16s %9.2f %9.2f %7s | %10.1f %8.2f %6.0f%% | %9.3f %9.2f %8.2f | %9.1f %6llu\n", r.mode.c_str(),
                 r.step.p50, r.step.p99, r.meets_budget ? "meets" : "MISSES", r.bytes_per_step_per_gpu / 1e6, r.host_gbps,
-                100.0 * r.shared_link_use, r.collective_ms_per_layer, r.stall_ms_per_step,
+                100.0 * r.shared_link_use, r.collective_ms_per_layer, r.stall_ms_per_step, r.barriers_per_layer,
                 static_cast<double>(r.host_tier_bytes) / 1e6, static_cast<unsigned long long>(r.mismatches));
   }
   std::printf("(times in ms; budget: step p99 <= %.0f ms, the slowest GPU's step; MB/step/GPU: bytes paged in per\n"
               " step per GPU; hostGB/s: all GPUs' page-ins over the timed wall time; shared: of the shared link's cap;\n"
-              " coll/lyr: the all-reduce per layer (tensor-parallel) or the compute stream's wait for the gathered layer\n"
-              " per layer (swap-and-shard), device-side; host MB: the one host tier's bytes, every mode once; corrupt:\n"
+              " coll/lyr: the all-reduce per layer (tensor-parallel) or the barrier cost per layer (swap-and-shard: the\n"
+              " compute stream's wait for gathered layers, per layer), device-side; sync/lyr: swap-and-shard's compute-\n"
+              " stream waits per layer (0.5 = once per two layers); host MB: the one host tier's bytes, every mode once; corrupt:\n"
               " weight samples that differ from the registered bytes, the single-GPU run's patterns)\n",
               budget_ms);
 }
@@ -40,6 +41,8 @@ nlohmann::json to_json(const node_result& r) {
           {"host_gbps", r.host_gbps},
           {"shared_link_use", r.shared_link_use},
           {"collective_ms_per_layer", r.collective_ms_per_layer},
+          {"layers_per_sync", r.layers_per_sync},
+          {"barriers_per_layer", r.barriers_per_layer},
           {"stall_ms_per_step", r.stall_ms_per_step},
           {"host_tier_bytes", r.host_tier_bytes},
           {"verification_mismatches", r.mismatches}};

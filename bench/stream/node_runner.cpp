@@ -68,39 +68,57 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   for (const auto& t : shapes) layer_bytes += t.rows * t.cols * elem;
   const std::size_t model_bytes = static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers);
 
+  // Swap-and-shard's staging: two buffers of two layers (one synchronisation per two layers), or of
+  // one layer when HBM is too short for that, next to one shard being paged in.
+  std::size_t per_sync = 0;
   if (mode == node_mode::swap_and_shard) {
-    // Two staging layers and one shard being paged in must fit next to each other.
-    const std::size_t need = 2 * static_cast<std::size_t>(layer_bytes) + static_cast<std::size_t>(layer_bytes) / N;
-    if (cfg.hbm_budget_bytes < need) {
+    const std::size_t lb = static_cast<std::size_t>(layer_bytes);
+    for (std::size_t k : {std::size_t{2}, std::size_t{1}}) {
+      if (cfg.hbm_budget_bytes >= 2 * k * lb + lb / N + 2 * cfg.slab_bytes) {
+        per_sync = k;
+        break;
+      }
+    }
+    if (per_sync == 0) {
       node_result r;
       r.mode = to_string(mode);
       r.gpus = N;
       r.skipped = true;
-      r.skip_reason = "needs " + std::to_string(need >> 20) + " MiB of HBM per GPU (two staging layers and a shard), has " +
+      r.skip_reason = "needs " + std::to_string((2 * lb + lb / N + 2 * cfg.slab_bytes) >> 20) +
+                      " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
                       std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB";
       return r;
     }
   }
-  // N sim devices, each with the single-GPU run's modelled link; one node over them.
+  // N devices, each with the single-GPU run's modelled link (sim) or the first N GPUs (cuda); one
+  // node over them.
   std::vector<std::unique_ptr<device>> devs;
   std::vector<device*> ptrs;
-  for (std::size_t g = 0; g < N; ++g) {
-    sim_config sc;
-    sc.device_memory_bytes = cfg.hbm_budget_bytes + (std::size_t{1} << 30);
-    sc.pinned_memory_bytes = 0;
-    sc.h2d_bytes_per_second = static_cast<std::uint64_t>(o.sim_link_gbps * 1e9);
-    sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
-    sc.copy_latency_ns = static_cast<std::uint64_t>(o.sim_latency_us * 1e3);
-    sc.poison_byte = -1;
-    sc.ordinal = static_cast<int>(g);
-    devs.push_back(make_sim_device(sc));
-    ptrs.push_back(devs.back().get());
+  if (o.kind == backend::cuda) {
+    const int visible = cuda_device_count();
+    HTP_EXPECTS(N <= static_cast<std::size_t>(visible), invalid_argument, "--gpus ", N, ": ", visible,
+                " CUDA GPU(s) visible; give at most ", visible, " (or run the node on sim with --backend sim)");
+    for (std::size_t g = 0; g < N; ++g) {
+      devs.push_back(make_device(backend::cuda, static_cast<int>(g)));
+      ptrs.push_back(devs.back().get());
+    }
+  } else {
+    for (std::size_t g = 0; g < N; ++g) {
+      sim_config sc;
+      sc.device_memory_bytes = cfg.hbm_budget_bytes + (std::size_t{1} << 30);
+      sc.pinned_memory_bytes = 0;
+      sc.h2d_bytes_per_second = static_cast<std::uint64_t>(o.sim_link_gbps * 1e9);
+      sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
+      sc.copy_latency_ns = static_cast<std::uint64_t>(o.sim_latency_us * 1e3);
+      sc.poison_byte = -1;
+      sc.ordinal = static_cast<int>(g);
+      devs.push_back(make_sim_device(sc));
+      ptrs.push_back(devs.back().get());
+    }
   }
   node_config nc;
-  // The weights once, plus (swap-and-shard) the staging slots' host shadows: two layers per GPU,
-  // until HBM-only tensors exist (docs/multi_gpu.md).
-  const std::size_t staging = mode == node_mode::swap_and_shard ? 2 * N * (static_cast<std::size_t>(layer_bytes) + N * 256) : 0;
-  nc.host_budget_bytes = (model_bytes + staging + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
+  // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
+  nc.host_budget_bytes = (model_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
                          4 * cfg.slab_bytes;
   nc.host_slab_bytes = cfg.slab_bytes;
   nc.host_page_bytes = cfg.page_bytes;
@@ -121,7 +139,14 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   }
   node nd(ptrs, nc);
   const double ic_gbps = o.interconnect_gbps > 0 ? o.interconnect_gbps : o.sim_link_gbps * 450.0 / 55.0;
-  auto coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(ic_gbps * 1e9));
+  std::unique_ptr<collectives> coll;
+  if (o.kind == backend::sim) {
+    coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(ic_gbps * 1e9));
+  } else if (N == 1 && !nccl_available()) {
+    coll = make_one_rank_collectives(*ptrs[0]);
+  } else {
+    coll = make_nccl_collectives(ptrs);
+  }
 
   // The weights, with the single-GPU run's patterns (same seeds), so the bytes checked are the
   // bytes the single-GPU policies read.
@@ -181,6 +206,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     for (const auto& v : swap_layers) src.push_back(v.data());
     swap_shard_config sc;
     sc.interconnect_bytes_per_second = static_cast<std::uint64_t>(ic_gbps * 1e9);
+    sc.layers_per_sync = per_sync;
     ss = std::make_unique<swap_shard>(nd, *coll, swap_layer_bytes, src, sc);
     swap_layers.clear();
   } else {
@@ -209,7 +235,17 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       try {
         device& dev = *devs[g];
         pager& p = nd.gpu(g);
-        auto compute = make_sim_compute(dev, "modelled", o.compute_gbps);
+        std::unique_ptr<layer_compute> compute;
+        if (o.kind == backend::cuda) {
+          std::uint64_t rows = 1, cols = 1;
+          for (const auto& t : shapes) {
+            rows = std::max(rows, t.rows);
+            cols = std::max(cols, t.cols);
+          }
+          compute = make_cuda_compute(dev, cfg.type, cfg.tokens, rows, cols);
+        } else {
+          compute = make_sim_compute(dev, "modelled", o.compute_gbps);
+        }
         stream cs(dev);
         std::vector<unsigned char> act_host(act_bytes * 2, 0);
         void* act = dev.allocate(memory_kind::device, std::max<std::size_t>(act_bytes, 256));
@@ -295,6 +331,11 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
                               : mode == node_mode::swap_and_shard
                                   ? r.stall_ms_per_step / static_cast<double>(std::max(1, cfg.layers))
                                   : 0;
+  if (ss) {
+    const swap_shard_metrics sm = ss->metrics();
+    r.layers_per_sync = per_sync;
+    r.barriers_per_layer = sm.layers_acquired > 0 ? static_cast<double>(sm.compute_waits) / static_cast<double>(sm.layers_acquired) : 0;
+  }
   const double secs = std::chrono::duration<double>(timed_end - timed_begin).count();
   r.host_gbps = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs / 1e9 : 0;
   const node_metrics m = nd.metrics();

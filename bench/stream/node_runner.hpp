@@ -3,8 +3,10 @@
 //  - data-parallel: every GPU runs the whole model from replicated weights (one host copy);
 //  - tensor-parallel: every weight split into N column shards, shard g paged by GPU g, and an
 //    all-reduce of the layer's activations (tokens x hidden, bf16) after each layer;
-//  - swap-and-shard: each GPU holds 1/N of every layer, a layer gathered two layers ahead.
-// sim only for now (N sim devices, each with the modelled link and compute of the single-GPU run).
+//  - swap-and-shard: each GPU holds 1/N of every layer, layers gathered two at a time, two groups
+//    ahead (one synchronisation per two layers), or one at a time when HBM is too short for that.
+// On sim: N sim devices, each with the modelled link and compute of the single-GPU run. On cuda:
+// the first N GPUs with cuBLAS GEMMs, NCCL collectives (one-rank copies for N = 1 without NCCL).
 #pragma once
 
 #include "runner.hpp"
@@ -21,6 +23,7 @@ const char* to_string(node_mode m) noexcept;
 
 struct node_options {
   std::size_t gpus = 2;
+  backend kind = backend::sim;     ///< sim or cuda
   double sim_link_gbps = 4.0;      ///< each GPU's modelled PCIe link
   double sim_latency_us = 5.0;
   double compute_gbps = 349.0;     ///< modelled weight-reading rate of each GPU
@@ -40,14 +43,19 @@ struct node_result {
                                       ///< host-path loads go through the engine, not counted here)
   double host_gbps = 0;               ///< all GPUs' host-to-device bytes / timed wall time
   double shared_link_use = 0;         ///< of the shared link's cap (0 when none)
-  double collective_ms_per_layer = 0; ///< all-reduce (tp) or gather wait (swap) per layer, device-side
+  /// Tensor-parallel: the all-reduce per layer. Swap-and-shard: the barrier cost per layer, i.e. the
+  /// compute stream's wait for gathered layers (at the group's first layer), per layer. Device-side.
+  double collective_ms_per_layer = 0;
+  std::size_t layers_per_sync = 0;    ///< swap-and-shard: layers per synchronisation with compute
+  double barriers_per_layer = 0;      ///< swap-and-shard: compute-stream waits per layer acquired
   double stall_ms_per_step = 0;       ///< compute stream waiting on htp, mean over GPUs
   std::size_t host_tier_bytes = 0;    ///< host memory the node's tensors use
   std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered
 };
 
-/// Runs one mode: a fresh node of N sim devices, cfg's model and per-GPU HBM budget, warm-up
-/// steps, then timed steps. @throws htp::invalid_argument for gpus < 1.
+/// Runs one mode: a fresh node of N devices (sim, or the first N cuda GPUs), cfg's model and
+/// per-GPU HBM budget, warm-up steps, then timed steps. @throws htp::invalid_argument for
+/// gpus < 1 or more cuda GPUs than are visible.
 node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o);
 
 }  // namespace htp::bench

@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--sim-compute-gbps", sim_compute_gbps,
                  "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s over 55 GB/s)");
   app.add_option("--seed", seed, "payload and routing seed");
-  app.add_option("--gpus", gpus, "also run on a node of N GPUs (sim: N sim devices) in --node-modes, after the "
-                                 "single-GPU policies, at the same per-GPU HBM budgets");
+  app.add_option("--gpus", gpus, "also run on a node of N GPUs (sim: N sim devices; cuda: the first N GPUs) in "
+                                 "--node-modes, after the single-GPU policies, at the same per-GPU HBM budgets");
   app.add_option("--node-modes", node_modes, "comma-separated: data-parallel, tensor-parallel, swap-and-shard");
   app.add_option("--interconnect-gbps", interconnect_gbps,
                  "sim --gpus: modelled NVLink per GPU for collectives (default: 450/55 x the link)");
@@ -251,12 +251,10 @@ int main(int argc, char** argv) {
     for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
     sweep_json.push_back({{"hbm_budget_bytes", budgets[bi]}, {"policies", pj}});
     if (gpus > 0) {
-      if (!sim) {
-        std::fprintf(stderr, "htp-stream-bench: --gpus runs on sim only so far (a GPU run is N = 1 on one H200)\n");
-        exit_code = 1;
-      } else {
+      {
         node_options no;
         no.gpus = gpus;
+        no.kind = props.kind;
         no.sim_link_gbps = sim_link_gbps;
         no.sim_latency_us = sim_latency_us;
         no.compute_gbps = sim_compute_gbps;

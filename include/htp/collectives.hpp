@@ -1,6 +1,6 @@
 // Collectives over the GPUs of a node, on each GPU's reduction stream. See docs/multi_gpu.md.
 //
-// One interface, two implementations:
+// One interface, two implementations (and a trivial third for one GPU, make_one_rank_collectives):
 //  - NCCL (make_nccl_collectives): the library every inference engine already runs. htp loads
 //    libnccl.so.2 at run time (dlopen), so htp builds, links and runs without NCCL installed; only
 //    these factories fail then, with htp::cuda_error saying so. Either htp makes the communicators
@@ -56,6 +56,11 @@ class collectives {
 /// @throws htp::invalid_argument if devices is empty or holds a null or non-sim device.
 std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& devices,
                                                   std::uint64_t interconnect_bytes_per_second = 0);
+
+/// Collectives of one rank on `dev` (cuda or sim), which must outlive the result: an all-gather
+/// or all-reduce is a device-to-device copy on the caller's stream (nothing when in place). For a
+/// node of one GPU, so N-GPU code runs on one GPU without NCCL.
+std::unique_ptr<collectives> make_one_rank_collectives(device& dev);
 
 /// Whether libnccl.so.2 can be loaded here; `why` (if given) says why not.
 bool nccl_available(std::string* why = nullptr);

@@ -4,7 +4,8 @@
 //
 // Note [Pager]
 // - Tiers: one slab allocator over HBM and one over pinned host memory, both reserved up front.
-//   Every registered tensor keeps its host extent for life; the HBM extent comes and goes.
+//   Every registered tensor keeps its host extent for life; the HBM extent comes and goes. The
+//   exception is a device-resident tensor (register_resident): HBM for life, no host extent.
 // - States: host -> loading (H2D in flight) -> resident (-> writing_back, D2H in flight, for a
 //   dirty mutable tensor being evicted) -> host. A resident tensor may also be moving (compaction
 //   D2D in flight); acquirers are ordered after the move.
@@ -144,6 +145,7 @@ struct tensor_info {
   bool dirty = false;       ///< the HBM copy is newer than the host copy.
   bool degraded = false;    ///< currently acquired in degraded (zero-copy) mode.
   bool copy_in_flight = false;  ///< a load, write-back or move has not completed.
+  bool device_resident = false; ///< registered with register_resident: in HBM for life, no host copy.
 };
 
 class pager {
@@ -174,6 +176,18 @@ class pager {
   /// register_tensor).
   tensor_handle register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
                                    void* host_ptr);
+  /// Registers a device-resident tensor: `bytes` of HBM taken now (evicting pageable tensors as a
+  /// fault would) and filled from `source` (`bytes` readable host bytes, pageable or pinned; null =
+  /// zeros), blocking until the bytes are there. It holds no host memory: it is never evicted,
+  /// written back nor moved by compaction, so register such tensors at set-up, before the paged
+  /// ones fragment HBM. acquire/release work as for any tensor (a hit, always); release's `dirty`
+  /// is accepted for mutable ones and changes nothing; copy_to_host reads HBM; evict refuses it.
+  /// For weights kept in HBM all run long and for scratch (staging buffers, workspaces).
+  /// @throws htp::invalid_argument if bytes == 0 or it is larger than any HBM extent;
+  /// htp::out_of_memory when HBM cannot make room (pinned tensors and other device-resident ones
+  /// fill it); htp::cuda_error if the fill fails. Nothing is left behind on failure.
+  tensor_handle register_resident(std::string name, std::size_t bytes, tensor_kind kind,
+                                  const void* source = nullptr);
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
   /// the runner's own pinned buffers. `pageable` kinds are registered with the driver here (slow,
   /// like pinning: call at set-up). The memory stays the caller's and must outlive the region.

@@ -1,27 +1,32 @@
-// Swap-and-shard: each GPU holds 1/N of every layer (ZeRO-style), and a layer is gathered into a
-// staging slot when it is needed, `ahead` layers ahead, overlapped with compute. See
-// docs/multi_gpu.md, "Swap-and-shard".
+// Swap-and-shard: each GPU holds 1/N of every layer (ZeRO-style), and layers are gathered into a
+// staging buffer before they are needed, a group of `layers_per_sync` at a time, `ahead` groups
+// ahead, overlapped with compute. See docs/multi_gpu.md, "Swap-and-shard".
 //
 // Note [Swap-and-shard]
 // - Layer l is a sharded node tensor: N equal shards (the layer padded to a multiple of N bytes),
 //   shard g paged by GPU g's pager like any tensor, so the GPUs' combined HBM holds what fits and
 //   host paging covers the rest, with the pager's budgets, priorities and eviction.
-// - Each GPU has `ahead` staging slots (local mutable tensors of the node, pinned for the life of
-//   this object) and a gather stream. Gathering layer l into slot l % ahead on GPU g, on the gather
-//   stream: wait for the release of the layer that used the slot before; then either (peers) acquire
-//   the own shard through the pager, all-gather the shards into the slot over the interconnect, and
-//   release the shard; or (host) load every shard's host copy into the slot through GPU g's
-//   transfer engine (prefetch priority, under the GPU's link caps). An event marks the slot ready.
+// - Each GPU has `ahead` staging buffers (device-resident tensors of its pager: HBM only, no host
+//   shadow), each holding `layers_per_sync` consecutive layers (a group), and a gather stream.
+//   Gathering group q into buffer q % ahead on GPU g, on the gather stream: wait for the release of
+//   the group that used the buffer before; then, for each layer of the group, either (peers)
+//   acquire the own shard through the pager, all-gather the shards into the buffer over the
+//   interconnect, and release the shard; or (host) load every shard's host copy into the buffer
+//   through GPU g's transfer engine (prefetch priority, under the GPU's link caps). One event marks
+//   the whole group ready.
 // - The source is chosen per layer, the same on every rank (a collective needs all of them): peers
 //   when the shards all fit in HBM or the interconnect is at least as fast as the host link, host
 //   otherwise (then a peer gather would cost more than reading the layer from host RAM).
-// - acquire() makes `compute` wait for the slot's event (on the device; the host never blocks) and
-//   keeps the next `ahead - 1` gathers issued; release() records the event the slot's next gather
-//   waits for. So compute and gathers meet once per layer per GPU, through two events, and with
-//   ahead = 2 a GPU never waits for a gather of the layer after next.
+// - acquire() of a group's first layer makes `compute` wait for the group's event (on the device;
+//   the host never blocks) and keeps the next `ahead - 1` groups issued; release() records a
+//   marker event (no wait), and the buffer's next gather waits once for the marker of the group's
+//   last layer. So compute and gathers synchronise once per group per GPU in each direction: with
+//   the defaults (ahead = 2, layers_per_sync = 2) once per two layers, double-buffered, and a GPU
+//   never waits for a gather of the group after next (metrics().compute_waits counts the waits).
+//   A group's layers are acquired on one compute stream.
 // - Calls per GPU come in layer order (0, 1, ..., L - 1, 0, ...). With NCCL, each GPU's calls come
 //   from its own thread, never inside collectives::group_start/group_end (a grouped all-gather is
-//   enqueued only at group_end, after the slot's ready event). Every GPU makes the same number of
+//   enqueued only at group_end, after the buffer's ready event). Every GPU makes the same number of
 //   acquires before the object is destroyed: the gathers they start are collectives, and one no
 //   other rank matches never completes (the destructor would wait for it forever). Destroy it only
 //   after every acquired layer is released.
@@ -38,7 +43,10 @@
 namespace htp {
 
 struct swap_shard_config {
-  std::size_t ahead = 2;  ///< staging slots per GPU: layers gathered ahead (2 = double buffering).
+  std::size_t ahead = 2;  ///< staging buffers per GPU: groups gathered ahead (2 = double buffering).
+  /// Layers per group: gathered together into one buffer, one synchronisation with compute per
+  /// group. HBM for staging per GPU: ahead x layers_per_sync x the largest layer (padded to N).
+  std::size_t layers_per_sync = 2;
   /// Per-GPU interconnect rate for the source choice (NVLink 4: 450 GB/s each way).
   std::uint64_t interconnect_bytes_per_second = 450'000'000'000;
   /// Per-GPU host link rate; 0 = GPU 0's calibrated H2D cap.
@@ -51,7 +59,9 @@ struct swap_shard_metrics {
   std::uint64_t gathers = 0;          ///< layer gathers issued, over all GPUs.
   std::uint64_t peer_gathers = 0;     ///< of them, all-gathers from the shards in HBM.
   std::uint64_t host_loads = 0;       ///< of them, loads of every shard from host RAM.
-  std::uint64_t gathered_bytes = 0;   ///< bytes landed in staging slots.
+  std::uint64_t gathered_bytes = 0;   ///< bytes landed in staging buffers.
+  std::uint64_t layers_acquired = 0;  ///< acquire() calls, over all GPUs.
+  std::uint64_t compute_waits = 0;    ///< device waits enqueued on compute streams: one per group.
   std::size_t layers_from_peers = 0;  ///< the source plan.
   std::size_t layers_from_host = 0;
 };
@@ -59,12 +69,13 @@ struct swap_shard_metrics {
 class swap_shard {
  public:
   /// Registers layer l (`layer_bytes[l]` bytes from `layer_sources[l]`, or zeros) as N shards and
-  /// makes the staging slots. @throws htp::invalid_argument for no layers, a zero size, sources of
-  /// the wrong length, collectives of another size than the node, or ahead < 1; what the node
-  /// throws when the host tier or an HBM budget cannot hold it.
+  /// makes the staging buffers. @throws htp::invalid_argument for no layers, a zero size, sources
+  /// of the wrong length, collectives of another size than the node, ahead or layers_per_sync 0;
+  /// what the node throws when the host tier cannot hold the layers; htp::out_of_memory when a
+  /// GPU's HBM cannot hold its staging buffers.
   swap_shard(node& n, collectives& c, const std::vector<std::size_t>& layer_bytes,
              const std::vector<const void*>& layer_sources = {}, swap_shard_config config = {});
-  /// Waits for every gather, releases the slots, unregisters the layers. Never throws.
+  /// Waits for every gather, releases the staging buffers, unregisters the layers. Never throws.
   ~swap_shard();
   swap_shard(const swap_shard&) = delete;
   swap_shard& operator=(const swap_shard&) = delete;
@@ -72,9 +83,11 @@ class swap_shard {
   std::size_t layers() const noexcept;
   layer_source source(std::size_t layer) const;
   /// GPU g's full copy of `layer` (its first layer_bytes bytes), usable on `compute` until release.
-  /// @throws htp::invalid_argument for g or layer out of range, or a layer out of order on GPU g.
+  /// @throws htp::invalid_argument for g or layer out of range, a layer out of order on GPU g, or a
+  /// group's later layer on another compute stream than its first.
   device_span acquire(std::size_t g, std::size_t layer, stream_ref compute);
-  /// Ends GPU g's use of `layer`: its slot is reused once `compute` passes this point.
+  /// Ends GPU g's use of `layer`: its buffer is reused once `compute` passes the release of the
+  /// group's last layer.
   /// @throws htp::invalid_argument if `layer` is not GPU g's acquired layer.
   void release(std::size_t g, std::size_t layer, stream_ref compute);
   swap_shard_metrics metrics() const;

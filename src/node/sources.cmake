@@ -6,6 +6,7 @@ target_sources(htp PRIVATE
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sim_collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_collectives.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/one_rank_collectives.cpp
 )
 target_link_libraries(htp PRIVATE ${CMAKE_DL_LIBS})
 target_sources(htp PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp)

@@ -11,20 +11,22 @@ namespace htp {
 
 namespace {
 
-/// One GPU's slots, streams and events. Visit v (the v-th acquire on this GPU) uses layer
-/// v % layers and slot v % ahead.
+/// One GPU's buffers, streams and events. Visit v (the v-th acquire on this GPU) uses layer
+/// v % layers, in group q = v / layers_per_sync, held in buffer q % ahead at position
+/// v % layers_per_sync.
 struct gpu_state {
   std::unique_ptr<stream> gather;
-  std::vector<node_tensor> slot_tensor;
-  std::vector<void*> slot;
+  std::vector<tensor_handle> buffer_tensor;  // device-resident tensors of this GPU's pager
+  std::vector<void*> buffer;
   std::vector<event_ref> ready, released;
-  std::size_t issued = 0;  // visits whose gather is enqueued
+  std::size_t issued = 0;  // groups whose gathers are enqueued
   std::size_t next = 0;    // the next visit to acquire
   bool holding = false;    // visit next - 1 acquired and not released
-  std::size_t pinned = 0;  // slots acquired (for teardown after a partial construction)
-  /// Host path: events recorded on the gather stream once a slot is free, handed to the engine as
+  stream_ref waited_on;    // the compute stream that waited for the current group's event
+  std::size_t pinned = 0;  // buffers acquired (for teardown after a partial construction)
+  /// Host path: events recorded on the gather stream once a buffer is free, handed to the engine as
   /// the loads' `after` fence. An engine fence must not be re-recorded before its requests finish,
-  /// so each is reused only when they have (a pool, not one event per slot).
+  /// so each is reused only when they have (a pool, not one event per buffer).
   struct gate {
     event_ref ev;
     std::vector<transfer_ticket> loads;
@@ -40,14 +42,15 @@ struct swap_shard::impl {
   swap_shard_config cfg;
   std::vector<std::size_t> bytes;         // per layer, as given
   std::size_t shard = 0;                  // bytes per shard (the largest layer / N, rounded up)
+  std::size_t k = 1;                      // layers per group (cfg.layers_per_sync)
   std::vector<node_tensor> layer;         // sharded
   std::vector<layer_source> src;
   std::vector<gpu_state> gpus;
   mutable std::mutex mu;                  // metrics
   swap_shard_metrics m;
 
-  impl(node& nd, collectives& c, swap_shard_config k) : n(nd), coll(c), cfg(k) {}
-  /// Waits for every gather, releases and drops the slots, unregisters the layers; copes with a
+  impl(node& nd, collectives& c, swap_shard_config config) : n(nd), coll(c), cfg(config) {}
+  /// Waits for every gather, releases and drops the buffers, unregisters the layers; copes with a
   /// partly built object. Never throws.
   void teardown() noexcept;
 
@@ -66,41 +69,53 @@ struct swap_shard::impl {
     return st.gates.back();
   }
 
-  void issue(std::size_t g, std::size_t visit) {
+  /// Enqueues the gathers of group q on GPU g's gather stream, then the group's ready event.
+  void issue(std::size_t g, std::size_t q) {
     gpu_state& st = gpus[g];
-    const std::size_t l = visit % layer.size(), s = visit % cfg.ahead;
+    const std::size_t b = q % cfg.ahead;
     device& dev = n.device_of(g);
     const stream_ref gs = *st.gather;
     const std::size_t N = n.gpu_count();
-    if (visit >= cfg.ahead) dev.wait(st.released[s], gs);  // the slot's previous layer is done
-    if (src[l] == layer_source::peers) {
-      pager& p = n.gpu(g);
-      const tensor_handle h = n.on(layer[l], g);
-      const device_span own = p.acquire(h, gs);  // pages the shard in if it is not in HBM
-      try {
-        coll.all_gather(g, own.data, st.slot[s], shard, gs);
-      } catch (...) {
-        p.release(h, gs);  // the shard is not left pinned
-        throw;
-      }
-      p.release(h, gs);
-    } else {
-      transfer_engine& e = n.gpu(g).engine();
-      gpu_state::gate& gt = free_gate(g);
-      dev.record(gt.ev, gs);  // passes once the slot is free (the wait above)
-      gt.loads.clear();
-      for (std::size_t k = 0; k < N; ++k) {
-        const extent hc = n.host_copy(layer[l], k);
-        gt.loads.push_back(e.submit(static_cast<char*>(st.slot[s]) + k * shard, hc.ptr, shard,
-                                    copy_direction::host_to_device, transfer_priority::prefetch, {gt.ev}));
-        e.wait_on(gt.loads.back(), gs);
+    if (q >= cfg.ahead) dev.wait(st.released[b], gs);  // the buffer's previous group is done
+    gpu_state::gate* gt = nullptr;  // host path: one fence for the group's loads
+    std::uint64_t peers = 0, hosts = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t l = (q * k + j) % layer.size();
+      char* at = static_cast<char*>(st.buffer[b]) + j * N * shard;
+      if (src[l] == layer_source::peers) {
+        pager& p = n.gpu(g);
+        const tensor_handle h = n.on(layer[l], g);
+        const device_span own = p.acquire(h, gs);  // pages the shard in if it is not in HBM
+        try {
+          coll.all_gather(g, own.data, at, shard, gs);
+        } catch (...) {
+          p.release(h, gs);  // the shard is not left pinned
+          throw;
+        }
+        p.release(h, gs);
+        ++peers;
+      } else {
+        transfer_engine& e = n.gpu(g).engine();
+        if (gt == nullptr) {
+          gt = &free_gate(g);
+          dev.record(gt->ev, gs);  // passes once the buffer is free (the wait above)
+          gt->loads.clear();
+        }
+        for (std::size_t r = 0; r < N; ++r) {
+          const extent hc = n.host_copy(layer[l], r);
+          gt->loads.push_back(e.submit(at + r * shard, hc.ptr, shard, copy_direction::host_to_device,
+                                       transfer_priority::prefetch, {gt->ev}));
+          e.wait_on(gt->loads.back(), gs);
+        }
+        ++hosts;
       }
     }
-    dev.record(st.ready[s], gs);
+    dev.record(st.ready[b], gs);
     std::lock_guard lock(mu);
-    ++m.gathers;
-    ++(src[l] == layer_source::peers ? m.peer_gathers : m.host_loads);
-    m.gathered_bytes += N * shard;
+    m.gathers += peers + hosts;
+    m.peer_gathers += peers;
+    m.host_loads += hosts;
+    m.gathered_bytes += (peers + hosts) * N * shard;
   }
 };
 
@@ -114,22 +129,25 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
               "swap_shard: ", layer_sources.size(), " sources for ", layer_bytes.size(), " layers; give none or one per layer");
   HTP_EXPECTS(c.size() == N, invalid_argument, "swap_shard: the collectives have ", c.size(),
               " ranks and the node ", N, " GPUs");
-  HTP_EXPECTS(config.ahead >= 1, invalid_argument, "swap_shard_config.ahead is 0; at least one slot is needed (2 = double buffering)");
+  HTP_EXPECTS(config.ahead >= 1, invalid_argument, "swap_shard_config.ahead is 0; at least one buffer is needed (2 = double buffering)");
+  HTP_EXPECTS(config.layers_per_sync >= 1, invalid_argument,
+              "swap_shard_config.layers_per_sync is 0; give 1 (a synchronisation per layer) or more (2 = once per two layers)");
   for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
     HTP_EXPECTS(layer_bytes[l] > 0, invalid_argument, "swap_shard: layer ", l, " has 0 bytes");
   }
   s.bytes = layer_bytes;
+  s.k = config.layers_per_sync;
   const std::size_t largest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
   s.shard = (largest + N - 1) / N;
   s.shard = (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
 
   // The source plan, the same on every rank. Peers when every GPU's shards fit its HBM (next to
-  // the staging slots) or the interconnect is at least as fast as the host link.
+  // the staging buffers) or the interconnect is at least as fast as the host link.
   std::uint64_t host_rate = config.host_bytes_per_second;
   if (host_rate == 0) host_rate = nd.gpu(0).engine().metrics().h2d.effective_rate();
   std::size_t smallest_hbm = SIZE_MAX;
   for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, nd.gpu(g).config().hbm_budget_bytes);
-  const std::size_t staging = config.ahead * N * s.shard;
+  const std::size_t staging = config.ahead * s.k * N * s.shard;
   const bool all_fit = s.shard * layer_bytes.size() + staging <= smallest_hbm;
   const layer_source plan = all_fit || config.interconnect_bytes_per_second >= host_rate ? layer_source::peers
                                                                                           : layer_source::host;
@@ -151,10 +169,13 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
       s.gpus.emplace_back();
       gpu_state& st = s.gpus.back();
       device& dev = nd.device_of(g);
+      pager& p = nd.gpu(g);
       st.gather = std::make_unique<stream>(dev);
-      for (std::size_t k = 0; k < config.ahead; ++k) {
-        st.slot_tensor.push_back(nd.register_local(g, "staging" + std::to_string(k), N * s.shard, tensor_kind::mutable_state));
-        st.slot.push_back(nd.gpu(g).acquire(nd.on(st.slot_tensor.back(), g), *st.gather).data);  // pinned for life
+      for (std::size_t b = 0; b < config.ahead; ++b) {
+        // HBM only: a staging buffer is rewritten by every gather and never needs a host copy.
+        st.buffer_tensor.push_back(p.register_resident("staging" + std::to_string(b), s.k * N * s.shard,
+                                                       tensor_kind::mutable_state));
+        st.buffer.push_back(p.acquire(st.buffer_tensor.back(), *st.gather).data);  // held for life
         ++st.pinned;
         st.ready.push_back(dev.create_event());
         st.released.push_back(dev.create_event());
@@ -175,12 +196,12 @@ void swap_shard::impl::teardown() noexcept {
     try {
       if (st.gather) {
         st.gather->synchronize();
-        // The compute streams' last uses of the slots end before their memory goes back.
+        // The compute streams' last uses of the buffers end before their memory goes back.
         for (event_ref e : st.released) s.n.device_of(g).synchronize(e);
-        for (std::size_t k = 0; k < st.pinned; ++k) s.n.gpu(g).release(s.n.on(st.slot_tensor[k], g), *st.gather);
+        for (std::size_t b = 0; b < st.pinned; ++b) s.n.gpu(g).release(st.buffer_tensor[b], *st.gather);
         st.gather->synchronize();
       }
-      for (node_tensor t : st.slot_tensor) s.n.unregister(t);
+      for (tensor_handle t : st.buffer_tensor) s.n.gpu(g).unregister_tensor(t);
     } catch (...) {
       // A device error at teardown: the node drops what is left when it goes.
     }
@@ -214,13 +235,23 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
   HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
               "): ", st.holding ? "the previous layer is not released yet"
                                 : "layers come in order; the next one on this GPU is " + std::to_string(expected));
-  // Keep `ahead` gathers in flight: this visit's and the next ones, whose slots are released.
-  for (; st.issued < st.next + s.cfg.ahead; ++st.issued) s.issue(g, st.issued);
-  device& dev = s.n.device_of(g);
-  dev.wait(st.ready[st.next % s.cfg.ahead], compute);
-  const device_span span{st.slot[st.next % s.cfg.ahead], s.bytes[layer], false};
+  const std::size_t q = st.next / s.k, b = q % s.cfg.ahead, j = st.next % s.k;
+  // Keep `ahead` groups in flight: this one and the next, whose buffers are released.
+  for (; st.issued < q + s.cfg.ahead; ++st.issued) s.issue(g, st.issued);
+  HTP_EXPECTS(j == 0 || compute == st.waited_on, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
+              "): the layers of a group (swap_shard_config.layers_per_sync = ", s.k,
+              ") are acquired on one compute stream; this one differs from the group's first");
+  const bool wait = j == 0;  // once per group
+  if (wait) {
+    s.n.device_of(g).wait(st.ready[b], compute);
+    st.waited_on = compute;
+  }
+  const device_span span{static_cast<char*>(st.buffer[b]) + j * s.n.gpu_count() * s.shard, s.bytes[layer], false};
   ++st.next;
   st.holding = true;
+  std::lock_guard lock(s.mu);
+  ++s.m.layers_acquired;
+  if (wait) ++s.m.compute_waits;
   return span;
 }
 
@@ -230,7 +261,9 @@ void swap_shard::release(std::size_t g, std::size_t layer, stream_ref compute) {
   gpu_state& st = s.gpus[g];
   HTP_EXPECTS(st.holding && layer == (st.next - 1) % s.layer.size(), invalid_argument, "swap_shard::release(GPU ", g,
               ", layer ", layer, "): not the layer this GPU holds");
-  s.n.device_of(g).record(st.released[(st.next - 1) % s.cfg.ahead], compute);
+  // A marker, not a synchronisation: the buffer's next gather waits on it once, after the group's
+  // last layer (a later record on the same stream covers the earlier ones).
+  s.n.device_of(g).record(st.released[((st.next - 1) / s.k) % s.cfg.ahead], compute);
   st.holding = false;
 }
 

@@ -94,7 +94,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
             return {dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
           }
           ++counters.oom.thrown;
-          throw detail::ladder_exhausted(oom_message(t.bytes, t.name), t.bytes);
+          throw detail::ladder_exhausted(oom_message(t.bytes, t.name, "page in to HBM"), t.bytes);
         }
         start_load(slot, *room, transfer_priority::fault);
         t.fault_load = true;
@@ -291,7 +291,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     }
     if (t.degraded) {
       if (t.pins == 0) t.degraded = false;  // writes went straight to the authoritative host copy
-    } else if (dirty) {
+    } else if (dirty && !t.device_resident) {  // no host copy to write back: nothing to mark
       t.dirty = true;
     }
     if (t.pins == 0 && trace) {

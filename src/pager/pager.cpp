@@ -198,6 +198,16 @@ tensor_handle pager::impl::add_record(std::string name, std::size_t bytes, tenso
   return {slot, generation};
 }
 
+void pager::impl::drop_record(std::uint32_t slot) {
+  tensor_record& t = tensors[slot];
+  const std::uint32_t next = t.generation + 1 == 0 ? 1 : t.generation + 1;
+  t = tensor_record{};
+  t.generation = next;
+  reindex(slot);
+  free_slots.push_back(slot);
+  --counters.registered_tensors;
+}
+
 // ---- pager ---------------------------------------------------------------------------------------
 
 pager::pager(device& dev, pager_config config)
@@ -322,7 +332,9 @@ void pager::unregister_tensor(tensor_handle h) {
                 r.pins, " time(s); release it first");
   });
   if (t.hbm) p.free_hbm(*t.hbm);
-  if (t.external) {
+  if (t.device_resident) {
+    // no host extent
+  } else if (t.external) {
     if (auto* r = p.region_of(t.host.ptr, t.bytes)) --r->tensors;
   } else {
     p.host->deallocate(t.host.ptr, t.host.bytes);
@@ -336,12 +348,11 @@ void pager::unregister_tensor(tensor_handle h) {
       if (p.tensors[s].live && p.tensors[s].hbm) p.reindex(s);
     }
   }
-  const std::uint32_t next = t.generation + 1 == 0 ? 1 : t.generation + 1;
-  t = tensor_record{};
-  t.generation = next;
-  p.reindex(h.index);
-  p.free_slots.push_back(h.index);
-  --p.counters.registered_tensors;
+  if (t.device_resident) {
+    --p.counters.device_resident_tensors;
+    p.counters.device_resident_bytes -= t.bytes;
+  }
+  p.drop_record(h.index);
 }
 
 device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
@@ -401,6 +412,9 @@ void pager::evict(tensor_handle h) {
     p.reap();
     tensor_record& t = p.get(h);
     HTP_EXPECTS(t.pins == 0, invalid_argument, "evict('", t.name, "'): it is acquired; release it first");
+    HTP_EXPECTS(!t.device_resident, invalid_argument, "evict('", t.name,
+                "'): it is device-resident (register_resident) and has no host copy to fall back on; "
+                "unregister it to free its HBM");
     if (t.where == residency::host) return;
     detail::wait_set w;
     bool mine = false;  // the write-back this call started
@@ -445,7 +459,7 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
                 "copy_to_host('", r.name, "'): the mutable tensor is acquired and may be being "
                 "written; release it first");
   });
-  if (t.hbm && t.dirty) {
+  if (t.hbm && (t.dirty || t.device_resident)) {
     p.dev.copy_async(dst, t.hbm->ptr, t.bytes, copy_direction::device_to_host, p.private_stream);
     p.private_stream.synchronize();
   } else {
@@ -472,7 +486,7 @@ tensor_info pager::info(tensor_handle h) const {
   p.reap();
   const tensor_record& t = p.get(h);
   return {t.name, t.bytes, t.kind, t.where, t.pins, t.dirty, t.degraded,
-          t.pending != pending_kind::none};
+          t.pending != pending_kind::none, t.device_resident};
 }
 
 void pager::reset_metrics() {

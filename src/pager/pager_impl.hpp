@@ -68,6 +68,8 @@ struct tensor_record {
   bool load_failed = false;    // its page-in failed while acquired: HBM bytes undefined until the
                                // last release, which frees the extent and reports the failure
   bool external = false;       // host is caller memory (register_tensor_at): never copied nor freed
+  bool device_resident = false;  // register_resident: HBM for life, no host extent, never a victim
+                                 // nor moved (outside the victim index)
   std::uint16_t detached_load_count = 0;  // loads still reading its host copy after it was evicted
                                      // (evict_loading); unregister and copy_to_host wait for them
   bool access_counted = false; // the current run of overlapping pins was counted as an access of
@@ -221,6 +223,13 @@ struct pager::impl {
   /// Takes a free handle-table slot and fills it; returns the handle.
   tensor_handle add_record(std::string name, std::size_t bytes, tensor_kind kind, extent host,
                            bool external);
+  /// Empties slot `slot` (its memory already freed): handles to it go stale, the slot is reused.
+  void drop_record(std::uint32_t slot);
+
+  /// Blocks (the lock dropped while waiting) until make_room gives an extent of `bytes` for the
+  /// demand of `slot`, running the ladder's rungs 1-4. @throws ladder_exhausted (counted) when
+  /// nothing more can be freed; htp::cuda_error when a copy it waited for failed.
+  extent room_for(std::unique_lock<std::mutex>& lock, std::uint32_t slot, std::size_t bytes);
 
   // ---- acquire and release (acquire.cpp) ----
   /// Pins one tensor for `compute` (the body of acquire; may drop the lock while the ladder
@@ -319,7 +328,8 @@ struct pager::impl {
   // ---- metrics (pager_metrics.cpp) ----
   void sample_occupancy();
   pager_metrics snapshot() const;
-  std::string oom_message(std::size_t bytes, const std::string& name) const;
+  /// The out-of-memory diagnostic: "cannot <what> '<name>'", then the state of HBM.
+  std::string oom_message(std::size_t bytes, const std::string& name, const char* what) const;
 };
 
 }  // namespace htp

@@ -72,9 +72,11 @@ fault_wait_summary pager::impl::summarize_fault_waits(const std::vector<detail::
 }
 
 void pager::impl::reset_metrics() {
-  const auto registered = counters.registered_tensors;  // a state, not an event count
+  const pager_metrics states = counters;  // the states survive; the event counts start afresh
   counters = pager_metrics{};
-  counters.registered_tensors = registered;
+  counters.registered_tensors = states.registered_tensors;
+  counters.device_resident_tensors = states.device_resident_tensors;
+  counters.device_resident_bytes = states.device_resident_bytes;
   fault_latency.reset();
   if (trace) trace->clear();
   fault_waits.clear();
@@ -120,11 +122,11 @@ pager_metrics pager::impl::snapshot() const {
   return m;
 }
 
-std::string pager::impl::oom_message(std::size_t bytes, const std::string& name) const {
+std::string pager::impl::oom_message(std::size_t bytes, const std::string& name, const char* what) const {
   std::size_t pinned = 0, in_flight_bytes = 0;
   std::size_t pinned_count = 0;
   for (const auto& t : tensors) {
-    if (!t.live || !t.hbm) continue;
+    if (!t.live || !t.hbm || t.device_resident) continue;
     if (t.pins > 0) {
       pinned += t.bytes;
       ++pinned_count;
@@ -135,9 +137,10 @@ std::string pager::impl::oom_message(std::size_t bytes, const std::string& name)
   const auto f = hbm->fragmentation();
   const std::size_t cap = hbm->capacity_bytes();
   return detail::concat(
-      "htp out of memory: cannot page in '", name, "' (", bytes, " bytes) to HBM. HBM budget ", cap,
+      "htp out of memory: cannot ", what, " '", name, "' (", bytes, " bytes). HBM budget ", cap,
       " bytes; held ", hbm_bytes_held, ", free ", cap - std::min(cap, hbm_bytes_held),
-      "; pinned by ", pinned_count, " acquired tensor(s): ", pinned, " bytes; in flight: ",
+      "; pinned by ", pinned_count, " acquired tensor(s): ", pinned, " bytes; device-resident: ",
+      counters.device_resident_tensors, " tensor(s), ", counters.device_resident_bytes, " bytes; in flight: ",
       in_flight_bytes, " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
       f.largest_free_extent_bytes,
       " bytes. The ladder evicted what it could (clean, dirty, in-flight, compaction). Release "
@@ -178,6 +181,8 @@ std::string to_json(const pager_metrics& m) {
       {"host", occ(m.host)},
       {"registered_tensors", m.registered_tensors},
       {"caller_host_bytes", m.caller_host_bytes},
+      {"device_resident_tensors", m.device_resident_tensors},
+      {"device_resident_bytes", m.device_resident_bytes},
       {"events_created", m.events_created},
       {"acquires", m.acquires},
       {"hits", m.hits},

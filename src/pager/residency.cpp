@@ -41,7 +41,7 @@ bool pager::impl::belady() const {
 void pager::impl::reindex(std::uint32_t slot) {
   const tensor_record& t = tensors[slot];
   detail::victim_key k;
-  k.indexed = t.live && t.hbm.has_value() && !t.load_failed;
+  k.indexed = t.live && t.hbm.has_value() && !t.load_failed && !t.device_resident;
   if (k.indexed) {
     k.group = t.pins > 0                                            ? victim_group::pinned
               : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty

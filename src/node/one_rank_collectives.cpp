@@ -1,0 +1,45 @@
+// Collectives of one rank, on any backend: an all-gather or all-reduce over one GPU is a copy
+// (or nothing, in place), queued on the caller's stream. So code written for N GPUs (tensor
+// parallelism, swap-and-shard) runs unchanged on one GPU without NCCL.
+#include <htp/collectives.hpp>
+
+#include <htp/detail/check.hpp>
+
+namespace htp {
+
+namespace {
+
+class one_rank_collectives final : public collectives {
+ public:
+  explicit one_rank_collectives(device& d) : dev_(d) {}
+  std::size_t size() const noexcept override { return 1; }
+  std::string backend_name() const override { return "one-rank"; }
+
+  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    check(rank, send, recv, bytes, "all_gather");
+    if (send != recv) dev_.copy_async(recv, send, bytes, copy_direction::device_to_device, s);
+  }
+  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
+                      stream_ref s) override {
+    check(rank, send, recv, count, "all_reduce_sum");
+    if (send != recv) dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
+  }
+  void group_start() override {}
+  void group_end() override {}
+
+ private:
+  static void check(std::size_t rank, const void* send, void* recv, std::size_t n, const char* what) {
+    HTP_EXPECTS(rank == 0, invalid_argument, what, ": rank ", rank, " of a one-rank group; the only rank is 0");
+    HTP_EXPECTS(send != nullptr && recv != nullptr && n > 0, invalid_argument, what,
+                ": null buffer or empty size; give both buffers and at least one element");
+  }
+  device& dev_;
+};
+
+}  // namespace
+
+std::unique_ptr<collectives> make_one_rank_collectives(device& dev) {
+  return std::make_unique<one_rank_collectives>(dev);
+}
+
+}  // namespace htp

@@ -1,0 +1,97 @@
+// Device-resident tensors (pager::register_resident): placed in HBM at registration, filled from
+// the caller's bytes, and never evicted, written back nor moved, so they need no host copy. For
+// weights an engine keeps in HBM for the whole run, and scratch such as staging buffers.
+#include "pager/pager_impl.hpp"
+
+#include <htp/detail/check.hpp>
+
+#include <algorithm>
+#include <vector>
+
+namespace htp {
+
+using detail::tensor_record;
+
+extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t slot, std::size_t bytes) {
+  bool compacted = false;
+  for (;;) {
+    reap();
+    detail::wait_set waits;
+    if (auto room = make_room(bytes, /*demand=*/true, slot, !compacted, waits)) return *room;
+    compacted = compacted || waits.compacted;
+    if (waits.empty()) {
+      ++counters.oom.thrown;
+      throw detail::ladder_exhausted(oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
+    }
+    const std::string failed = wait_for(lock, waits);
+    if (!failed.empty() && !waits.only_moves) {
+      reap();
+      throw_copy_failed(detail::concat("register_resident('", tensors[slot].name, "')"), failed);
+    }
+  }
+}
+
+tensor_handle pager::register_resident(std::string name, std::size_t bytes, tensor_kind kind,
+                                       const void* source) {
+  auto& p = *impl_;
+  HTP_EXPECTS(bytes > 0, invalid_argument, "register_resident('", name, "', 0 bytes): a tensor must have at least one byte");
+  HTP_EXPECTS(bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_resident('", name, "', ", bytes,
+              " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
+              " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
+              "). A device-resident tensor must fit in HBM whole; split it or register it pageable");
+  std::unique_lock lock(p.mutex);
+  const tensor_handle h = p.add_record(std::move(name), bytes, kind, extent{}, /*external=*/false);
+  tensor_record* t = &p.tensors[h.index];
+  t->device_resident = true;
+  t->pins = 1;  // nobody holds the handle yet; the pin only documents that it is being filled
+  extent where;
+  try {
+    where = p.room_for(lock, h.index, bytes);
+  } catch (...) {
+    p.drop_record(h.index);
+    throw;
+  }
+  t = &p.tensors[h.index];  // the table may have grown while the lock was dropped
+  t->hbm = where;
+  // Kernels may still read the memory's previous tenant: the fill waits for them on the device.
+  // Waits are enqueued under the lock (they never block; the fence's events stay valid only here).
+  std::vector<event_ref> readers = p.fence_events(where);
+  for (event_ref e : readers) p.dev.wait(e, p.private_stream);
+  lock.unlock();
+  // The fill: the caller's bytes, or zeros, in chunks (a pageable source is allowed: on cuda
+  // the copy is then synchronous with respect to the host, as set-up may be).
+  std::string failure;
+  try {
+    static const std::vector<unsigned char> zeros(std::size_t{4} << 20, 0);
+    const std::size_t step = source != nullptr ? bytes : zeros.size();
+    for (std::size_t off = 0; off < bytes; off += step) {
+      const std::size_t n = std::min(step, bytes - off);
+      const void* from = source != nullptr ? static_cast<const unsigned char*>(source) + off
+                                           : static_cast<const void*>(zeros.data());
+      p.dev.copy_async(static_cast<char*>(where.ptr) + off, from, n, copy_direction::host_to_device, p.private_stream);
+    }
+    p.private_stream.synchronize();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  lock.lock();
+  t = &p.tensors[h.index];
+  if (!failure.empty()) {
+    try {
+      p.private_stream.synchronize();  // nothing of ours still writes the extent
+    } catch (...) {
+    }
+    p.free_hbm(where);
+    const std::string what = detail::concat("register_resident('", t->name, "')");
+    p.drop_record(h.index);
+    impl::throw_copy_failed(what, failure);
+  }
+  t->pins = 0;
+  t->where = residency::resident;
+  ++p.counters.device_resident_tensors;
+  p.counters.device_resident_bytes += bytes;
+  p.reindex(h.index);  // not indexed: never a victim
+  return h;
+}
+
+}  // namespace htp
