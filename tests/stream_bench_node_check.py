@@ -39,6 +39,15 @@ if dp and tp and dp.get("bytes_per_step_per_gpu", 0) > 0 and tp["bytes_per_step_
                     f"not about half of data-parallel's {dp['bytes_per_step_per_gpu']}")
 if tp and not tp.get("collective_ms_per_layer", 0) > 0:
     failures.append("tensor-parallel: no all-reduce time measured")
+ss = node.get("swap-and-shard", {})
+if ss and not ss.get("skipped"):
+    k = ss.get("layers_per_sync", 0)
+    if k not in (1, 2) or abs(ss.get("barriers_per_layer", 0) - 1.0 / k) > 1e-9:
+        failures.append(f"swap-and-shard: {ss.get('barriers_per_layer')} compute-stream waits per layer with "
+                        f"layers_per_sync = {k}; expected exactly 1 / layers_per_sync")
+    # Staging buffers are device-resident: the host tier holds the layers once (shards padded to N).
+    if not weights <= ss.get("host_tier_bytes", 0) <= weights * 1.001:
+        failures.append(f"swap-and-shard: host tier holds {ss.get('host_tier_bytes')} bytes, not the weights once ({weights})")
 if failures:
     sys.exit("\n".join(failures))
 print("ok: node modes consistent")
