@@ -123,7 +123,7 @@ else
 fi
 
 # ---- steps ---------------------------------------------------------------------------------------
-steps_left=11  # timed steps below, so each reserves time for the ones after it
+steps_left=12  # timed steps below, so each reserves time for the ones after it
 step_env=()
 
 # timeout_for NOMINAL: NOMINAL seconds, cut so that every later step keeps 20 s (+10 s to kill).
@@ -217,6 +217,11 @@ step_env=(CUDA_MODULE_LOADING=EAGER)
 run_step stream-prefill 60 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
   --layers 16 --hbm-budget 0.5 --steps 3 --tokens 2048 --policies on-demand,schedule-k2 \
   --json "$out/stream-prefill.json"
+# The node modes on the one GPU (N = 1: data-parallel, tensor-parallel and swap-and-shard with
+# device-resident staging buffers), the cuda path of --gpus (multi-GPU runs need a larger machine).
+step_env=(CUDA_MODULE_LOADING=EAGER)
+run_step stream-node 60 "$out/bench.log" "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
+  --layers 8 --hbm-budget 0.75 --steps 2 --policies schedule-k2 --gpus 1 --json "$out/stream-node.json"
 # The integrity run of issue 7: ~3 GiB of tensors through a 1 GiB HBM budget, every acquire
 # checksummed by a CUDA kernel, memory returned at the end (exit 1 on any mismatch).
 run_step integrity 60 "$out/bench.log" "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
