@@ -3,6 +3,7 @@
 // back into the shared tier, configured shared links, and errors that name the rule.
 #include <htp/checksum.hpp>
 #include <htp/error.hpp>
+#include <htp/detail/topology.hpp>
 #include <htp/node.hpp>
 #include <htp/sim_device.hpp>
 
@@ -21,10 +22,11 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 struct sim_node {
   std::vector<std::unique_ptr<device>> devs;
   std::unique_ptr<node> n;
-  explicit sim_node(std::size_t gpus, node_config c = config()) {
+  explicit sim_node(std::size_t gpus, node_config c = config(), std::vector<int> numa = {}) {
     std::vector<device*> ptrs;
     for (std::size_t g = 0; g < gpus; ++g) {
       sim_config s;
+      if (!numa.empty()) s.numa_node = numa[g];
       s.device_memory_bytes = 32 * MiB;
       s.pinned_memory_bytes = 64 * MiB;
       s.ordinal = static_cast<int>(g);
@@ -61,6 +63,55 @@ std::vector<unsigned char> read_on(node& n, std::size_t g, tensor_handle h, devi
   n.gpu(g).release(h, s);
   s.synchronize();
   return out;
+}
+
+TEST(node, gpus_on_two_numa_nodes_get_a_host_tier_each_and_their_shards_live_in_their_own) {
+  sim_node sn(4, sim_node::config(), {0, 0, 1, 1});
+  node& n = *sn.n;
+  const node_metrics before = n.metrics();
+  ASSERT_EQ(before.host_tiers.size(), 2u);
+  EXPECT_EQ(before.host_tiers[0].numa_node, 0);
+  EXPECT_EQ(before.host_tiers[1].numa_node, 1);
+  EXPECT_EQ(before.host_tiers[0].gpus, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(before.host_tiers[1].gpus, (std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(before.host_capacity_bytes, before.host_tiers[0].capacity_bytes + before.host_tiers[1].capacity_bytes);
+  for (const auto& t : before.host_tiers) {
+    // Applied, or the clean fallback that says why (a machine without that node).
+    EXPECT_TRUE(t.placement == "node " + std::to_string(t.numa_node) || t.placement.rfind("not placed: ", 0) == 0)
+        << t.placement;
+  }
+  std::vector<std::vector<unsigned char>> shards;
+  std::vector<const void*> srcs;
+  for (unsigned g = 0; g < 4; ++g) {
+    shards.push_back(pattern(100 * KiB + g * KiB, g));
+    srcs.push_back(shards.back().data());
+  }
+  const node_tensor t = n.register_sharded("w", {shards[0].size(), shards[1].size(), shards[2].size(), shards[3].size()},
+                                           tensor_kind::weight, srcs);
+  const node_metrics after = n.metrics();
+  EXPECT_EQ(after.host_tiers[0].used_bytes, shards[0].size() + shards[1].size());
+  EXPECT_EQ(after.host_tiers[1].used_bytes, shards[2].size() + shards[3].size());
+  if (after.host_tiers[0].placement == "node 0") {
+    EXPECT_EQ(detail::numa_node_of_address(n.host_copy(t, 0).ptr), 0) << "the page is not on GPU 0's node";
+  }
+  for (std::size_t g = 0; g < 4; ++g) EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), shards[g]) << "GPU " << g;
+  const node_tensor r = n.register_replicated("shared", 10 * KiB);  // GPU 0's node
+  EXPECT_EQ(n.metrics().host_tiers[0].used_bytes, after.host_tiers[0].used_bytes + 10 * KiB);
+  n.unregister(t);
+  n.unregister(r);
+  EXPECT_EQ(n.metrics().host_tiers[0].used_bytes + n.metrics().host_tiers[1].used_bytes, 0u);
+}
+
+TEST(node, one_host_tier_without_numa_placement_or_with_one_known_node) {
+  node_config off = sim_node::config();
+  off.numa_placement = false;
+  sim_node a(2, off, {0, 1});
+  ASSERT_EQ(a.n->metrics().host_tiers.size(), 1u);
+  EXPECT_EQ(a.n->metrics().host_tiers[0].numa_node, -1);
+  EXPECT_EQ(a.n->metrics().host_tiers[0].gpus, (std::vector<std::size_t>{0, 1}));
+  sim_node b(2, sim_node::config(), {-1, -1});
+  ASSERT_EQ(b.n->metrics().host_tiers.size(), 1u);
+  EXPECT_NE(b.n->metrics().host_tiers[0].placement.find("no NUMA preference"), std::string::npos);
 }
 
 TEST(node, a_replicated_weight_has_one_host_copy_and_pages_into_every_gpu) {

@@ -1,7 +1,8 @@
 // A node: several GPUs of one process over ONE pinned host tier. See docs/multi_gpu.md.
 //
 // Note [Node]
-// - The node owns the host tier once (pinned, portable to every GPU: cudaHostAllocPortable) and one
+// - The node owns the host tier once (pinned, portable to every GPU: cudaHostAllocPortable; one
+//   per NUMA node when the GPUs sit on several, see node_config::numa_placement) and one
 //   pager per GPU on top of it. Each pager has no host tier of its own: the node lends it the
 //   node's host memory (pager::add_host_region) and registers tensors there
 //   (pager::register_tensor_at), so a weight has one host copy however many GPUs page it in.
@@ -51,6 +52,12 @@ struct node_config {
   std::vector<node_link_group> shared_links;
   bool discover_shared_links = true;
   double link_share = 1.0;  ///< discovered caps as a fraction of one GPU's own cap; in (0, 1].
+  /// With GPUs on two or more NUMA nodes (device_properties::numa_node), one host tier per node,
+  /// host_budget_bytes split evenly, each reserved and pinned while the thread prefers that node
+  /// (set_mempolicy MPOL_PREFERRED; no libnuma needed); a GPU's shards and local tensors go to its
+  /// node's tier, replicated weights to GPU 0's. Where the kernel refuses the policy the tiers are
+  /// still made, unplaced, and node_metrics::host_tiers says why (the clean fallback).
+  bool numa_placement = true;
 };
 
 /// A tensor registered with a node. A value; stale once unregistered (generation).
@@ -77,9 +84,19 @@ struct node_link_metrics {
   std::uint64_t d2h_bytes = 0;
 };
 
+/// One host tier of the node (one per NUMA node of its GPUs, or one).
+struct node_host_tier_metrics {
+  int numa_node = -1;               ///< the node its memory prefers; -1 = no preference
+  std::string placement;            ///< "node k" when the preference applied, else why not
+  std::vector<std::size_t> gpus;    ///< the GPUs whose shards and local tensors it holds
+  std::size_t capacity_bytes = 0;
+  std::size_t used_bytes = 0;       ///< requested bytes of the host copies in it
+};
+
 /// A snapshot of a node's metrics.
 struct node_metrics {
-  std::size_t host_capacity_bytes = 0;
+  std::size_t host_capacity_bytes = 0;  ///< all host tiers together
+  std::vector<node_host_tier_metrics> host_tiers;
   std::size_t host_used_bytes = 0;     ///< requested bytes of every node tensor's host copies.
   std::size_t tensors = 0;
   std::size_t replicated_bytes = 0;    ///< host bytes of replicated weights (held once, not N times).
@@ -89,8 +106,8 @@ struct node_metrics {
 
 class node {
  public:
-  /// Reserves the host tier (pinned through gpus[0], portable to all) and builds one pager per
-  /// GPU over it. The devices must outlive the node.
+  /// Reserves the host tier (pinned, portable to all GPUs; one per NUMA node of the GPUs with
+  /// numa_placement) and builds one pager per GPU over it. The devices must outlive the node.
   /// @throws htp::invalid_argument for no GPUs, a null device, per_gpu of the wrong length, a
   /// per-GPU host budget, a bad link group (unknown or repeated GPU); what the pager and the
   /// slab allocator throw for their configs.

@@ -23,6 +23,7 @@ struct record {
   std::string name;
   node_layout layout = node_layout::replicated;
   std::vector<extent> host;            // one per shard (sharded), else one
+  std::vector<std::size_t> tier;       // the host tier of each extent
   std::vector<tensor_handle> handles;  // per GPU; null where the tensor is not
   std::uint32_t generation = 0;
   bool live = false;
@@ -48,10 +49,19 @@ std::vector<node_link_group> discover(const std::vector<device*>& gpus) {
 
 }  // namespace
 
+/// One host tier: pinned memory preferring one NUMA node (or no preference).
+struct host_tier {
+  int numa_node = -1;
+  std::string placement;  // "node k" when the preference applied, else why not
+  std::unique_ptr<slab_allocator> alloc;
+  std::size_t used = 0;
+};
+
 struct node::impl {
   std::vector<device*> devs;
   node_config cfg;
-  std::unique_ptr<slab_allocator> host;
+  std::vector<host_tier> hosts;        // one per NUMA node of the GPUs, or one
+  std::vector<std::size_t> tier_of;    // per GPU: the host tier of its NUMA node
   std::vector<link_entry> links;
   std::vector<std::unique_ptr<pager>> pagers;  // after host: destroyed first
   mutable std::mutex mu;
@@ -66,14 +76,21 @@ struct node::impl {
                 ", generation ", t.generation, "); it was unregistered or never registered");
     return records[t.index];
   }
-  extent host_extent(std::size_t bytes, const void* source) {
-    const extent e = host->allocate(bytes);
+  /// A host extent of `bytes` in GPU g's host tier, filled from `source` (null = zeros), added to r.
+  void add_host_extent(record& r, std::size_t g, std::size_t bytes, const void* source) {
+    const std::size_t t = tier_of[g];
+    const extent e = hosts[t].alloc->allocate(bytes);
+    r.host.push_back(e);
+    r.tier.push_back(t);
     if (source != nullptr) {
       std::memcpy(e.ptr, source, bytes);
     } else {
       std::memset(e.ptr, 0, bytes);
     }
-    return e;
+  }
+  /// Frees every host extent of r.
+  void free_host(const record& r) {
+    for (std::size_t i = 0; i < r.host.size(); ++i) hosts[r.tier[i]].alloc->deallocate(r.host[i].ptr, r.host[i].bytes);
   }
   /// Registers `r` (host extents filled) in the pagers of `where` (per extent index) and stores it.
   node_tensor commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
@@ -106,17 +123,44 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
     largest_chunk = std::max(largest_chunk, pcs[g].chunk_bytes);
   }
 
-  // The host tier, once, pinned through GPU 0 (portable to every GPU on cuda). Reservations are at
-  // least as large as the largest HBM budget, so any tensor that fits a GPU has a host extent.
-  slab_allocator_config hc;
-  hc.t = tier::host;
-  hc.budget_bytes = s.cfg.host_budget_bytes;
-  hc.slab_bytes = s.cfg.host_slab_bytes;
-  hc.page_bytes = s.cfg.host_page_bytes;
-  if (hc.slab_bytes > 0) {
-    hc.slabs_per_reservation = (std::max(largest_hbm, std::size_t{1} << 30) + hc.slab_bytes - 1) / hc.slab_bytes;
+  // The host tier, once: pinned, portable to every GPU. With NUMA placement and GPUs on several
+  // NUMA nodes, one tier per node (the budget split evenly), reserved while the thread prefers
+  // that node, so each GPU's shards sit in its own node's memory. Reservations are at least as
+  // large as the largest HBM budget, so any tensor that fits a GPU has a host extent.
+  std::vector<int> numa_nodes;  // distinct known nodes, in GPU order
+  for (device* d : s.devs) {
+    const int nn = d->properties().numa_node;
+    if (nn >= 0 && std::find(numa_nodes.begin(), numa_nodes.end(), nn) == numa_nodes.end()) numa_nodes.push_back(nn);
   }
-  s.host = std::make_unique<slab_allocator>(*s.devs[0], hc);
+  const bool per_numa = s.cfg.numa_placement && numa_nodes.size() >= 2;
+  if (!per_numa) numa_nodes = {numa_nodes.size() == 1 && s.cfg.numa_placement ? numa_nodes.front() : -1};
+  s.tier_of.assign(n, 0);  // a GPU of unknown NUMA node uses the first tier
+  for (std::size_t g = 0; g < n && per_numa; ++g) {
+    const auto it = std::find(numa_nodes.begin(), numa_nodes.end(), s.devs[g]->properties().numa_node);
+    if (it != numa_nodes.end()) s.tier_of[g] = static_cast<std::size_t>(it - numa_nodes.begin());
+  }
+  for (std::size_t t = 0; t < numa_nodes.size(); ++t) {
+    const std::size_t first_gpu =
+        static_cast<std::size_t>(std::find(s.tier_of.begin(), s.tier_of.end(), t) - s.tier_of.begin());
+    slab_allocator_config hc;
+    hc.t = tier::host;
+    hc.budget_bytes = s.cfg.host_budget_bytes / numa_nodes.size();
+    hc.slab_bytes = s.cfg.host_slab_bytes;
+    hc.page_bytes = s.cfg.host_page_bytes;
+    if (hc.slab_bytes > 0) {
+      hc.slabs_per_reservation = (std::max(largest_hbm, std::size_t{1} << 30) + hc.slab_bytes - 1) / hc.slab_bytes;
+    }
+    host_tier ht;
+    ht.numa_node = numa_nodes[t];
+    {
+      const detail::numa_preference prefer(ht.numa_node);
+      ht.placement = prefer.applied() ? "node " + std::to_string(ht.numa_node)
+                     : ht.numa_node < 0 ? std::string("no NUMA preference (GPU NUMA nodes unknown or numa_placement off)")
+                                        : "not placed: " + prefer.why();
+      ht.alloc = std::make_unique<slab_allocator>(*s.devs[first_gpu], hc);  // pinning threads inherit the policy
+    }
+    s.hosts.push_back(std::move(ht));
+  }
 
   // Shared links: configured, or discovered from the PCIe topology.
   std::vector<node_link_group> groups = s.cfg.shared_links;
@@ -144,7 +188,10 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
     s.links.push_back(std::move(e));
   }
 
-  const std::vector<extent> host_memory = s.host->reservations();
+  std::vector<extent> host_memory;
+  for (const host_tier& ht : s.hosts) {
+    for (const extent& r : ht.alloc->reservations()) host_memory.push_back(r);
+  }
   for (std::size_t g = 0; g < n; ++g) {
     pager_config pc = pcs[g];
     link_entry* link = group_of[g] >= 0 ? &s.links[static_cast<std::size_t>(group_of[g])] : nullptr;
@@ -171,7 +218,7 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
 node::~node() {
   // Pagers first (they wait for their copies and hold regions of the host tier), then the tier.
   p_->pagers.clear();
-  p_->host.reset();
+  p_->hosts.clear();
 }
 
 std::size_t node::gpu_count() const noexcept { return p_->pagers.size(); }
@@ -199,7 +246,7 @@ node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t
     for (std::size_t g = 0; g < pagers.size(); ++g) {
       if (r.handles[g]) pagers[g]->unregister_tensor(r.handles[g]);
     }
-    for (const extent& e : r.host) host->deallocate(e.ptr, e.bytes);
+    free_host(r);
     throw;
   }
   std::lock_guard lock(mu);
@@ -213,7 +260,10 @@ node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t
   }
   r.generation = records[slot].generation + 1;
   r.live = true;
-  for (const extent& e : r.host) used_bytes += e.bytes;
+  for (std::size_t i = 0; i < r.host.size(); ++i) {
+    used_bytes += r.host[i].bytes;
+    hosts[r.tier[i]].used += r.host[i].bytes;
+  }
   if (r.layout == node_layout::replicated) replicated_bytes += r.host.front().bytes;
   ++live;
   records[slot] = std::move(r);
@@ -225,7 +275,7 @@ node_tensor node::register_replicated(std::string name, std::size_t bytes, const
   record r;
   r.name = std::move(name);
   r.layout = node_layout::replicated;
-  r.host.push_back(p_->host_extent(bytes, source));
+  p_->add_host_extent(r, 0, bytes, source);  // GPU 0's NUMA node
   std::vector<std::pair<std::size_t, std::size_t>> where;
   for (std::size_t g = 0; g < p_->pagers.size(); ++g) where.emplace_back(g, 0);
   return p_->commit(std::move(r), where, tensor_kind::weight);
@@ -248,11 +298,11 @@ node_tensor node::register_sharded(std::string name, const std::vector<std::size
   std::vector<std::pair<std::size_t, std::size_t>> where;
   try {
     for (std::size_t g = 0; g < n; ++g) {
-      r.host.push_back(p_->host_extent(shard_bytes[g], sources.empty() ? nullptr : sources[g]));
+      p_->add_host_extent(r, g, shard_bytes[g], sources.empty() ? nullptr : sources[g]);  // GPU g's NUMA node
       where.emplace_back(g, g);
     }
   } catch (...) {
-    for (const extent& e : r.host) p_->host->deallocate(e.ptr, e.bytes);
+    p_->free_host(r);
     throw;
   }
   return p_->commit(std::move(r), where, kind);
@@ -266,7 +316,7 @@ node_tensor node::register_local(std::size_t g, std::string name, std::size_t by
   record r;
   r.name = std::move(name);
   r.layout = node_layout::local;
-  r.host.push_back(p_->host_extent(bytes, source));
+  p_->add_host_extent(r, g, bytes, source);
   return p_->commit(std::move(r), {{g, 0}}, kind);
 }
 
@@ -313,7 +363,10 @@ void node::unregister(node_tensor t) {
     slot.host.clear();
     slot.handles.clear();
     p_->free_slots.push_back(t.index);
-    for (const extent& e : r.host) p_->used_bytes -= e.bytes;
+    for (std::size_t i = 0; i < r.host.size(); ++i) {
+      p_->used_bytes -= r.host[i].bytes;
+      p_->hosts[r.tier[i]].used -= r.host[i].bytes;
+    }
     if (r.layout == node_layout::replicated) p_->replicated_bytes -= r.host.front().bytes;
     --p_->live;
   }
@@ -321,7 +374,7 @@ void node::unregister(node_tensor t) {
   for (std::size_t g = 0; g < r.handles.size(); ++g) {
     if (r.handles[g]) p_->pagers[g]->unregister_tensor(r.handles[g]);
   }
-  for (const extent& e : r.host) p_->host->deallocate(e.ptr, e.bytes);
+  p_->free_host(r);
 }
 
 node_metrics node::metrics() const {
@@ -331,8 +384,19 @@ node_metrics node::metrics() const {
     m.host_used_bytes = p_->used_bytes;
     m.replicated_bytes = p_->replicated_bytes;
     m.tensors = p_->live;
+    for (const host_tier& ht : p_->hosts) {
+      node_host_tier_metrics t;
+      t.numa_node = ht.numa_node;
+      t.placement = ht.placement;
+      t.capacity_bytes = ht.alloc->capacity_bytes();
+      t.used_bytes = ht.used;
+      for (std::size_t g = 0; g < p_->tier_of.size(); ++g) {
+        if (&p_->hosts[p_->tier_of[g]] == &ht) t.gpus.push_back(g);
+      }
+      m.host_capacity_bytes += t.capacity_bytes;
+      m.host_tiers.push_back(std::move(t));
+    }
   }
-  m.host_capacity_bytes = p_->host->capacity_bytes();
   for (const auto& pg : p_->pagers) m.per_gpu.push_back(pg->metrics());
   for (const link_entry& e : p_->links) {
     node_link_metrics l;

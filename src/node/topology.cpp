@@ -7,6 +7,11 @@
 #include <fstream>
 #include <string>
 
+#include <cerrno>
+#include <cstring>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace htp::detail {
 
 std::string normalize_pci_bus_id(std::string id) {
@@ -38,6 +43,52 @@ std::string pcie_root_port_of(const std::string& pci_bus_id) {
   const auto second = path.find('/', first + 1);             // end of the root port
   if (second == std::string::npos) return {};
   return path.substr(prefix.size(), second - prefix.size());
+}
+
+namespace {
+constexpr int mpol_preferred = 1;  // <linux/mempolicy.h>, without needing libnuma's headers
+constexpr unsigned long mpol_f_node = 1, mpol_f_addr = 2;
+constexpr unsigned long mask_bits = 16 * 8 * sizeof(unsigned long);
+}  // namespace
+
+numa_preference::numa_preference(int node) {
+#if defined(SYS_set_mempolicy) && defined(SYS_get_mempolicy)
+  if (node < 0 || static_cast<unsigned long>(node) >= mask_bits) {
+    why_ = "NUMA node " + std::to_string(node) + " is unknown";
+    return;
+  }
+  if (syscall(SYS_get_mempolicy, &old_mode_, old_mask_, mask_bits, nullptr, 0UL) != 0) {
+    why_ = std::string("get_mempolicy: ") + std::strerror(errno);
+    return;
+  }
+  unsigned long mask[16] = {};
+  mask[node / (8 * sizeof(unsigned long))] = 1UL << (node % (8 * sizeof(unsigned long)));
+  if (syscall(SYS_set_mempolicy, mpol_preferred, mask, mask_bits) != 0) {
+    why_ = "set_mempolicy(MPOL_PREFERRED, node " + std::to_string(node) + "): " + std::strerror(errno);
+    return;
+  }
+  applied_ = true;
+#else
+  why_ = "this platform has no set_mempolicy";
+  (void)node;
+#endif
+}
+
+numa_preference::~numa_preference() {
+#if defined(SYS_set_mempolicy)
+  if (applied_) syscall(SYS_set_mempolicy, old_mode_, old_mask_, mask_bits);
+#endif
+}
+
+int numa_node_of_address(const void* p) noexcept {
+#if defined(SYS_get_mempolicy)
+  int node = -1;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0UL, p, mpol_f_node | mpol_f_addr) != 0) return -1;
+  return node;
+#else
+  (void)p;
+  return -1;
+#endif
 }
 
 }  // namespace htp::detail
