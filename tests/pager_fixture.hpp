@@ -67,6 +67,14 @@ struct checksum_slot {
   ~checksum_slot() { dev.deallocate(memory_kind::pinned_host, value, 8); }
 };
 
+/// A test with a small sim device, a compute stream and a checksum slot (the pager suites' set-up).
+class sim_pager_test : public ::testing::Test {
+ protected:
+  std::unique_ptr<device> dev = small_sim_device();
+  stream compute{*dev};
+  checksum_slot slot{*dev};
+};
+
 /// Acquires `h`, checksums its bytes on `compute` like a kernel would, releases, and returns the
 /// checksum (synchronizing the stream).
 inline std::uint64_t device_checksum(pager& p, device& dev, tensor_handle h, stream& compute,

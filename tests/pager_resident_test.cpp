@@ -8,12 +8,7 @@
 namespace htp::test {
 namespace {
 
-class pager_resident : public ::testing::Test {
- protected:
-  std::unique_ptr<device> dev = small_sim_device();
-  stream compute{*dev};
-  checksum_slot slot{*dev};
-};
+class pager_resident : public sim_pager_test {};
 
 TEST_F(pager_resident, holds_its_bytes_in_hbm_and_no_host_memory) {
   pager p(*dev, small_pager_config(8));

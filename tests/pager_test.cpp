@@ -8,12 +8,7 @@
 namespace htp::test {
 namespace {
 
-class pager_test : public ::testing::Test {
- protected:
-  std::unique_ptr<device> dev = small_sim_device();
-  stream compute{*dev};
-  checksum_slot slot{*dev};
-};
+class pager_test : public sim_pager_test {};
 
 TEST_F(pager_test, a_fault_pages_the_bytes_in_and_a_second_acquire_hits) {
   pager p(*dev, small_pager_config(8));

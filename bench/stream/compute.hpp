@@ -82,5 +82,15 @@ std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& 
 /// said in description()). @throws htp::invalid_argument when htp was built without CUDA.
 std::unique_ptr<layer_compute> make_cuda_compute(device& dev, dtype type, int max_tokens,
                                                  std::uint64_t max_rows, std::uint64_t max_cols);
+/// make_cuda_compute sized for the largest matrix of `model`'s layers.
+inline std::unique_ptr<layer_compute> make_cuda_compute(device& dev, dtype type, int max_tokens,
+                                                        const model_shape& model) {
+  std::uint64_t rows = 1, cols = 1;
+  for (const auto& t : layer_tensors(model)) {
+    rows = std::max(rows, t.rows);
+    cols = std::max(cols, t.cols);
+  }
+  return make_cuda_compute(dev, type, max_tokens, rows, cols);
+}
 
 }  // namespace htp::bench

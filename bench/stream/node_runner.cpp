@@ -73,8 +73,9 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   std::size_t per_sync = 0;
   if (mode == node_mode::swap_and_shard) {
     const std::size_t lb = static_cast<std::size_t>(layer_bytes);
+    const auto need = [&](std::size_t k) { return 2 * k * lb + lb / N + 2 * cfg.slab_bytes; };
     for (std::size_t k : {std::size_t{2}, std::size_t{1}}) {
-      if (cfg.hbm_budget_bytes >= 2 * k * lb + lb / N + 2 * cfg.slab_bytes) {
+      if (cfg.hbm_budget_bytes >= need(k)) {
         per_sync = k;
         break;
       }
@@ -84,7 +85,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       r.mode = to_string(mode);
       r.gpus = N;
       r.skipped = true;
-      r.skip_reason = "needs " + std::to_string((2 * lb + lb / N + 2 * cfg.slab_bytes) >> 20) +
+      r.skip_reason = "needs " + std::to_string(need(1) >> 20) +
                       " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
                       std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB";
       return r;
@@ -237,12 +238,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         pager& p = nd.gpu(g);
         std::unique_ptr<layer_compute> compute;
         if (o.kind == backend::cuda) {
-          std::uint64_t rows = 1, cols = 1;
-          for (const auto& t : shapes) {
-            rows = std::max(rows, t.rows);
-            cols = std::max(cols, t.cols);
-          }
-          compute = make_cuda_compute(dev, cfg.type, cfg.tokens, rows, cols);
+          compute = make_cuda_compute(dev, cfg.type, cfg.tokens, cfg.model);
         } else {
           compute = make_sim_compute(dev, "modelled", o.compute_gbps);
         }

@@ -165,12 +165,7 @@ int main(int argc, char** argv) {
       compute = make_sim_compute(*dev, sim_compute, sim_compute_gbps);
     } else {
       dev = make_device(backend::cuda);
-      std::uint64_t rows = 1, cols = 1;
-      for (const auto& t : layer_tensors(cfg.model)) {
-        rows = std::max(rows, t.rows);
-        cols = std::max(cols, t.cols);
-      }
-      compute = make_cuda_compute(*dev, cfg.type, tokens, rows, cols);
+      compute = make_cuda_compute(*dev, cfg.type, tokens, cfg.model);
     }
     for (const auto& p : standard_policies()) {
       if (policies_arg == "all" || ("," + policies_arg + ",").find("," + p.name + ",") != std::string::npos) pols.push_back(p);

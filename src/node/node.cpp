@@ -67,7 +67,7 @@ struct node::impl {
   mutable std::mutex mu;
   std::vector<record> records;
   std::vector<std::uint32_t> free_slots;
-  std::size_t used_bytes = 0, replicated_bytes = 0, live = 0;
+  std::size_t replicated_bytes = 0, live = 0;  // host bytes used: the tiers' `used`
 
   const record& live_record(node_tensor t, const char* call) const {
     HTP_EXPECTS(t && t.index < records.size() && records[t.index].live &&
@@ -260,10 +260,7 @@ node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t
   }
   r.generation = records[slot].generation + 1;
   r.live = true;
-  for (std::size_t i = 0; i < r.host.size(); ++i) {
-    used_bytes += r.host[i].bytes;
-    hosts[r.tier[i]].used += r.host[i].bytes;
-  }
+  for (std::size_t i = 0; i < r.host.size(); ++i) hosts[r.tier[i]].used += r.host[i].bytes;
   if (r.layout == node_layout::replicated) replicated_bytes += r.host.front().bytes;
   ++live;
   records[slot] = std::move(r);
@@ -363,10 +360,7 @@ void node::unregister(node_tensor t) {
     slot.host.clear();
     slot.handles.clear();
     p_->free_slots.push_back(t.index);
-    for (std::size_t i = 0; i < r.host.size(); ++i) {
-      p_->used_bytes -= r.host[i].bytes;
-      p_->hosts[r.tier[i]].used -= r.host[i].bytes;
-    }
+    for (std::size_t i = 0; i < r.host.size(); ++i) p_->hosts[r.tier[i]].used -= r.host[i].bytes;
     if (r.layout == node_layout::replicated) p_->replicated_bytes -= r.host.front().bytes;
     --p_->live;
   }
@@ -381,19 +375,20 @@ node_metrics node::metrics() const {
   node_metrics m;
   {
     std::lock_guard lock(p_->mu);
-    m.host_used_bytes = p_->used_bytes;
     m.replicated_bytes = p_->replicated_bytes;
     m.tensors = p_->live;
-    for (const host_tier& ht : p_->hosts) {
+    for (std::size_t k = 0; k < p_->hosts.size(); ++k) {
+      const host_tier& ht = p_->hosts[k];
       node_host_tier_metrics t;
       t.numa_node = ht.numa_node;
       t.placement = ht.placement;
       t.capacity_bytes = ht.alloc->capacity_bytes();
       t.used_bytes = ht.used;
       for (std::size_t g = 0; g < p_->tier_of.size(); ++g) {
-        if (&p_->hosts[p_->tier_of[g]] == &ht) t.gpus.push_back(g);
+        if (p_->tier_of[g] == k) t.gpus.push_back(g);
       }
       m.host_capacity_bytes += t.capacity_bytes;
+      m.host_used_bytes += t.used_bytes;
       m.host_tiers.push_back(std::move(t));
     }
   }

@@ -42,7 +42,6 @@ struct swap_shard::impl {
   swap_shard_config cfg;
   std::vector<std::size_t> bytes;         // per layer, as given
   std::size_t shard = 0;                  // bytes per shard (the largest layer / N, rounded up)
-  std::size_t k = 1;                      // layers per group (cfg.layers_per_sync)
   std::vector<node_tensor> layer;         // sharded
   std::vector<layer_source> src;
   std::vector<gpu_state> gpus;
@@ -79,6 +78,7 @@ struct swap_shard::impl {
     if (q >= cfg.ahead) dev.wait(st.released[b], gs);  // the buffer's previous group is done
     gpu_state::gate* gt = nullptr;  // host path: one fence for the group's loads
     std::uint64_t peers = 0, hosts = 0;
+    const std::size_t k = cfg.layers_per_sync;
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t l = (q * k + j) % layer.size();
       char* at = static_cast<char*>(st.buffer[b]) + j * N * shard;
@@ -136,7 +136,6 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
     HTP_EXPECTS(layer_bytes[l] > 0, invalid_argument, "swap_shard: layer ", l, " has 0 bytes");
   }
   s.bytes = layer_bytes;
-  s.k = config.layers_per_sync;
   const std::size_t largest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
   s.shard = (largest + N - 1) / N;
   s.shard = (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
@@ -147,7 +146,7 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
   if (host_rate == 0) host_rate = nd.gpu(0).engine().metrics().h2d.effective_rate();
   std::size_t smallest_hbm = SIZE_MAX;
   for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, nd.gpu(g).config().hbm_budget_bytes);
-  const std::size_t staging = config.ahead * s.k * N * s.shard;
+  const std::size_t staging = config.ahead * config.layers_per_sync * N * s.shard;
   const bool all_fit = s.shard * layer_bytes.size() + staging <= smallest_hbm;
   const layer_source plan = all_fit || config.interconnect_bytes_per_second >= host_rate ? layer_source::peers
                                                                                           : layer_source::host;
@@ -173,7 +172,7 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
       st.gather = std::make_unique<stream>(dev);
       for (std::size_t b = 0; b < config.ahead; ++b) {
         // HBM only: a staging buffer is rewritten by every gather and never needs a host copy.
-        st.buffer_tensor.push_back(p.register_resident("staging" + std::to_string(b), s.k * N * s.shard,
+        st.buffer_tensor.push_back(p.register_resident("staging" + std::to_string(b), config.layers_per_sync * N * s.shard,
                                                        tensor_kind::mutable_state));
         st.buffer.push_back(p.acquire(st.buffer_tensor.back(), *st.gather).data);  // held for life
         ++st.pinned;
@@ -235,11 +234,12 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
   HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
               "): ", st.holding ? "the previous layer is not released yet"
                                 : "layers come in order; the next one on this GPU is " + std::to_string(expected));
-  const std::size_t q = st.next / s.k, b = q % s.cfg.ahead, j = st.next % s.k;
+  const std::size_t k = s.cfg.layers_per_sync;
+  const std::size_t q = st.next / k, b = q % s.cfg.ahead, j = st.next % k;
   // Keep `ahead` groups in flight: this one and the next, whose buffers are released.
   for (; st.issued < q + s.cfg.ahead; ++st.issued) s.issue(g, st.issued);
   HTP_EXPECTS(j == 0 || compute == st.waited_on, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
-              "): the layers of a group (swap_shard_config.layers_per_sync = ", s.k,
+              "): the layers of a group (swap_shard_config.layers_per_sync = ", k,
               ") are acquired on one compute stream; this one differs from the group's first");
   const bool wait = j == 0;  // once per group
   if (wait) {
@@ -263,7 +263,7 @@ void swap_shard::release(std::size_t g, std::size_t layer, stream_ref compute) {
               ", layer ", layer, "): not the layer this GPU holds");
   // A marker, not a synchronisation: the buffer's next gather waits on it once, after the group's
   // last layer (a later record on the same stream covers the earlier ones).
-  s.n.device_of(g).record(st.released[((st.next - 1) / s.k) % s.cfg.ahead], compute);
+  s.n.device_of(g).record(st.released[((st.next - 1) / s.cfg.layers_per_sync) % s.cfg.ahead], compute);
   st.holding = false;
 }
 

@@ -42,8 +42,7 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
   std::unique_lock lock(p.mutex);
   const tensor_handle h = p.add_record(std::move(name), bytes, kind, extent{}, /*external=*/false);
   tensor_record* t = &p.tensors[h.index];
-  t->device_resident = true;
-  t->pins = 1;  // nobody holds the handle yet; the pin only documents that it is being filled
+  t->device_resident = true;  // outside the victim index from here on: nothing evicts or moves it
   extent where;
   try {
     where = p.room_for(lock, h.index, bytes);
@@ -86,7 +85,6 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
     p.drop_record(h.index);
     impl::throw_copy_failed(what, failure);
   }
-  t->pins = 0;
   t->where = residency::resident;
   ++p.counters.device_resident_tensors;
   p.counters.device_resident_bytes += bytes;
