@@ -200,7 +200,7 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
   };
   node_config twice = sim_node::config();
   twice.shared_links = {grp, grp};
-  expect_bad(twice, "one upstream link");
+  expect_bad(twice, "repeats a name");
   node_config unknown = sim_node::config();
   unknown.shared_links = {grp};
   unknown.shared_links[0].gpus = {0, 5};
@@ -208,6 +208,103 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
   node_config own_host = sim_node::config();
   own_host.gpu.host_budget_bytes = MiB;
   expect_bad(own_host, "host_budget_bytes");
+}
+
+// GPUs 0 and 1 under switch0 (an H2D cap) inside numa0 (one cap for both directions), GPU 2 in
+// numa0 alone, GPU 3 in no group: each link counts exactly the bytes of the GPUs below it, and a
+// write-back crosses numa0's combined cap too.
+TEST(node, nested_link_groups_chain_a_switch_under_its_numa_node) {
+  node_config c = sim_node::config();
+  node_link_group sw, numa;
+  sw.name = "switch0";
+  sw.gpus = {0, 1};
+  sw.h2d_bytes_per_second = 3'000'000'000;
+  numa.name = "numa0";
+  numa.gpus = {0, 1, 2};
+  numa.combined_bytes_per_second = 8'000'000'000;
+  c.shared_links = {numa, sw};  // any order: the tree comes from the GPU sets
+  sim_node sn(4, c);
+  node& n = *sn.n;
+  ASSERT_EQ(n.shared_links().size(), 2u);
+  const auto w = pattern(512 * KiB, 5);
+  const node_tensor t = n.register_replicated("w", w.size(), w.data());
+  for (std::size_t g = 0; g < 4; ++g) EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), w) << "GPU " << g;
+
+  const node_tensor kv = n.register_local(2, "kv", 256 * KiB, tensor_kind::mutable_state);
+  const tensor_handle h = n.on(kv, 2);
+  stream s(*sn.devs[2]);
+  const device_span sp = n.gpu(2).acquire(h, s, true);
+  std::memset(sp.data, 7, sp.bytes);
+  n.gpu(2).release(h, s, /*dirty=*/true);
+  s.synchronize();
+  n.gpu(2).evict(h);  // a write-back: D2H through numa0
+
+  const node_metrics m = n.metrics();
+  ASSERT_EQ(m.links.size(), 2u);
+  const node_link_metrics& lnuma = m.links[0].name == "numa0" ? m.links[0] : m.links[1];
+  const node_link_metrics& lsw = m.links[0].name == "switch0" ? m.links[0] : m.links[1];
+  EXPECT_EQ(lsw.parent, "numa0");
+  EXPECT_EQ(lnuma.parent, "");
+  EXPECT_EQ(lsw.h2d_rate_bytes_per_second, 3'000'000'000u);
+  EXPECT_EQ(lnuma.combined_rate_bytes_per_second, 8'000'000'000u);
+  EXPECT_EQ(lsw.h2d_bytes, 2 * w.size()) << "GPUs 0 and 1";
+  const std::uint64_t kv_in = sp.bytes;  // the acquire paged in zeros, the eviction wrote back
+  EXPECT_EQ(lnuma.combined_bytes, 3 * w.size() + kv_in + sp.bytes) << "GPUs 0-2, both directions; not GPU 3";
+  EXPECT_EQ(lnuma.h2d_bytes, 0u) << "numa0 has no directional cap";
+}
+
+TEST(node, link_groups_that_overlap_without_nesting_or_put_memory_under_pcie_are_refused) {
+  auto expect_bad = [&](std::vector<node_link_group> groups, const char* what) {
+    node_config c = sim_node::config();
+    c.shared_links = std::move(groups);
+    try {
+      sim_node x(3, c);
+      FAIL() << "accepted; expected a complaint about " << what;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  node_link_group a, b;
+  a.name = "a";
+  a.gpus = {0, 1};
+  a.h2d_bytes_per_second = 1'000'000'000;
+  b.name = "b";
+  b.gpus = {1, 2};
+  b.h2d_bytes_per_second = 1'000'000'000;
+  expect_bad({a, b}, "groups must nest");
+  node_link_group inner_memory = a, outer_pcie = a;
+  inner_memory.h2d_bytes_per_second = 0;
+  inner_memory.combined_bytes_per_second = 1'000'000'000;
+  outer_pcie.name = "pcie";
+  outer_pcie.gpus = {0, 1, 2};
+  expect_bad({inner_memory, outer_pcie}, "never below");
+}
+
+// On sim the topology comes from the device properties: GPUs on NUMA nodes {0, 0, 1, 1} give two
+// NUMA groups with the configured memory cap, each GPU's engine drawing from its own node's.
+TEST(node, discovered_numa_groups_cap_each_nodes_gpus_together) {
+  node_config c = sim_node::config();
+  c.numa_bytes_per_second = 6'000'000'000;
+  sim_node sn(4, c, {0, 0, 1, 1});
+  node& n = *sn.n;
+  const auto w = pattern(256 * KiB, 3);
+  const node_tensor t = n.register_replicated("w", w.size(), w.data());
+  for (std::size_t g = 0; g < 3; ++g) (void)read_on(n, g, n.on(t, g), *sn.devs[g]);
+  const node_metrics m = n.metrics();
+  ASSERT_EQ(m.links.size(), 2u);
+  EXPECT_EQ(m.links[0].name, "numa0");
+  EXPECT_EQ(m.links[0].gpus, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(m.links[0].combined_rate_bytes_per_second, 6'000'000'000u);
+  EXPECT_EQ(m.links[0].combined_bytes, 2 * w.size());
+  EXPECT_EQ(m.links[1].name, "numa1");
+  EXPECT_EQ(m.links[1].combined_bytes, w.size()) << "GPU 2 only; GPU 3 read nothing";
+
+  node_config uncapped = sim_node::config();
+  sim_node su(2, uncapped, {0, 1});
+  const node_metrics mu = su.n->metrics();
+  ASSERT_EQ(mu.links.size(), 2u) << "listed even without a memory cap";
+  EXPECT_EQ(mu.links[0].combined_rate_bytes_per_second, 0u);
+  EXPECT_TRUE(su.n->shared_links().empty()) << "nothing to draw from without a cap";
 }
 
 TEST(node, a_failed_registration_leaves_nothing_behind) {

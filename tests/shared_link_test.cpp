@@ -149,6 +149,78 @@ TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
   drain(clock, *b.engine, tb);
 }
 
+// Two levels: GPUs 0 and 1 under switch0, GPU 2 straight under numa0, which switch0 sits in.
+// numa0 earns two chunks per step and GPU 2 alone could use them all, so numa0 is always spent;
+// switch0's two GPUs together never pass more than switch0's own cap.
+TEST(shared_link, nested_links_cap_every_level_at_once) {
+  virtual_clock clock;
+  auto numa = std::make_shared<shared_link>("numa0", 2 * rate, 4 * chunk, clock.fn());
+  auto sw = std::make_shared<shared_link>("switch0", rate, 2 * chunk, clock.fn(), numa);
+  crossing_log log;
+  gpu a(0, sw, log), b(1, sw, log), c(2, numa, log);
+  const transfer_ticket ta = a.load(24, 0, transfer_priority::prefetch);
+  const transfer_ticket tb = b.load(24, 0, transfer_priority::prefetch);
+  const transfer_ticket tc = c.load(24, 0, transfer_priority::prefetch);
+  for (std::size_t step = 0; step <= 6; ++step) {
+    if (step > 0) clock.now += chunk_ns;
+    const std::uint64_t numa_cap = (4 + 2 * step) * chunk;  // burst + elapsed x rate
+    // Every issued chunk crossed numa0 (the log is written just after the tokens are taken).
+    ASSERT_TRUE(eventually([&] { return numa->bytes_taken() == numa_cap && log.snapshot().size() * chunk == numa_cap; }))
+        << "step " << step << ": numa0 passed " << numa->bytes_taken() / chunk << " chunks, "
+        << log.snapshot().size() << " issued";
+    EXPECT_LE(sw->bytes_taken(), (2 + step) * chunk) << "step " << step << ": switch0 over its cap";
+  }
+  std::size_t under_switch = 0;
+  for (const auto& [g, p] : log.snapshot()) under_switch += g != 2 ? 1 : 0;
+  EXPECT_EQ(sw->bytes_taken(), under_switch * chunk) << "a chunk takes switch0's tokens only when it crosses";
+  drain(clock, *a.engine, ta);
+  drain(clock, *b.engine, tb);
+  drain(clock, *c.engine, tc);
+}
+
+// The chain is taken whole or not at all, and a waiter counts at every level up to the one that
+// holds it back: a fault under one switch, waiting for the NUMA link, holds back a prefetch under
+// another switch whose own switch has tokens.
+TEST(shared_link, a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_before_a_prefetch_under_another) {
+  virtual_clock clock;
+  auto numa = std::make_shared<shared_link>("numa0", rate, chunk, clock.fn());
+  auto sw0 = std::make_shared<shared_link>("switch0", rate, 4 * chunk, clock.fn(), numa);
+  auto sw1 = std::make_shared<shared_link>("switch1", rate, 4 * chunk, clock.fn(), numa);
+  EXPECT_EQ(sw0->chain_burst(), chunk);
+  shared_link::waiter prefetcher, faulter;
+  ASSERT_EQ(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0);
+  EXPECT_GT(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0) << "numa0 is empty";
+  EXPECT_EQ(sw0->bytes_taken(), chunk) << "nothing taken from switch0 when numa0 refused";
+  EXPECT_EQ(sw0->waiting(transfer_priority::prefetch), 1u);
+  EXPECT_EQ(numa->waiting(transfer_priority::prefetch), 1u);
+  EXPECT_GT(sw1->take_or_wait(chunk, transfer_priority::fault, faulter), 0);
+  EXPECT_EQ(numa->waiting(transfer_priority::fault), 1u);
+  EXPECT_EQ(sw1->waiting(transfer_priority::fault), 1u);
+  clock.now += chunk_ns;  // one chunk's tokens on numa0
+  EXPECT_GT(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0)
+      << "the fault waits for numa0: the prefetch must not take its tokens";
+  EXPECT_EQ(sw1->take_or_wait(chunk, transfer_priority::fault, faulter), 0);
+  EXPECT_EQ(numa->waiting(transfer_priority::fault), 0u);
+  EXPECT_EQ(sw1->waiting(transfer_priority::fault), 0u);
+  clock.now += chunk_ns;
+  EXPECT_EQ(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0) << "the fault is through";
+  EXPECT_EQ(numa->bytes_taken(), 3 * chunk);
+  EXPECT_EQ(sw0->bytes_taken(), 2 * chunk);
+  EXPECT_EQ(sw1->bytes_taken(), chunk);
+  sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher);  // waits again (numa0 empty)
+  sw0->withdraw(prefetcher);
+  EXPECT_EQ(sw0->waiting(transfer_priority::prefetch), 0u);
+  EXPECT_EQ(numa->waiting(transfer_priority::prefetch), 0u) << "withdraw clears every level";
+}
+
+TEST(shared_link, a_chain_longer_than_max_chain_is_refused) {
+  std::shared_ptr<shared_link> top = std::make_shared<shared_link>("l0", rate, chunk);
+  for (std::size_t k = 1; k < shared_link::max_chain; ++k) {
+    top = std::make_shared<shared_link>("l" + std::to_string(k), rate, chunk, &token_bucket::steady_clock_ns, top);
+  }
+  EXPECT_THROW(shared_link("too deep", rate, chunk, &token_bucket::steady_clock_ns, top), invalid_argument);
+}
+
 TEST(shared_link, a_burst_smaller_than_a_chunk_is_refused_naming_the_field) {
   auto link = std::make_shared<shared_link>("tiny", rate, chunk / 2);
   sim_config c;
@@ -165,6 +237,10 @@ TEST(shared_link, a_burst_smaller_than_a_chunk_is_refused_naming_the_field) {
     EXPECT_NE(std::string(e.what()).find("upstream"), std::string::npos) << e.what();
   }
   EXPECT_THROW(shared_link("zero", 0, chunk), invalid_argument);
+  // A link above the engine's own one with too small a burst is refused as well.
+  auto thin_parent = std::make_shared<shared_link>("thin", rate, chunk / 2);
+  t.h2d.upstream = std::make_shared<shared_link>("wide", rate, 4 * chunk, &token_bucket::steady_clock_ns, thin_parent);
+  EXPECT_THROW(transfer_engine(*dev, t), invalid_argument);
 }
 
 }  // namespace

@@ -147,6 +147,49 @@ TEST(swap_shard, a_slow_interconnect_and_too_little_hbm_read_layers_from_host_ra
   EXPECT_EQ(m.layers_from_host, 8u);
 }
 
+// Unconfigured, the interconnect is measured: a probe all-gather over sim collectives that model
+// 100 MB/s cannot come out faster than that (the model sleeps at least its time), so with layers
+// that do not fit HBM the plan reads them from the 4 GB/s host link; every byte still arrives.
+TEST(swap_shard, a_measured_slow_interconnect_sends_layers_over_the_host_link) {
+  rig r(2, 2 * MiB);
+  auto slow = make_sim_collectives(r.ptrs, 100'000'000);
+  const auto layers = make_layers(8, 400 * KiB);
+  const auto [sizes, srcs] = sizes_and_sources(layers);
+  swap_shard_config cfg;
+  cfg.probe_bytes = 64 * KiB;
+  cfg.host_bytes_per_second = 4'000'000'000;
+  swap_shard ss(*r.n, *slow, sizes, srcs, cfg);
+  const swap_shard_metrics m = ss.metrics();
+  EXPECT_TRUE(m.interconnect_measured);
+  EXPECT_GT(m.interconnect_bytes_per_second, 0u);
+  EXPECT_LE(m.interconnect_bytes_per_second, 100'000'000u) << "faster than the modelled link";
+  EXPECT_EQ(m.host_bytes_per_second, 4'000'000'000u);
+  EXPECT_EQ(m.layers_from_host, 8u);
+  run_steps(r, ss, layers, 1);
+}
+
+// What needs no rates: shards that all fit stay in HBM and are gathered from peers (nothing
+// measured), and one GPU reads from host RAM (a one-rank gather would only add a copy).
+TEST(swap_shard, shards_that_fit_gather_from_peers_and_one_gpu_reads_from_host_without_measuring) {
+  {
+    rig r(2, 8 * MiB);
+    const auto layers = make_layers(4, 200 * KiB);
+    const auto [sizes, srcs] = sizes_and_sources(layers);
+    swap_shard ss(*r.n, *r.coll, sizes, srcs);
+    EXPECT_EQ(ss.metrics().layers_from_peers, 4u);
+    EXPECT_FALSE(ss.metrics().interconnect_measured);
+    EXPECT_EQ(ss.metrics().interconnect_bytes_per_second, 0u);
+  }
+  rig one(1, 2 * MiB);
+  const auto layers = make_layers(8, 400 * KiB);
+  const auto [sizes, srcs] = sizes_and_sources(layers);
+  auto solo = make_one_rank_collectives(*one.devs[0]);
+  swap_shard ss(*one.n, *solo, sizes, srcs);
+  EXPECT_EQ(ss.metrics().layers_from_host, 8u);
+  EXPECT_FALSE(ss.metrics().interconnect_measured);
+  run_steps(one, ss, layers, 1);
+}
+
 TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
   rig r(2, 4 * MiB);
   swap_shard ss(*r.n, *r.coll, {100 * KiB, 100 * KiB});

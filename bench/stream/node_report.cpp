@@ -43,6 +43,9 @@ nlohmann::json to_json(const node_result& r) {
           {"collective_ms_per_layer", r.collective_ms_per_layer},
           {"layers_per_sync", r.layers_per_sync},
           {"barriers_per_layer", r.barriers_per_layer},
+          {"layer_source", r.layer_source},
+          {"interconnect_gbps", r.interconnect_gbps},
+          {"interconnect_measured", r.interconnect_measured},
           {"stall_ms_per_step", r.stall_ms_per_step},
           {"host_tier_bytes", r.host_tier_bytes},
           {"verification_mismatches", r.mismatches}};

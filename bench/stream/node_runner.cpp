@@ -206,7 +206,8 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     std::vector<const void*> src;
     for (const auto& v : swap_layers) src.push_back(v.data());
     swap_shard_config sc;
-    sc.interconnect_bytes_per_second = static_cast<std::uint64_t>(ic_gbps * 1e9);
+    // sim: the modelled interconnect; cuda: measured by swap_shard's probe all-gather.
+    sc.interconnect_bytes_per_second = o.kind == backend::sim ? static_cast<std::uint64_t>(ic_gbps * 1e9) : 0;
     sc.layers_per_sync = per_sync;
     ss = std::make_unique<swap_shard>(nd, *coll, swap_layer_bytes, src, sc);
     swap_layers.clear();
@@ -331,6 +332,9 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     const swap_shard_metrics sm = ss->metrics();
     r.layers_per_sync = per_sync;
     r.barriers_per_layer = sm.layers_acquired > 0 ? static_cast<double>(sm.compute_waits) / static_cast<double>(sm.layers_acquired) : 0;
+    r.layer_source = sm.layers_from_host > 0 ? "host" : "peers";
+    r.interconnect_gbps = static_cast<double>(sm.interconnect_bytes_per_second) / 1e9;
+    r.interconnect_measured = sm.interconnect_measured;
   }
   const double secs = std::chrono::duration<double>(timed_end - timed_begin).count();
   r.host_gbps = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs / 1e9 : 0;

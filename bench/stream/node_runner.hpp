@@ -48,6 +48,9 @@ struct node_result {
   double collective_ms_per_layer = 0;
   std::size_t layers_per_sync = 0;    ///< swap-and-shard: layers per synchronisation with compute
   double barriers_per_layer = 0;      ///< swap-and-shard: compute-stream waits per layer acquired
+  std::string layer_source;           ///< swap-and-shard: "peers" or "host" (the plan's choice)
+  double interconnect_gbps = 0;       ///< swap-and-shard: the rate the plan used (0: not needed)
+  bool interconnect_measured = false; ///< by the probe all-gather (cuda), not the sim's model
   double stall_ms_per_step = 0;       ///< compute stream waiting on htp, mean over GPUs
   std::size_t host_tier_bytes = 0;    ///< host memory the node's tensors use
   std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered

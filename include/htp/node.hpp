@@ -30,12 +30,18 @@
 
 namespace htp {
 
-/// GPUs that share an upstream link, and its caps.
+/// GPUs that share an upstream link, and its caps. Groups nest or are disjoint: a PCIe switch's
+/// GPUs inside their NUMA node's, which the node's other switches share too. A chunk crosses
+/// every cap from its GPU's innermost group to the outermost (shared_link's chain).
 struct node_link_group {
-  std::string name;                        ///< e.g. "pcie:pci0000:00/0000:00:01.0" or "numa1".
-  std::vector<std::size_t> gpus;           ///< indices into the node's GPUs; each GPU in one group.
+  std::string name;                        ///< unique; e.g. "pcie:pci0000:00/0000:00:01.0", "numa1".
+  std::vector<std::size_t> gpus;           ///< indices into the node's GPUs.
   std::uint64_t h2d_bytes_per_second = 0;  ///< shared host-to-device cap; 0 = none.
   std::uint64_t d2h_bytes_per_second = 0;  ///< shared device-to-host cap; 0 = none.
+  /// One cap both directions share (a NUMA node's memory bandwidth: H2D reads and D2H writes the
+  /// same DIMMs); 0 = none. Sits above the group's directional caps, so a group with it may not
+  /// lie inside a group with a directional cap.
+  std::uint64_t combined_bytes_per_second = 0;
 };
 
 /// Configuration of a node.
@@ -47,11 +53,18 @@ struct node_config {
   pager_config gpu;
   /// Empty, or one config per GPU (overrides `gpu`; same rule for host_budget_bytes).
   std::vector<pager_config> per_gpu;
-  /// Shared upstream links. Empty and discover_shared_links: found from the topology on cuda
-  /// (GPUs under one PCIe root port share it; cap = link_share x the first GPU's H2D/D2H cap).
+  /// Shared upstream links. Empty and discover_shared_links: found from the topology (sysfs on
+  /// cuda; device_properties on sim): GPUs under one PCIe root port share it (cap = link_share x
+  /// the first GPU's H2D/D2H cap), and GPUs of one NUMA node share its memory bandwidth (combined
+  /// cap numa_bytes_per_second). Configured groups: see node_link_group.
   std::vector<node_link_group> shared_links;
   bool discover_shared_links = true;
   double link_share = 1.0;  ///< discovered caps as a fraction of one GPU's own cap; in (0, 1].
+  /// The combined cap of each discovered NUMA group: what DMA may draw from one node's memory,
+  /// both directions together. sysfs does not tell memory bandwidth, so it is given (e.g. 8
+  /// channels of DDR5-4800: about 300e9, less what the CPU needs); 0 = the groups are listed in
+  /// node_metrics::links but not capped.
+  std::uint64_t numa_bytes_per_second = 0;
   /// With GPUs on two or more NUMA nodes (device_properties::numa_node), one host tier per node,
   /// host_budget_bytes split evenly, each reserved and pinned while the thread prefers that node
   /// (set_mempolicy MPOL_PREFERRED; no libnuma needed); a GPU's shards and local tensors go to its
@@ -82,6 +95,9 @@ struct node_link_metrics {
   std::uint64_t h2d_bytes = 0;                  ///< bytes that crossed it host-to-device.
   std::uint64_t d2h_rate_bytes_per_second = 0;
   std::uint64_t d2h_bytes = 0;
+  std::uint64_t combined_rate_bytes_per_second = 0;  ///< both directions together; 0 = not capped.
+  std::uint64_t combined_bytes = 0;
+  std::string parent;  ///< the enclosing group's name; empty at the top.
 };
 
 /// One host tier of the node (one per NUMA node of its GPUs, or one).

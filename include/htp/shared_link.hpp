@@ -5,6 +5,13 @@
 // link's bucket hold its bytes. Priorities hold across engines: while a chunk of a higher priority
 // (a demand fault on GPU 3) waits for this link, no engine takes its tokens for a lower one (a
 // prefetch on GPU 5), so one GPU's fault is never starved by another GPU's prefetch.
+//
+// Links nest: a link may have a parent further upstream (two GPUs' PCIe switch under their NUMA
+// node's memory bandwidth, which the node's other switches and both directions share). A chunk
+// then crosses only when every link from the engine's own up to the top holds its bytes, and it
+// takes them from all of them at once (the links are locked child first, parent last, so two
+// dispatchers never wait on each other). A waiting chunk counts as waiting on every link from its
+// own up to the highest one that holds it back, so priorities hold at each level.
 #pragma once
 
 #include <htp/token_bucket.hpp>
@@ -12,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -19,33 +27,45 @@ namespace htp {
 
 class shared_link {
  public:
-  /// One engine lane's registration with the link: the priority it waits at (-1: not waiting).
-  /// Owned by the lane; pass the same one on every call.
+  /// Links in one chain at most: the engine's own link and up to three above it.
+  static constexpr std::size_t max_chain = 4;
+
+  /// One engine lane's registration with its link's chain: the priority it waits at on each link
+  /// of the chain, own link first (-1: not waiting there). Owned by the lane; pass the same one on
+  /// every call, always to the same link.
   struct waiter {
-    int priority = -1;
+    std::array<int, max_chain> priority{-1, -1, -1, -1};
   };
 
   /// A link of `bytes_per_second` with a burst of `burst_bytes` (at least one chunk of every engine
-  /// that uses it), on `clock` (tests inject a virtual one).
-  /// @throws htp::invalid_argument if the rate or burst is 0 or the clock is empty.
+  /// that uses it), on `clock` (tests inject a virtual one), under `parent` (null: the top).
+  /// @throws htp::invalid_argument if the rate or burst is 0, the clock is empty, or the chain
+  /// from this link up would be longer than max_chain.
   shared_link(std::string name, std::uint64_t bytes_per_second, std::uint64_t burst_bytes,
-              token_bucket::clock_fn clock = &token_bucket::steady_clock_ns);
+              token_bucket::clock_fn clock = &token_bucket::steady_clock_ns,
+              std::shared_ptr<shared_link> parent = nullptr);
   shared_link(const shared_link&) = delete;
   shared_link& operator=(const shared_link&) = delete;
 
-  /// For a dispatcher holding a chunk of `bytes` at priority `p`: takes the tokens and returns 0,
-  /// or returns the nanoseconds to wait before asking again (at least 10 us while a higher
-  /// priority waits). While it returns non-zero, `w` counts as waiting at `p`. Never blocks.
-  /// Thread-safe. @throws htp::invalid_argument if bytes > burst.
+  /// For a dispatcher holding a chunk of `bytes` at priority `p`: takes the tokens from this link
+  /// and every link above it and returns 0, or takes none and returns the nanoseconds to wait
+  /// before asking again (at least 10 us while a higher priority waits). While it returns
+  /// non-zero, `w` counts as waiting at `p` on the links up to the highest one holding it back.
+  /// Never blocks on a transfer (only on the links' own short locks). Thread-safe.
+  /// @throws htp::invalid_argument if bytes is more than some link's burst.
   std::int64_t take_or_wait(std::uint64_t bytes, transfer_priority p, waiter& w);
-  /// Stops counting `w` as waiting (the dispatcher went idle or waits on something else).
-  /// Never throws; thread-safe.
+  /// Stops counting `w` as waiting anywhere in the chain (the dispatcher went idle or waits on
+  /// something else). Never throws; thread-safe.
   void withdraw(waiter& w) noexcept;
 
   /// Changes the rate from now on (e.g. once the first GPU's link is calibrated). Thread-safe.
   /// @throws htp::invalid_argument if bytes_per_second == 0.
   void set_rate(std::uint64_t bytes_per_second);
   const std::string& name() const noexcept { return name_; }
+  /// The link above this one, or null at the top.
+  const std::shared_ptr<shared_link>& parent() const noexcept { return parent_; }
+  /// The smallest burst on the chain from this link up: the largest chunk it can ever pass.
+  std::uint64_t chain_burst() const;
   /// Dispatchers waiting for this link now at priority p (observability and tests). Thread-safe.
   std::uint64_t waiting(transfer_priority p) const;
   std::uint64_t rate() const;          ///< bytes per second.
@@ -54,9 +74,12 @@ class shared_link {
 
  private:
   bool higher_waiting_locked(int p) const noexcept;
-  void set_waiting_locked(waiter& w, int p) noexcept;
+  void set_waiting_locked(int& slot, int p) noexcept;
+  /// This link and the ones above it, own first.
+  std::size_t chain(std::array<shared_link*, max_chain>& out) noexcept;
 
   std::string name_;
+  std::shared_ptr<shared_link> parent_;
   token_bucket bucket_;
   mutable std::mutex mutex_;
   std::array<std::uint64_t, transfer_priority_count> waiting_{};

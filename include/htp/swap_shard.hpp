@@ -14,9 +14,14 @@
 //   interconnect, and release the shard; or (host) load every shard's host copy into the buffer
 //   through GPU g's transfer engine (prefetch priority, under the GPU's link caps). One event marks
 //   the whole group ready.
-// - The source is chosen per layer, the same on every rank (a collective needs all of them): peers
-//   when the shards all fit in HBM or the interconnect is at least as fast as the host link, host
-//   otherwise (then a peer gather would cost more than reading the layer from host RAM).
+// - The source is chosen per layer, the same on every rank (a collective needs all of them), from
+//   the link rates, measured unless configured: peers when the shards all fit in HBM, else
+//   whichever moves the layer sooner, peers (page the own shard in from host RAM, then all-gather
+//   (N - 1) shards over the interconnect) or host (load all N shards over the GPU's host link).
+//   With more than one GPU that is peers exactly when the interconnect is faster than the host
+//   link; with one GPU, host (a gather would be an extra copy). The interconnect is measured by
+//   timing a probe all-gather (in place, in staging buffer 0, best of three) at construction; the
+//   host link's rate is GPU 0's calibrated H2D cap. metrics() reports the rates the plan used.
 // - acquire() of a group's first layer makes `compute` wait for the group's event (on the device;
 //   the host never blocks) and keeps the next `ahead - 1` groups issued; release() records a
 //   marker event (no wait), and the buffer's next gather waits once for the marker of the group's
@@ -47,8 +52,11 @@ struct swap_shard_config {
   /// Layers per group: gathered together into one buffer, one synchronisation with compute per
   /// group. HBM for staging per GPU: ahead x layers_per_sync x the largest layer (padded to N).
   std::size_t layers_per_sync = 2;
-  /// Per-GPU interconnect rate for the source choice (NVLink 4: 450 GB/s each way).
-  std::uint64_t interconnect_bytes_per_second = 450'000'000'000;
+  /// Per-GPU interconnect rate for the source choice, as (N - 1) shards per second of gathering
+  /// (NVLink 4: about 450 GB/s each way). 0 = measured at construction by a probe all-gather of
+  /// up to `probe_bytes` per rank (only when the shards do not all fit in HBM and N > 1).
+  std::uint64_t interconnect_bytes_per_second = 0;
+  std::size_t probe_bytes = std::size_t{32} << 20;
   /// Per-GPU host link rate; 0 = GPU 0's calibrated H2D cap.
   std::uint64_t host_bytes_per_second = 0;
 };
@@ -64,12 +72,18 @@ struct swap_shard_metrics {
   std::uint64_t compute_waits = 0;    ///< device waits enqueued on compute streams: one per group.
   std::size_t layers_from_peers = 0;  ///< the source plan.
   std::size_t layers_from_host = 0;
+  /// The rates the plan compared (0 where it did not need them: the shards all fit, or N = 1).
+  std::uint64_t interconnect_bytes_per_second = 0;
+  bool interconnect_measured = false;  ///< by the probe all-gather, not configured.
+  std::uint64_t host_bytes_per_second = 0;
 };
 
 class swap_shard {
  public:
   /// Registers layer l (`layer_bytes[l]` bytes from `layer_sources[l]`, or zeros) as N shards and
-  /// makes the staging buffers. @throws htp::invalid_argument for no layers, a zero size, sources
+  /// makes the staging buffers. When it measures the interconnect it issues one grouped probe
+  /// all-gather for every rank from the calling thread and waits for it (host-blocking, no lock
+  /// held). @throws htp::invalid_argument for no layers, a zero size, sources
   /// of the wrong length, collectives of another size than the node, ahead or layers_per_sync 0;
   /// what the node throws when the host tier cannot hold the layers; htp::out_of_memory when a
   /// GPU's HBM cannot hold its staging buffers.

@@ -4,6 +4,8 @@
 #include <htp/detail/check.hpp>
 #include <htp/detail/topology.hpp>
 
+#include "node/links.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -12,12 +14,6 @@
 namespace htp {
 
 namespace {
-
-struct link_entry {
-  node_link_group group;
-  bool discovered = false;  // rates derived from the first GPU's own caps
-  std::shared_ptr<shared_link> h2d, d2h;
-};
 
 struct record {
   std::string name;
@@ -28,24 +24,6 @@ struct record {
   std::uint32_t generation = 0;
   bool live = false;
 };
-
-/// GPUs under one PCIe root port share its link: groups of two or more, from sysfs.
-std::vector<node_link_group> discover(const std::vector<device*>& gpus) {
-  std::map<std::string, std::vector<std::size_t>> by_port;
-  for (std::size_t g = 0; g < gpus.size(); ++g) {
-    const std::string port = detail::pcie_root_port_of(gpus[g]->properties().pci_bus_id);
-    if (!port.empty()) by_port[port].push_back(g);
-  }
-  std::vector<node_link_group> out;
-  for (auto& [port, members] : by_port) {
-    if (members.size() < 2) continue;
-    node_link_group grp;
-    grp.name = "pcie:" + port;
-    grp.gpus = members;
-    out.push_back(std::move(grp));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -62,7 +40,7 @@ struct node::impl {
   node_config cfg;
   std::vector<host_tier> hosts;        // one per NUMA node of the GPUs, or one
   std::vector<std::size_t> tier_of;    // per GPU: the host tier of its NUMA node
-  std::vector<link_entry> links;
+  detail::node_links links;
   std::vector<std::unique_ptr<pager>> pagers;  // after host: destroyed first
   mutable std::mutex mu;
   std::vector<record> records;
@@ -162,30 +140,23 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
     s.hosts.push_back(std::move(ht));
   }
 
-  // Shared links: configured, or discovered from the PCIe topology.
-  std::vector<node_link_group> groups = s.cfg.shared_links;
-  const bool discovered = groups.empty() && s.cfg.discover_shared_links;
-  if (discovered) groups = discover(s.devs);
-  std::vector<int> group_of(n, -1);
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    for (std::size_t g : groups[k].gpus) {
-      HTP_EXPECTS(g < n, invalid_argument, "node_config.shared_links[", k, "] ('", groups[k].name,
-                  "') names GPU ", g, " but the node has ", n);
-      HTP_EXPECTS(group_of[g] < 0, invalid_argument, "node_config.shared_links[", k, "] ('", groups[k].name,
-                  "') names GPU ", g, ", already in shared_links[", group_of[g], "]; a GPU has one upstream link");
-      group_of[g] = static_cast<int>(k);
+  // Shared links: configured, or discovered from the topology (PCIe root ports inside NUMA nodes).
+  const std::uint64_t burst = 2 * static_cast<std::uint64_t>(largest_chunk);
+  if (!s.cfg.shared_links.empty() || !s.cfg.discover_shared_links) {
+    const std::string bad = detail::build_node_links(s.cfg.shared_links, n, burst, s.links);
+    HTP_EXPECTS(bad.empty(), invalid_argument, "node_config.", bad);
+  } else {
+    std::vector<node_link_group> pcie = detail::discover_pcie_groups(s.devs);
+    for (node_link_group& grp : pcie) grp.h2d_bytes_per_second = grp.d2h_bytes_per_second = 1;  // set below
+    std::vector<node_link_group> all = pcie;
+    for (node_link_group& grp : detail::discover_numa_groups(s.devs, s.cfg.numa_bytes_per_second)) all.push_back(grp);
+    // A topology whose root ports straddle NUMA nodes (or cap directions above memory) keeps its
+    // PCIe groups alone rather than failing the node.
+    if (!detail::build_node_links(all, n, burst, s.links).empty()) {
+      const std::string bad = detail::build_node_links(pcie, n, burst, s.links);
+      HTP_ASSERT(bad.empty(), "discovered PCIe groups are disjoint: ", bad);
     }
-    link_entry e;
-    e.group = groups[k];
-    e.discovered = discovered;
-    const std::uint64_t burst = 2 * static_cast<std::uint64_t>(largest_chunk);
-    if (discovered || e.group.h2d_bytes_per_second > 0) {
-      e.h2d = std::make_shared<shared_link>(e.group.name + " h2d", discovered ? 1 : e.group.h2d_bytes_per_second, burst);
-    }
-    if (discovered || e.group.d2h_bytes_per_second > 0) {
-      e.d2h = std::make_shared<shared_link>(e.group.name + " d2h", discovered ? 1 : e.group.d2h_bytes_per_second, burst);
-    }
-    s.links.push_back(std::move(e));
+    for (std::size_t k = 0; k < pcie.size(); ++k) s.links.entries[k].follows_calibration = true;  // listed first
   }
 
   std::vector<extent> host_memory;
@@ -194,22 +165,20 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
   }
   for (std::size_t g = 0; g < n; ++g) {
     pager_config pc = pcs[g];
-    link_entry* link = group_of[g] >= 0 ? &s.links[static_cast<std::size_t>(group_of[g])] : nullptr;
-    if (link) {
-      pc.h2d.upstream = link->h2d;
-      pc.d2h.upstream = link->d2h;
-    }
+    pc.h2d.upstream = s.links.upstream(g, copy_direction::host_to_device);
+    pc.d2h.upstream = s.links.upstream(g, copy_direction::device_to_host);
     s.pagers.push_back(std::make_unique<pager>(*s.devs[g], pc));
-    if (link && link->discovered && link->group.gpus.front() == g) {
-      // The first GPU of a discovered group is calibrated now: the shared caps follow its own.
+    for (detail::node_link_entry& e : s.links.entries) {
+      if (!e.follows_calibration || e.group.gpus.front() != g) continue;
+      // The first GPU of a discovered PCIe group is calibrated now: the shared caps follow its own.
       const transfer_metrics m = s.pagers.back()->engine().metrics();
       const auto share = [&](std::uint64_t cap) {
         return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(static_cast<double>(cap) * s.cfg.link_share));
       };
-      link->group.h2d_bytes_per_second = share(m.h2d.effective_rate());
-      link->group.d2h_bytes_per_second = share(m.d2h.effective_rate());
-      link->h2d->set_rate(link->group.h2d_bytes_per_second);
-      link->d2h->set_rate(link->group.d2h_bytes_per_second);
+      e.group.h2d_bytes_per_second = share(m.h2d.effective_rate());
+      e.group.d2h_bytes_per_second = share(m.d2h.effective_rate());
+      e.h2d->set_rate(e.group.h2d_bytes_per_second);
+      e.d2h->set_rate(e.group.d2h_bytes_per_second);
     }
     for (const extent& r : host_memory) s.pagers.back()->add_host_region(r.ptr, r.bytes, host_region_kind::pinned);
   }
@@ -393,10 +362,15 @@ node_metrics node::metrics() const {
     }
   }
   for (const auto& pg : p_->pagers) m.per_gpu.push_back(pg->metrics());
-  for (const link_entry& e : p_->links) {
+  for (const detail::node_link_entry& e : p_->links.entries) {
     node_link_metrics l;
     l.name = e.group.name;
     l.gpus = e.group.gpus;
+    if (e.parent >= 0) l.parent = p_->links.entries[static_cast<std::size_t>(e.parent)].group.name;
+    if (e.combined) {
+      l.combined_rate_bytes_per_second = e.combined->rate();
+      l.combined_bytes = e.combined->bytes_taken();
+    }
     if (e.h2d) {
       l.h2d_rate_bytes_per_second = e.h2d->rate();
       l.h2d_bytes = e.h2d->bytes_taken();
@@ -412,9 +386,10 @@ node_metrics node::metrics() const {
 
 std::vector<std::shared_ptr<shared_link>> node::shared_links() const {
   std::vector<std::shared_ptr<shared_link>> out;
-  for (const link_entry& e : p_->links) {
+  for (const detail::node_link_entry& e : p_->links.entries) {
     if (e.h2d) out.push_back(e.h2d);
     if (e.d2h) out.push_back(e.d2h);
+    if (e.combined) out.push_back(e.combined);
   }
   return out;
 }

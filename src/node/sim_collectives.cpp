@@ -78,7 +78,8 @@ struct rendezvous {
     if (!o.reduce) {
       for (std::size_t r = 0; r < n; ++r) {
         for (std::size_t k = 0; k < n; ++k) {
-          std::memcpy(static_cast<char*>(o.recv[r]) + k * o.bytes, o.send[k], o.bytes);
+          char* dst = static_cast<char*>(o.recv[r]) + k * o.bytes;
+          if (dst != o.send[k]) std::memcpy(dst, o.send[k], o.bytes);  // in place: already there
         }
       }
     } else {

@@ -2,6 +2,7 @@
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topology.cpp
   ${CMAKE_CURRENT_LIST_DIR}/node.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/links.cpp
 )
 target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sim_collectives.cpp

@@ -4,6 +4,7 @@
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -49,6 +50,10 @@ struct swap_shard::impl {
   swap_shard_metrics m;
 
   impl(node& nd, collectives& c, swap_shard_config config) : n(nd), coll(c), cfg(config) {}
+  /// The source of every layer (see Note [Swap-and-shard]); records the rates in m.
+  layer_source plan_sources(std::size_t layers);
+  /// Times a probe all-gather over every rank: the per-GPU interconnect rate, bytes per second.
+  std::uint64_t measure_interconnect();
   /// Waits for every gather, releases and drops the buffers, unregisters the layers; copes with a
   /// partly built object. Never throws.
   void teardown() noexcept;
@@ -140,30 +145,7 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
   s.shard = (largest + N - 1) / N;
   s.shard = (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
 
-  // The source plan, the same on every rank. Peers when every GPU's shards fit its HBM (next to
-  // the staging buffers) or the interconnect is at least as fast as the host link.
-  std::uint64_t host_rate = config.host_bytes_per_second;
-  if (host_rate == 0) host_rate = nd.gpu(0).engine().metrics().h2d.effective_rate();
-  std::size_t smallest_hbm = SIZE_MAX;
-  for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, nd.gpu(g).config().hbm_budget_bytes);
-  const std::size_t staging = config.ahead * config.layers_per_sync * N * s.shard;
-  const bool all_fit = s.shard * layer_bytes.size() + staging <= smallest_hbm;
-  const layer_source plan = all_fit || config.interconnect_bytes_per_second >= host_rate ? layer_source::peers
-                                                                                          : layer_source::host;
   try {
-    std::vector<unsigned char> padded;
-    for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
-      std::vector<const void*> shard_src;
-      if (!layer_sources.empty() && layer_sources[l] != nullptr) {
-        padded.assign(N * s.shard, 0);
-        std::memcpy(padded.data(), layer_sources[l], layer_bytes[l]);
-        for (std::size_t k = 0; k < N; ++k) shard_src.push_back(padded.data() + k * s.shard);
-      }
-      s.layer.push_back(nd.register_sharded("layer" + std::to_string(l), std::vector<std::size_t>(N, s.shard),
-                                            tensor_kind::weight, shard_src));
-      s.src.push_back(plan);
-      ++(plan == layer_source::peers ? s.m.layers_from_peers : s.m.layers_from_host);
-    }
     for (std::size_t g = 0; g < N; ++g) {
       s.gpus.emplace_back();
       gpu_state& st = s.gpus.back();
@@ -180,10 +162,65 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
         st.released.push_back(dev.create_event());
       }
     }
+    const layer_source plan = s.plan_sources(layer_bytes.size());
+    std::vector<unsigned char> padded;
+    for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
+      std::vector<const void*> shard_src;
+      if (!layer_sources.empty() && layer_sources[l] != nullptr) {
+        padded.assign(N * s.shard, 0);
+        std::memcpy(padded.data(), layer_sources[l], layer_bytes[l]);
+        for (std::size_t k = 0; k < N; ++k) shard_src.push_back(padded.data() + k * s.shard);
+      }
+      s.layer.push_back(nd.register_sharded("layer" + std::to_string(l), std::vector<std::size_t>(N, s.shard),
+                                            tensor_kind::weight, shard_src));
+      s.src.push_back(plan);
+      ++(plan == layer_source::peers ? s.m.layers_from_peers : s.m.layers_from_host);
+    }
   } catch (...) {
     s.teardown();  // nothing made so far stays behind
     throw;
   }
+}
+
+layer_source swap_shard::impl::plan_sources(std::size_t layers) {
+  const std::size_t N = n.gpu_count();
+  std::size_t smallest_hbm = SIZE_MAX;
+  for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, n.gpu(g).config().hbm_budget_bytes);
+  const std::size_t staging = cfg.ahead * cfg.layers_per_sync * N * shard;
+  if (shard * layers + staging <= smallest_hbm) return layer_source::peers;  // every shard stays in HBM
+  if (N == 1) return layer_source::host;  // a one-rank gather would only add a copy
+  const std::uint64_t host = cfg.host_bytes_per_second > 0 ? cfg.host_bytes_per_second
+                                                            : n.gpu(0).engine().metrics().h2d.effective_rate();
+  const std::uint64_t ic = cfg.interconnect_bytes_per_second > 0 ? cfg.interconnect_bytes_per_second : measure_interconnect();
+  m.host_bytes_per_second = host;
+  m.interconnect_bytes_per_second = ic;
+  m.interconnect_measured = cfg.interconnect_bytes_per_second == 0;
+  // Seconds per layer: peers page the own shard in (1 over the host link) and gather N - 1 over
+  // the interconnect; host loads all N over the host link.
+  const double peers = 1.0 / double(host) + double(N - 1) / double(ic);
+  const double from_host = double(N) / double(host);
+  return peers < from_host ? layer_source::peers : layer_source::host;
+}
+
+std::uint64_t swap_shard::impl::measure_interconnect() {
+  const std::size_t N = n.gpu_count();
+  // In place in staging buffer 0 (rank r sends its slot), which holds N shards or more.
+  const std::size_t probe = std::max<std::size_t>(device::alignment, std::min(cfg.probe_bytes, shard) / device::alignment * device::alignment);
+  double best_s = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    coll.group_start();
+    for (std::size_t g = 0; g < N; ++g) {
+      char* recv = static_cast<char*>(gpus[g].buffer[0]);
+      coll.all_gather(g, recv + g * probe, recv, probe, gpus[g].gather->ref());
+    }
+    coll.group_end();
+    for (std::size_t g = 0; g < N; ++g) gpus[g].gather->synchronize();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep == 0 || sec < best_s) best_s = sec;
+  }
+  const double rate = double(N - 1) * double(probe) / std::max(best_s, 1e-9);
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(rate));
 }
 
 swap_shard::~swap_shard() { p_->teardown(); }

@@ -1,16 +1,34 @@
 #include <htp/shared_link.hpp>
 
+#include <htp/detail/check.hpp>
+
 #include <algorithm>
 
 namespace htp {
 
 namespace {
 constexpr std::int64_t min_poll_ns = 10'000;  // while a higher priority waits: look again soon
+
+std::size_t chain_length(const shared_link* l) noexcept {
+  std::size_t n = 0;
+  for (; l != nullptr; l = l->parent().get()) ++n;
+  return n;
 }
+}  // namespace
 
 shared_link::shared_link(std::string name, std::uint64_t bytes_per_second, std::uint64_t burst_bytes,
-                         token_bucket::clock_fn clock)
-    : name_(std::move(name)), bucket_(bytes_per_second, burst_bytes, std::move(clock)) {}
+                         token_bucket::clock_fn clock, std::shared_ptr<shared_link> parent)
+    : name_(std::move(name)), parent_(std::move(parent)), bucket_(bytes_per_second, burst_bytes, std::move(clock)) {
+  HTP_EXPECTS(1 + chain_length(parent_.get()) <= max_chain, invalid_argument, "shared link '", name_,
+              "' would head a chain of ", 1 + chain_length(parent_.get()), " links; at most ", max_chain,
+              " nest (e.g. PCIe switch, NUMA node, socket)");
+}
+
+std::size_t shared_link::chain(std::array<shared_link*, max_chain>& out) noexcept {
+  std::size_t n = 0;
+  for (shared_link* l = this; l != nullptr; l = l->parent_.get()) out[n++] = l;
+  return n;
+}
 
 bool shared_link::higher_waiting_locked(int p) const noexcept {
   for (int q = 0; q < p; ++q) {
@@ -19,31 +37,54 @@ bool shared_link::higher_waiting_locked(int p) const noexcept {
   return false;
 }
 
-void shared_link::set_waiting_locked(waiter& w, int p) noexcept {
-  if (w.priority == p) return;
-  if (w.priority >= 0) --waiting_[static_cast<std::size_t>(w.priority)];
+void shared_link::set_waiting_locked(int& slot, int p) noexcept {
+  if (slot == p) return;
+  if (slot >= 0) --waiting_[static_cast<std::size_t>(slot)];
   if (p >= 0) ++waiting_[static_cast<std::size_t>(p)];
-  w.priority = p;
+  slot = p;
 }
 
 std::int64_t shared_link::take_or_wait(std::uint64_t bytes, transfer_priority p, waiter& w) {
   const int pr = static_cast<int>(p);
-  std::lock_guard lock(mutex_);
-  if (higher_waiting_locked(pr)) {
-    set_waiting_locked(w, pr);
-    return std::max(min_poll_ns, bucket_.time_until_available(bytes));
+  std::array<shared_link*, max_chain> links{};
+  const std::size_t n = chain(links);
+  // Child first, parent last: every dispatcher locks upward along its own chain, so none ever
+  // holds a parent while waiting for a child (the chains form a tree), and no two deadlock.
+  std::array<std::unique_lock<std::mutex>, max_chain> locks;
+  for (std::size_t i = 0; i < n; ++i) locks[i] = std::unique_lock(links[i]->mutex_);
+
+  std::int64_t wait = 0;
+  int blocker = -1;  // the highest link holding the chunk back
+  for (std::size_t i = 0; i < n; ++i) {
+    shared_link& l = *links[i];
+    std::int64_t t = l.bucket_.time_until_available(bytes);
+    if (l.higher_waiting_locked(pr)) t = std::max(min_poll_ns, t);
+    if (t > 0) {
+      wait = std::max(wait, t);
+      blocker = static_cast<int>(i);
+    }
   }
-  if (bucket_.try_take(bytes)) {
-    set_waiting_locked(w, -1);
+  if (blocker < 0) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool took = links[i]->bucket_.try_take(bytes);
+      HTP_ASSERT(took, "shared link tokens vanished under its lock");
+      links[i]->set_waiting_locked(w.priority[i], -1);
+    }
     return 0;
   }
-  set_waiting_locked(w, pr);
-  return std::max<std::int64_t>(1, bucket_.time_until_available(bytes));
+  for (std::size_t i = 0; i < n; ++i) {
+    links[i]->set_waiting_locked(w.priority[i], static_cast<int>(i) <= blocker ? pr : -1);
+  }
+  return wait;
 }
 
 void shared_link::withdraw(waiter& w) noexcept {
-  std::lock_guard lock(mutex_);
-  set_waiting_locked(w, -1);
+  std::array<shared_link*, max_chain> links{};
+  const std::size_t n = chain(links);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::lock_guard lock(links[i]->mutex_);
+    links[i]->set_waiting_locked(w.priority[i], -1);
+  }
 }
 
 std::uint64_t shared_link::waiting(transfer_priority p) const {
@@ -59,5 +100,11 @@ void shared_link::set_rate(std::uint64_t bytes_per_second) {
 std::uint64_t shared_link::rate() const { return bucket_.rate(); }
 std::uint64_t shared_link::burst() const { return bucket_.burst(); }
 std::uint64_t shared_link::bytes_taken() const { return bucket_.total_taken(); }
+
+std::uint64_t shared_link::chain_burst() const {
+  std::uint64_t b = burst();
+  for (const shared_link* l = parent_.get(); l != nullptr; l = l->parent().get()) b = std::min(b, l->burst());
+  return b;
+}
 
 }  // namespace htp
