@@ -79,6 +79,11 @@ struct device_properties {
   std::string pci_bus_id;
   /// The host NUMA node nearest the device (sysfs numa_node of its PCI device); -1 = unknown.
   int numa_node = -1;
+  /// A timing-only sim device (sim_config::timing_only): its memory holds no bytes, copies move
+  /// none (they only take their modelled time), checksums read 0. Code above the device skips
+  /// what would touch tensor bytes on the host (register sources, copy_to_host refuses). Always
+  /// false on cuda.
+  bool timing_only = false;
 };
 
 /// Free and total device memory, as cudaMemGetInfo reports them.

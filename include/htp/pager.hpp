@@ -162,7 +162,8 @@ class pager {
   pager& operator=(const pager&) = delete;
 
   /// Registers a tensor of `bytes` bytes: its host extent is allocated and filled from `source`
-  /// (`bytes` readable bytes; null = zero-filled). State: host.
+  /// (`bytes` readable bytes; null = zero-filled; on a timing-only device nothing is filled and
+  /// `source` is not read). State: host.
   /// @throws htp::invalid_argument if bytes == 0, or the tensor could never fit in HBM and
   /// on_oom != allow_degraded; htp::out_of_memory if the host tier is full (nothing changes).
   tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
@@ -244,8 +245,8 @@ class pager {
   std::size_t compact();
   /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
   /// (`bytes` of host memory), blocking. For verification and checkpoints.
-  /// @throws htp::invalid_argument for a stale handle or a tensor acquired dirty-able right now
-  /// (a mutable tensor that is acquired: its bytes are being written).
+  /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
+  /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device.
   void copy_to_host(tensor_handle h, void* dst);
   /// Blocks until every copy the pager started has completed and been accounted.
   void synchronize();

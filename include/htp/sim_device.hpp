@@ -16,6 +16,10 @@
 //    of a real GPU do), and every copy pays `copy_latency_ns` first. Device-to-device and
 //    host-to-host copies run at memcpy speed.
 //  - "Kernels" are host functions run on a stream (device::launch_host_func).
+//  - Optionally, timing-only (sim_config::timing_only): the scale simulator. Device memory and
+//    large pinned allocations only reserve address space (no RAM), copies move no bytes and take
+//    their modelled time, checksums read 0 and fills do nothing, so a model far larger than this
+//    machine's RAM runs with every scheduling decision made by the same code. See docs/sim.md.
 #pragma once
 
 #include <htp/device.hpp>
@@ -42,6 +46,12 @@ struct sim_config {
   /// already holding N unfinished tasks blocks until one finishes, as on a GPU whose stream queue
   /// is full. For tests of what htp enqueues while holding its locks.
   std::size_t stream_queue_limit = 0;
+  /// Timing-only: no bytes are stored or moved (see the file comment). Device allocations and
+  /// pinned ones of at least timing_only_real_below bytes reserve address space only (mmap
+  /// PROT_NONE, MAP_NORESERVE: touching them faults, which finds any code that would read tensor
+  /// bytes); smaller pinned allocations are real memory (htp's completion words live there).
+  bool timing_only = false;
+  std::size_t timing_only_real_below = std::size_t{1} << 20;
   /// Reported in device_properties, so node topology code can be tested on sim.
   int ordinal = 0;
   std::string pci_bus_id;

@@ -60,7 +60,9 @@ struct node::impl {
     const extent e = hosts[t].alloc->allocate(bytes);
     r.host.push_back(e);
     r.tier.push_back(t);
-    if (source != nullptr) {
+    if (devs[g]->properties().timing_only) {
+      // a timing-only device's host tier holds no bytes
+    } else if (source != nullptr) {
       std::memcpy(e.ptr, source, bytes);
     } else {
       std::memset(e.ptr, 0, bytes);

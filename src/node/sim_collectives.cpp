@@ -54,7 +54,8 @@ struct rendezvous {
   std::map<std::uint64_t, op> ops;    // by collective index, until every rank has left
   bool closing = false;               // the object is gone: waiting ranks return, nothing copied
 
-  rendezvous(std::size_t n, std::uint64_t r) : ranks(n), rate(r), calls(n, 0) {}
+  bool timing_only = false;  // the devices hold no bytes: only the modelled time passes
+  rendezvous(std::size_t n, std::uint64_t r, bool t) : ranks(n), rate(r), calls(n, 0), timing_only(t) {}
 
   void arrive(std::uint64_t id) {
     std::unique_lock lock(mu);
@@ -75,7 +76,8 @@ struct rendezvous {
 
   void run(op& o) const {
     const std::size_t n = ranks;
-    if (!o.reduce) {
+    if (timing_only) {
+    } else if (!o.reduce) {
       for (std::size_t r = 0; r < n; ++r) {
         for (std::size_t k = 0; k < n; ++k) {
           char* dst = static_cast<char*>(o.recv[r]) + k * o.bytes;
@@ -120,7 +122,8 @@ struct rendezvous {
 class sim_collectives final : public collectives {
  public:
   sim_collectives(std::vector<device*> devs, std::uint64_t rate)
-      : devs_(std::move(devs)), rv_(std::make_shared<rendezvous>(devs_.size(), rate)) {}
+      : devs_(std::move(devs)),
+        rv_(std::make_shared<rendezvous>(devs_.size(), rate, devs_.front()->properties().timing_only)) {}
   /// Ranks still waiting in a collective no other rank will complete return (nothing copied).
   ~sim_collectives() override {
     std::lock_guard lock(rv_->mu);
@@ -197,6 +200,12 @@ std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& de
     HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::sim, invalid_argument,
                 "make_sim_collectives: device ", r, " is ", devices[r] ? "not a sim device" : "null",
                 "; use make_nccl_collectives for cuda devices");
+  }
+  for (std::size_t r = 1; r < devices.size(); ++r) {
+    HTP_EXPECTS(devices[r]->properties().timing_only == devices[0]->properties().timing_only, invalid_argument,
+                "make_sim_collectives: device ", r, " is ", devices[r]->properties().timing_only ? "" : "not ",
+                "timing-only and device 0 is ", devices[0]->properties().timing_only ? "" : "not",
+                "; make every rank's device the same way");
   }
   return std::make_unique<sim_collectives>(devices, interconnect_bytes_per_second);
 }

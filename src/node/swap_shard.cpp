@@ -166,7 +166,7 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
     std::vector<unsigned char> padded;
     for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
       std::vector<const void*> shard_src;
-      if (!layer_sources.empty() && layer_sources[l] != nullptr) {
+      if (!layer_sources.empty() && layer_sources[l] != nullptr && !nd.device_of(0).properties().timing_only) {
         padded.assign(N * s.shard, 0);
         std::memcpy(padded.data(), layer_sources[l], layer_bytes[l]);
         for (std::size_t k = 0; k < N; ++k) shard_src.push_back(padded.data() + k * s.shard);

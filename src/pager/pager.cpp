@@ -253,8 +253,10 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
                           bytes);
     }
   }
-  // Fill outside the lock: registering a large tensor must not stall acquires.
-  if (source != nullptr) {
+  // Fill outside the lock: registering a large tensor must not stall acquires. A timing-only
+  // device's host tier holds no bytes: nothing to fill.
+  if (p.dev.properties().timing_only) {
+  } else if (source != nullptr) {
     std::memcpy(h.ptr, source, bytes);
   } else {
     std::memset(h.ptr, 0, bytes);
@@ -453,6 +455,9 @@ std::size_t pager::compact() {
 void pager::copy_to_host(tensor_handle h, void* dst) {
   auto& p = *impl_;
   HTP_EXPECTS(dst != nullptr, invalid_argument, "copy_to_host: null destination");
+  HTP_EXPECTS(!p.dev.properties().timing_only, invalid_argument,
+              "copy_to_host: the device is timing-only (sim_config::timing_only) and holds no tensor bytes; "
+              "use a sim device that stores bytes to read them back");
   std::unique_lock lock(p.mutex);
   tensor_record& t = p.quiesce(lock, h, [](const tensor_record& r) {
     HTP_EXPECTS(!(r.kind == tensor_kind::mutable_state && r.pins > 0), invalid_argument,

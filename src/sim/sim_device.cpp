@@ -14,7 +14,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+
+#include <sys/mman.h>
 
 namespace htp {
 namespace {
@@ -38,6 +41,8 @@ class sim_device final : public device {
     props_.ordinal = config.ordinal;
     props_.pci_bus_id = config.pci_bus_id;
     props_.numa_node = config.numa_node;
+    props_.timing_only = config.timing_only;
+    if (config.timing_only) props_.name = "htp sim device (timing-only)";
     props_.total_memory = config.device_memory_bytes;
     props_.copy_engines = config.copy_engines;
   }
@@ -46,7 +51,7 @@ class sim_device final : public device {
     // Streams and events the caller leaked die with the device; their threads must be joined.
     std::lock_guard lock(objects_mutex_);
     streams_.clear();
-    allocations_.for_each([](void* p, const allocation&) { std::free(p); });
+    allocations_.for_each([this](void* p, const allocation& a) { release_memory(p, round_up(a.bytes, alignment)); });
   }
 
   const device_properties& properties() const noexcept override { return props_; }
@@ -73,7 +78,17 @@ class sim_device final : public device {
       }
       used_[index(kind)] += rounded;
     }
-    void* p = std::aligned_alloc(alignment, rounded);
+    void* p = nullptr;
+    if (address_space_only(kind, rounded)) {
+      void* m = mmap(nullptr, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m != MAP_FAILED) {
+        p = m;
+        std::lock_guard lock(mapped_mutex_);
+        mapped_.insert(p);
+      }
+    } else {
+      p = std::aligned_alloc(alignment, rounded);
+    }
     if (p == nullptr) {
       std::lock_guard lock(memory_mutex_);
       used_[index(kind)] -= rounded;
@@ -81,7 +96,7 @@ class sim_device final : public device {
                                          " bytes for ", to_string(kind), " memory"),
                           bytes);
     }
-    if (kind == memory_kind::device && config_.poison_byte >= 0) {
+    if (kind == memory_kind::device && config_.poison_byte >= 0 && !config_.timing_only) {
       std::memset(p, config_.poison_byte, rounded);
     }
     std::lock_guard lock(memory_mutex_);
@@ -95,7 +110,7 @@ class sim_device final : public device {
       allocations_.remove(kind, ptr, bytes);
       used_[index(kind)] -= round_up(bytes, alignment);
     }
-    std::free(ptr);
+    release_memory(ptr, round_up(bytes, alignment));
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
@@ -209,9 +224,10 @@ class sim_device final : public device {
     sim::link* l = direction == copy_direction::host_to_device   ? &h2d_
                    : direction == copy_direction::device_to_host ? &d2h_
                                                                  : nullptr;
-    st.enqueue([dst, src, bytes, l] {
+    const bool move_bytes = !config_.timing_only;
+    st.enqueue([dst, src, bytes, l, move_bytes] {
       const auto done = l ? l->reserve(bytes, sim::current_task_ready_time()) : sim::link::clock::time_point{};
-      std::memcpy(dst, src, bytes);
+      if (move_bytes) std::memcpy(dst, src, bytes);
       if (l && l->modelled()) {
         std::this_thread::sleep_until(done);  // the modelled link's pace
         sim::set_current_task_completion(done);
@@ -229,6 +245,10 @@ class sim_device final : public device {
     HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
                 "checksum_async(", ptr, ", ", bytes, ", ", result,
                 "): pointers must be non-null and bytes positive");
+    if (config_.timing_only) {
+      get(s).enqueue([result] { *result = 0; });  // no bytes to sum: checksums are off
+      return;
+    }
     get(s).enqueue([ptr, bytes, result] { *result = checksum(ptr, bytes); });
   }
 
@@ -236,6 +256,10 @@ class sim_device final : public device {
                           stream_ref s) override {
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
+    if (config_.timing_only) {
+      get(s).enqueue([] {});  // keeps stream order; nothing to write
+      return;
+    }
     get(s).enqueue([ptr, bytes, seed] { fill_pattern(ptr, bytes, seed); });
   }
 
@@ -280,6 +304,25 @@ class sim_device final : public device {
   static std::size_t index(memory_kind k) { return k == memory_kind::device ? 0 : 1; }
   std::size_t capacity(memory_kind k) const {
     return k == memory_kind::device ? config_.device_memory_bytes : config_.pinned_memory_bytes;
+  }
+
+  /// Timing-only: device memory, and pinned memory from timing_only_real_below up, is address
+  /// space alone.
+  bool address_space_only(memory_kind kind, std::size_t rounded) const noexcept {
+    return config_.timing_only && (kind == memory_kind::device || rounded >= config_.timing_only_real_below);
+  }
+
+  void release_memory(void* p, std::size_t rounded) {
+    bool mapped = false;
+    {
+      std::lock_guard lock(mapped_mutex_);
+      mapped = mapped_.erase(p) == 1;
+    }
+    if (mapped) {
+      munmap(p, rounded);
+    } else {
+      std::free(p);
+    }
   }
 
   sim::stream& get(stream_ref s) {
@@ -354,6 +397,8 @@ class sim_device final : public device {
     bool read_only;
   };
   std::map<void*, registration> registered_;  // caller memory given to register_host_memory
+  std::mutex mapped_mutex_;
+  std::set<void*> mapped_;  // timing-only allocations made with mmap (freed with munmap)
 
   /// True when [p, p + bytes) lies inside one registered range. Call with memory_mutex_ held.
   bool registered_containing(const void* p, std::size_t bytes) const {
