@@ -11,3 +11,4 @@ htp_add_test(test_pager_backends pager_backends_test.cpp)
 htp_add_test(test_pager_resident pager_resident_test.cpp)
 # GB-sized tensors: about 4.3 GB committed, so nothing else runs beside it.
 htp_add_test(test_pager_model_size SERIAL pager_model_size_test.cpp)
+htp_add_test(test_pager_file pager_file_test.cpp)

@@ -63,6 +63,8 @@ struct pager_metrics {
   /// Of them, device-resident tensors (register_resident): in HBM for life, no host copy.
   std::uint64_t device_resident_tensors = 0;
   std::uint64_t device_resident_bytes = 0;  ///< their requested bytes.
+  std::uint64_t file_backed_tensors = 0;    ///< registered with register_file_tensor (no host copy).
+  std::uint64_t file_backed_bytes = 0;      ///< their requested bytes.
   std::uint64_t caller_host_bytes = 0;  ///< caller memory lent with add_host_region (not htp's).
   std::uint64_t events_created = 0;     ///< device events the pager created (recycled, so bounded).
   /// acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.

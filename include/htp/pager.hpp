@@ -27,6 +27,7 @@
 
 #include <htp/device.hpp>
 #include <htp/metrics.hpp>
+#include <htp/tensor_file.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include <chrono>
@@ -189,6 +190,17 @@ class pager {
   /// fill it); htp::cuda_error if the fill fails. Nothing is left behind on failure.
   tensor_handle register_resident(std::string name, std::size_t bytes, tensor_kind kind,
                                   const void* source = nullptr);
+  /// Registers a weight backed by `file` at [offset, offset + bytes): it has no host copy (host
+  /// memory htp uses for it: the record), and each page-in reads it from the file through the
+  /// transfer engine's bounce buffers (transfer_engine::submit_from_file), at the load's priority
+  /// and under the link caps; eviction just drops the HBM copy. copy_to_host reads the file. Not
+  /// servable in degraded mode (there is no host copy to map): when the ladder is exhausted its
+  /// acquire throws out_of_memory even with allow_degraded. The file must outlive the tensor (the
+  /// record holds it). State: host. Thread-safe; the first one made allocates the bounce buffers.
+  /// @throws htp::invalid_argument for a null file, bytes == 0, a range past the end of the file,
+  /// a tensor that can never fit in HBM, or a real file on a timing-only device.
+  tensor_handle register_file_tensor(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
+                                     std::uint64_t offset);
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
   /// the runner's own pinned buffers. `pageable` kinds are registered with the driver here (slow,
   /// like pinning: call at set-up). The memory stays the caller's and must outlive the region.

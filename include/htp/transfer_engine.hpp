@@ -34,6 +34,7 @@
 namespace htp {
 
 class shared_link;  // shared_link.hpp
+class tensor_file;  // tensor_file.hpp
 
 /// Priority classes, highest first.
 enum class transfer_priority : int { fault = 0, prefetch = 1, writeback = 2, compaction = 3 };
@@ -197,6 +198,20 @@ class transfer_engine {
   /// must not be re-recorded or destroyed until the request has finished.
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority, std::vector<event_ref> after);
+
+  /// A host-to-device request whose source is `file` at [offset, offset + bytes) instead of host
+  /// memory: each chunk is read (pread, by the prefetch lane's dispatcher, outside the engine's
+  /// lock) into one of max_in_flight_chunks pinned bounce buffers of chunk_bytes, then copied from
+  /// it; a buffer is reused once its copy completes. Priorities, caps and `after` work as for
+  /// submit. The bounce buffers are allocated on the first call (pinned memory: a slow call; on
+  /// the caller's thread, no lock held), so make one at set-up. A read error fails the request
+  /// with the system's message. On a timing-only device the file must be modelled.
+  /// @throws htp::invalid_argument for a null file or destination, zero bytes, a range past the
+  /// end of the file, a real file on a timing-only device, or a destination outside the engine's
+  /// regions; htp::out_of_memory if the bounce buffers cannot be allocated.
+  transfer_ticket submit_from_file(void* dst, std::shared_ptr<const tensor_file> file, std::uint64_t offset,
+                                   std::size_t bytes, transfer_priority priority,
+                                   std::vector<event_ref> after = {});
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.

@@ -85,7 +85,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
             }
             continue;  // state may have changed meanwhile: start over
           }
-          if (config.on_oom == oom_policy::allow_degraded) {
+          if (config.on_oom == oom_policy::allow_degraded && !t.file) {  // a file tensor has no host copy to map
             t.degraded = true;
             ++t.pins;
             outcome = acquire_outcome::degraded_oom;

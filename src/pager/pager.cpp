@@ -336,6 +336,9 @@ void pager::unregister_tensor(tensor_handle h) {
   if (t.hbm) p.free_hbm(*t.hbm);
   if (t.device_resident) {
     // no host extent
+  } else if (t.file) {
+    --p.counters.file_backed_tensors;
+    p.counters.file_backed_bytes -= t.bytes;
   } else if (t.external) {
     if (auto* r = p.region_of(t.host.ptr, t.bytes)) --r->tensors;
   } else {
@@ -467,6 +470,13 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
   if (t.hbm && (t.dirty || t.device_resident)) {
     p.dev.copy_async(dst, t.hbm->ptr, t.bytes, copy_direction::device_to_host, p.private_stream);
     p.private_stream.synchronize();
+  } else if (t.file) {
+    // A weight's file is authoritative; read it without the lock (a read may take milliseconds).
+    const std::shared_ptr<const tensor_file> f = t.file;
+    const std::uint64_t offset = t.file_offset;
+    const std::size_t bytes = t.bytes;
+    lock.unlock();
+    f->read(dst, bytes, offset);
   } else {
     std::memcpy(dst, t.host.ptr, t.bytes);
   }

@@ -7,6 +7,7 @@
 #include <htp/error.hpp>
 #include <htp/latency_histogram.hpp>
 #include <htp/pager.hpp>
+#include <htp/tensor_file.hpp>
 #include <htp/slab_allocator.hpp>
 #include <htp/transfer_engine.hpp>
 
@@ -96,6 +97,8 @@ struct tensor_record {
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
   std::string name;
+  std::shared_ptr<const tensor_file> file;  // register_file_tensor: page-ins read it; no host extent
+  std::uint64_t file_offset = 0;
 };
 
 /// One page-fault wait (see fault_wait_summary).

@@ -77,6 +77,8 @@ void pager::impl::reset_metrics() {
   counters.registered_tensors = states.registered_tensors;
   counters.device_resident_tensors = states.device_resident_tensors;
   counters.device_resident_bytes = states.device_resident_bytes;
+  counters.file_backed_tensors = states.file_backed_tensors;
+  counters.file_backed_bytes = states.file_backed_bytes;
   fault_latency.reset();
   if (trace) trace->clear();
   fault_waits.clear();
@@ -183,6 +185,8 @@ std::string to_json(const pager_metrics& m) {
       {"caller_host_bytes", m.caller_host_bytes},
       {"device_resident_tensors", m.device_resident_tensors},
       {"device_resident_bytes", m.device_resident_bytes},
+      {"file_backed_tensors", m.file_backed_tensors},
+      {"file_backed_bytes", m.file_backed_bytes},
       {"events_created", m.events_created},
       {"acquires", m.acquires},
       {"hits", m.hits},

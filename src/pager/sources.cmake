@@ -7,6 +7,7 @@ target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/victim_index.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residency.cpp
   ${CMAKE_CURRENT_LIST_DIR}/resident.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/file_backed.cpp
   ${CMAKE_CURRENT_LIST_DIR}/completions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compaction.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pager_metrics.cpp

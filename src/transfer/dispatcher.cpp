@@ -82,13 +82,15 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   const std::size_t off = k * cfg.chunk_bytes;
   const std::size_t n = std::min(cfg.chunk_bytes, r->bytes - off);
   const bool last = k + 1 == r->chunk_count;
+  char* bounce = nullptr;
+  if (r->file && !read_file_chunk(l, r, off, n, bounce, lock)) return;
   const event_ref ev = l.free_events.back();
   bool copy_queued = false;
   try {
     if (k == 0) {
       for (event_ref e : r->after) dev.wait(e, l.stream_);
     }
-    dev.copy_async(r->dst + off, r->src + off, n, r->direction, l.stream_);
+    dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction, l.stream_);
     copy_queued = true;
     // The word is written before the event is recorded, so when the completer sees the event the
     // word holds its generation and may be reused (see value_word_pool.hpp).
@@ -107,6 +109,7 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
       }
       lock.lock();
     }
+    if (bounce != nullptr) l.bounce_free.push_back(bounce);  // no copy reads it any more
     fail_locked(r, std::move(why));
     return;
   }
@@ -114,7 +117,7 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   ++r->issued;
   if (last) remove_from_queue(l, r);
   if (l.in_flight.empty()) l.busy_since = now_ns();
-  l.in_flight.push_back({ev, r, n});
+  l.in_flight.push_back({ev, r, n, bounce});
   if (cfg.on_chunk_issued) {
     transfer_chunk_info info;
     info.request_id = r->id;
@@ -126,6 +129,30 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
     cfg.on_chunk_issued(info);
   }
   l.complete_cv.notify_one();
+}
+
+bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::size_t off, std::size_t n,
+                                            char*& bounce, std::unique_lock<std::mutex>& lock) {
+  // One bounce buffer per chunk in flight: the dispatcher issues only below max_in_flight_chunks.
+  HTP_ASSERT(!l.bounce_free.empty(), "no bounce buffer free for a file chunk");
+  bounce = l.bounce_free.back();
+  l.bounce_free.pop_back();
+  std::string error;
+  lock.unlock();  // a read can take milliseconds: submitters, cancels and the completer go on
+  try {
+    r->file->read(bounce, n, r->file_offset + off);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  if (!error.empty() || r->failed || live.count(r->id) == 0) {  // failed, or cancelled meanwhile
+    l.bounce_free.push_back(bounce);
+    bounce = nullptr;
+    if (!error.empty()) fail_locked(r, detail::concat("chunk ", off / cfg.chunk_bytes, " of request ", r->id,
+                                                      ": reading the file failed: ", error));
+    return false;
+  }
+  return true;
 }
 
 void transfer_engine::impl::dispatch_loop(lane& l) {
@@ -184,6 +211,7 @@ void transfer_engine::impl::complete_loop(lane& l) {
     lock.lock();
     in_flight_chunk c = std::move(l.in_flight.front());
     l.in_flight.pop_front();
+    if (c.bounce != nullptr) l.bounce_free.push_back(c.bounce);
     if (l.held.count(c.ev.native) != 0) {
       l.deferred.push_back(c.ev);  // a wait_on is enqueueing a wait on it: recycled when it is done
     } else {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <htp/shared_link.hpp>
+#include <htp/tensor_file.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include <htp/detail/check.hpp>
@@ -46,6 +47,8 @@ struct request {
   transfer::value_word word;
   std::int64_t submit_ns = 0;
   std::vector<event_ref> after;  // the stream waits on these before the first chunk
+  std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
+  std::uint64_t file_offset = 0;
 };
 using request_ptr = std::shared_ptr<request>;
 
@@ -59,6 +62,7 @@ struct in_flight_chunk {
   event_ref ev;
   request_ptr req;
   std::size_t bytes = 0;
+  char* bounce = nullptr;  // a file chunk's pinned bounce buffer, free again once the copy is done
 };
 
 inline std::size_t dir_index(copy_direction d) {
@@ -102,6 +106,7 @@ struct lane {
   std::uint64_t busy_ns = 0;
   std::uint64_t token_wait_ns = 0;
   std::uint64_t link_peak = 0;
+  std::vector<char*> bounce_free;  // file chunks' pinned bounce buffers not in flight
   std::thread dispatcher;
   std::thread completer;
 };
@@ -145,6 +150,14 @@ struct transfer_engine::impl {
   std::array<transfer_class_metrics, transfer_priority_count> classes{};
   std::array<latency_histogram, transfer_priority_count> latencies{};
   std::array<std::unique_ptr<lane>, 2> lanes;
+  // The prefetch lane's bounce buffers for file requests (chunk_bytes each), made on the first
+  // submit_from_file outside mutex_ (bounce_mutex_ only orders their creation).
+  std::mutex bounce_mutex_;
+  std::vector<char*> bounce_all;
+  /// Reads a file chunk into a bounce buffer with the lock dropped; false when the request was
+  /// cancelled or failed meanwhile or the read failed (then the request is failed).
+  bool read_file_chunk(lane& l, const request_ptr& r, std::size_t off, std::size_t n, char*& bounce,
+                       std::unique_lock<std::mutex>& lock);
 };
 
 }  // namespace htp

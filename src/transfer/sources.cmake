@@ -7,4 +7,5 @@ target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/link_checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transfer_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dispatcher.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_file.cpp
 )

@@ -109,6 +109,7 @@ transfer_engine::impl::~impl() {
     } catch (...) {  // a sticky device error; nothing more to do at shutdown
     }
   }
+  for (char* b : bounce_all) dev.deallocate(memory_kind::pinned_host, b, cfg.chunk_bytes);
 }
 
 // Note [Fenced requests and deadlock]
@@ -220,6 +221,62 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   impl_->live.emplace(r->id, r);
   ++impl_->classes[pi].submitted;
   lane& l = impl_->lane_of(direction);
+  l.queues[pi].push_back(r);
+  l.queued_ids.insert(r->id);
+  l.dispatch_cv.notify_one();
+  return transfer_ticket{r->id};
+}
+
+transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<const tensor_file> file,
+                                                  std::uint64_t offset, std::size_t bytes,
+                                                  transfer_priority priority, std::vector<event_ref> after) {
+  HTP_EXPECTS(dst != nullptr && file != nullptr, invalid_argument, "transfer_engine::submit_from_file(", dst,
+              "): the destination and the file must be non-null");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "transfer_engine::submit_from_file: a transfer must move at least one byte");
+  HTP_EXPECTS(offset <= file->size() && bytes <= file->size() - offset, invalid_argument,
+              "transfer_engine::submit_from_file('", file->name(), "', ", bytes, " bytes at ", offset, "): the file has ",
+              file->size(), " bytes");
+  HTP_EXPECTS(file->is_modelled() || !impl_->dev.properties().timing_only, invalid_argument,
+              "transfer_engine::submit_from_file('", file->name(), "'): the device is timing-only and its bounce "
+              "buffers hold no bytes; use tensor_file::modelled for timing-only runs");
+  const auto pi = static_cast<std::size_t>(priority);
+  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit_from_file: unknown priority ", pi);
+  impl_->check_destination(dst, bytes, copy_direction::host_to_device);
+  {
+    // Pinned allocations are slow and may synchronise the device: made here, with no engine lock.
+    std::lock_guard b(impl_->bounce_mutex_);
+    if (impl_->bounce_all.empty()) {
+      std::vector<char*> made;
+      try {
+        for (std::size_t i = 0; i < impl_->cfg.max_in_flight_chunks; ++i) {
+          made.push_back(static_cast<char*>(impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
+        }
+      } catch (...) {
+        for (char* p : made) impl_->dev.deallocate(memory_kind::pinned_host, p, impl_->cfg.chunk_bytes);
+        throw;
+      }
+      std::lock_guard lock(impl_->mutex_);
+      impl_->bounce_all = made;
+      impl_->lanes[0]->bounce_free = std::move(made);
+    }
+  }
+  auto r = std::make_shared<request>();
+  r->dst = static_cast<char*>(dst);
+  r->bytes = bytes;
+  r->direction = copy_direction::host_to_device;
+  r->priority = priority;
+  r->chunk_count = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
+  r->after = std::move(after);
+  r->file = std::move(file);
+  r->file_offset = offset;
+  std::lock_guard lock(impl_->mutex_);
+  HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit_from_file during destruction");
+  r->word = impl_->words.acquire();
+  r->id = impl_->next_id++;
+  r->submit_ns = now_ns();
+  impl_->live.emplace(r->id, r);
+  ++impl_->classes[pi].submitted;
+  lane& l = *impl_->lanes[0];
   l.queues[pi].push_back(r);
   l.queued_ids.insert(r->id);
   l.dispatch_cv.notify_one();

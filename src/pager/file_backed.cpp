@@ -1,0 +1,33 @@
+// File-backed tensors (pager::register_file_tensor): weights with no host copy, read from their
+// file on every page-in through the transfer engine's bounce buffers (start_load), dropped on
+// eviction. See docs/pager.md, "File-backed tensors".
+#include "pager/pager_impl.hpp"
+
+#include <htp/detail/check.hpp>
+
+namespace htp {
+
+tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
+                                          std::uint64_t offset) {
+  auto& p = *impl_;
+  HTP_EXPECTS(file != nullptr, invalid_argument, "register_file_tensor('", name, "'): null file");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "register_file_tensor('", name, "', 0 bytes): a tensor must have at least one byte");
+  HTP_EXPECTS(offset <= file->size() && bytes <= file->size() - offset, invalid_argument, "register_file_tensor('", name,
+              "', ", bytes, " bytes at ", offset, "): past the end of '", file->name(), "' (", file->size(), " bytes)");
+  HTP_EXPECTS(bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_file_tensor('", name, "', ", bytes,
+              " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
+              " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
+              "). A file-backed tensor has no host copy to serve in degraded mode, so it must fit in HBM; split it");
+  HTP_EXPECTS(file->is_modelled() || !p.dev.properties().timing_only, invalid_argument, "register_file_tensor('", name,
+              "'): the device is timing-only, which stores no bytes; use tensor_file::modelled");
+  std::lock_guard lock(p.mutex);
+  const tensor_handle h = p.add_record(std::move(name), bytes, tensor_kind::weight, extent{}, /*external=*/false);
+  detail::tensor_record& t = p.tensors[h.index];
+  t.file = std::move(file);
+  t.file_offset = offset;
+  ++p.counters.file_backed_tensors;
+  p.counters.file_backed_bytes += bytes;
+  return h;
+}
+
+}  // namespace htp
