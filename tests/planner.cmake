@@ -72,6 +72,11 @@ if(HTP_BUILD_BENCH AND Python3_Interpreter_FOUND)
       $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny-llama.config.json
       ${CMAKE_CURRENT_BINARY_DIR}/stream_bench_node_check)
   set_tests_properties(stream_bench_node_json PROPERTIES TIMEOUT 600)
+  # The design's case study at full size on timing-only sim (issue 14): 350 GB on 8 x 40 GB.
+  add_test(NAME stream_bench_case_study
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/case_study_check.py
+      $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_BINARY_DIR}/case_study_check)
+  set_tests_properties(stream_bench_case_study PROPERTIES TIMEOUT 600)
   add_test(NAME stream_bench_bad_preset COMMAND ${CMAKE_COMMAND} -DHTP_PLAN=$<TARGET_FILE:htp-stream-bench>
     -DEXPECT_RC=2 "-DEXPECT_TEXT=unknown model preset" "-DARGS=--model;no-such-model"
     -P ${CMAKE_CURRENT_SOURCE_DIR}/planner.cmake)

@@ -20,12 +20,21 @@ void print_node_table(const std::vector<node_result>& results, double budget_ms)
                 100.0 * r.shared_link_use, r.collective_ms_per_layer, r.stall_ms_per_step, r.barriers_per_layer,
                 static_cast<double>(r.host_tier_bytes) / 1e6, static_cast<unsigned long long>(r.mismatches));
   }
+  std::printf("%-16s %9s %9s %9s %8s %8s\n", "mode", "resident", "ms/64MiB", "faults/ms", "HBM pk", "link%");
+  for (const auto& r : results) {
+    if (r.skipped) continue;
+    std::printf("%-16s %9d %9.3f %9.4f %7.1f%% %7.1f%%\n", r.mode.c_str(), r.resident_layers, r.fault_ms_per_64mib_page,
+                r.faults_per_ms, r.hbm_peak_pct, r.link_use_pct);
+  }
   std::printf("(times in ms; budget: step p99 <= %.0f ms, the slowest GPU's step; MB/step/GPU: bytes paged in per\n"
               " step per GPU; hostGB/s: all GPUs' page-ins over the timed wall time; shared: of the shared link's cap;\n"
               " coll/lyr: the all-reduce per layer (tensor-parallel) or the barrier cost per layer (swap-and-shard: the\n"
               " compute stream's wait for gathered layers, per layer), device-side; sync/lyr: swap-and-shard's compute-\n"
               " stream waits per layer (0.5 = once per two layers); host MB: the one host tier's bytes, every mode once; corrupt:\n"
-              " weight samples that differ from the registered bytes, the single-GPU run's patterns)\n",
+              " weight samples that differ from the registered bytes, the single-GPU run's patterns; resident: layers kept\n"
+              " in HBM on every GPU (--resident); ms/64MiB: the wait of faults and late prefetches per 64 MiB, per GPU;\n"
+              " faults/ms: faults and late prefetches per timed ms per GPU; HBM pk: the fullest GPU's peak; link%%: each\n"
+              " GPU's page-in rate over its link peak)\n",
               budget_ms);
 }
 
@@ -48,6 +57,13 @@ nlohmann::json to_json(const node_result& r) {
           {"interconnect_measured", r.interconnect_measured},
           {"stall_ms_per_step", r.stall_ms_per_step},
           {"host_tier_bytes", r.host_tier_bytes},
+          {"host_budget_bytes", r.host_budget_bytes},
+          {"resident_layers", r.resident_layers},
+          {"fault_ms_per_64mib_page", r.fault_ms_per_64mib_page},
+          {"faults_per_ms", r.faults_per_ms},
+          {"hbm_peak_pct", r.hbm_peak_pct},
+          {"link_use_pct", r.link_use_pct},
+          {"timing_only", r.timing_only},
           {"verification_mismatches", r.mismatches}};
 }
 

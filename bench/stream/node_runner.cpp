@@ -35,7 +35,7 @@ struct gpu_weight {
   std::uint64_t rows = 0, cols = 0, sum = 0, head = 0, tail = 0;
 };
 
-gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
+gpu_weight checked_weight(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
   const weight_sums ws = sums_of(data, bytes);
   return {tensor_handle{}, 0, bytes, rows, cols, ws.sum, ws.head, ws.tail};
 }
@@ -66,7 +66,28 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   const std::size_t elem = bytes_per_element(cfg.type);
   std::uint64_t layer_bytes = 0;
   for (const auto& t : shapes) layer_bytes += t.rows * t.cols * elem;
-  const std::size_t model_bytes = static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers);
+  const bool timing_only = o.timing_only && o.kind == backend::sim;
+  const auto skipped = [&](std::string why) {
+    node_result r;
+    r.mode = to_string(mode);
+    r.gpus = N;
+    r.skipped = true;
+    r.skip_reason = std::move(why);
+    return r;
+  };
+  // Tensor-parallel --resident: whole layers' shards stay in HBM, next to a window of three
+  // paged layers (the one computing and two prefetched) and slack for rounding.
+  int resident_layers = 0;
+  if (mode == node_mode::tensor_parallel && o.resident) {
+    const std::size_t shard_layer = static_cast<std::size_t>(layer_bytes) / N + shapes.size() * cfg.page_bytes;
+    const std::size_t window = 3 * shard_layer + 4 * cfg.slab_bytes;
+    if (cfg.hbm_budget_bytes > window) {
+      resident_layers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(cfg.layers),
+                                                               (cfg.hbm_budget_bytes - window) / shard_layer));
+    }
+  }
+  const std::size_t paged_bytes =
+      static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - resident_layers);
 
   // Swap-and-shard's staging: two buffers of two layers (one synchronisation per two layers), or of
   // one layer when HBM is too short for that, next to one shard being paged in.
@@ -81,18 +102,21 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       }
     }
     if (per_sync == 0) {
-      node_result r;
-      r.mode = to_string(mode);
-      r.gpus = N;
-      r.skipped = true;
-      r.skip_reason = "needs " + std::to_string(need(1) >> 20) +
-                      " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
-                      std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB";
-      return r;
+      return skipped("needs " + std::to_string(need(1) >> 20) +
+                     " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
+                     std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB");
     }
   }
   // N devices, each with the single-GPU run's modelled link (sim) or the first N GPUs (cuda); one
   // node over them.
+  // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
+  const std::size_t host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
+                                4 * cfg.slab_bytes;
+  if (o.host_budget_bytes > 0 && host_need > o.host_budget_bytes) {
+    return skipped("its host copies need " + std::to_string(host_need / 1000000000) + " GB of host tier, more than the " +
+                   std::to_string(o.host_budget_bytes / 1000000000) + " GB given" +
+                   (mode == node_mode::tensor_parallel && !o.resident ? " (try --resident)" : ""));
+  }
   std::vector<std::unique_ptr<device>> devs;
   std::vector<device*> ptrs;
   if (o.kind == backend::cuda) {
@@ -112,15 +136,14 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
       sc.copy_latency_ns = static_cast<std::uint64_t>(o.sim_latency_us * 1e3);
       sc.poison_byte = -1;
+      sc.timing_only = timing_only;
       sc.ordinal = static_cast<int>(g);
       devs.push_back(make_sim_device(sc));
       ptrs.push_back(devs.back().get());
     }
   }
   node_config nc;
-  // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
-  nc.host_budget_bytes = (model_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
-                         4 * cfg.slab_bytes;
+  nc.host_budget_bytes = o.host_budget_bytes > 0 ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes : host_need;
   nc.host_slab_bytes = cfg.slab_bytes;
   nc.host_page_bytes = cfg.page_bytes;
   nc.gpu.hbm_budget_bytes = cfg.hbm_budget_bytes;
@@ -129,7 +152,8 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   nc.gpu.chunk_bytes = cfg.chunk_bytes;
   nc.gpu.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   nc.gpu.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
-  nc.gpu.prefetch_lookahead = 2;
+  // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a norm).
+  nc.gpu.prefetch_lookahead = static_cast<unsigned>(2 * shapes.size());
   if (cfg.rate_bytes_per_second) nc.gpu.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
   if (o.shared_link_gbps > 0) {
     node_link_group grp;
@@ -159,16 +183,25 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   for (int l = 0; l < cfg.layers; ++l) {
     for (std::size_t g = 0; g < N; ++g) w[g].emplace_back();
     std::vector<unsigned char> packed;
+    std::size_t packed_bytes = 0;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       const auto& t = shapes[i];
       const std::size_t bytes = t.rows * t.cols * elem;
-      buf.resize(bytes);
-      fill_pattern(buf.data(), bytes, cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
+      if (!timing_only) {  // timing-only: no bytes, no patterns (nothing is verified)
+        buf.resize(bytes);
+        fill_pattern(buf.data(), bytes, cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
+      }
+      const unsigned char* data = timing_only ? nullptr : buf.data();
+      const auto checked = [&](const unsigned char* at, std::size_t n, std::uint64_t rows, std::uint64_t cols) {
+        gpu_weight gw{tensor_handle{}, 0, n, rows, cols, 0, 0, 0};
+        if (at != nullptr) gw = checked_weight(at, n, rows, cols);
+        return gw;
+      };
       const std::string name = "L" + std::to_string(l) + "." + t.name;
       if (mode == node_mode::data_parallel) {
-        const node_tensor nt = nd.register_replicated(name, bytes, buf.data());
+        const node_tensor nt = nd.register_replicated(name, bytes, data);
         for (std::size_t g = 0; g < N; ++g) {
-          gpu_weight gw = checked(buf.data(), bytes, t.rows, t.cols);
+          gpu_weight gw = checked(data, bytes, t.rows, t.cols);
           gw.h = nd.on(nt, g);
           w[g].back().push_back(gw);
         }
@@ -179,32 +212,36 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         std::size_t at = 0;
         for (std::size_t g = 0; g < N; ++g) {
           sb[g] = bytes / N + (g < bytes % N ? 1 : 0);
-          src[g] = buf.data() + at;
+          src[g] = data ? data + at : nullptr;
           at += sb[g];
         }
-        const node_tensor nt = nd.register_sharded(name, sb, tensor_kind::weight, src);
+        // Resident layers: each GPU's shard in its own HBM for the run, no host copy.
+        const bool keep = l < resident_layers;
+        node_tensor nt;
+        if (!keep) nt = nd.register_sharded(name, sb, tensor_kind::weight, data ? src : std::vector<const void*>{});
         at = 0;
         for (std::size_t g = 0; g < N; ++g) {
-          gpu_weight gw = checked(buf.data() + at, sb[g], t.rows, std::max<std::uint64_t>(1, t.cols / N));
-          gw.h = nd.on(nt, g);
+          gpu_weight gw = checked(data ? data + at : nullptr, sb[g], t.rows, std::max<std::uint64_t>(1, t.cols / N));
+          gw.h = keep ? nd.gpu(g).register_resident(name, sb[g], tensor_kind::weight, src[g]) : nd.on(nt, g);
           w[g].back().push_back(gw);
           at += sb[g];
         }
       } else {
-        gpu_weight gw = checked(buf.data(), bytes, t.rows, t.cols);
-        gw.offset = packed.size();
-        packed.insert(packed.end(), buf.begin(), buf.end());
+        gpu_weight gw = checked(data, bytes, t.rows, t.cols);
+        gw.offset = packed_bytes;
+        packed_bytes += bytes;
+        if (data) packed.insert(packed.end(), buf.begin(), buf.end());
         for (std::size_t g = 0; g < N; ++g) w[g].back().push_back(gw);
       }
     }
     if (mode == node_mode::swap_and_shard) {
-      swap_layer_bytes.push_back(packed.size());
+      swap_layer_bytes.push_back(packed_bytes);
       swap_layers.push_back(std::move(packed));
     }
   }
   if (mode == node_mode::swap_and_shard) {
     std::vector<const void*> src;
-    for (const auto& v : swap_layers) src.push_back(v.data());
+    for (const auto& v : swap_layers) src.push_back(v.empty() ? nullptr : v.data());
     swap_shard_config sc;
     // sim: the modelled interconnect; cuda: measured by swap_shard's probe all-gather.
     sc.interconnect_bytes_per_second = o.kind == backend::sim ? static_cast<std::uint64_t>(ic_gbps * 1e9) : 0;
@@ -213,9 +250,12 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     swap_layers.clear();
   } else {
     for (std::size_t g = 0; g < N; ++g) {
+      // The paged tensors only: device-resident ones are always hits, and left in the schedule
+      // they would use up the lookahead, so the next paged layer would load only when reached.
       std::vector<tensor_handle> order;
-      for (const auto& layer : w[g]) {
-        for (const auto& gw : layer) order.push_back(gw.h);
+      for (std::size_t l = 0; l < w[g].size(); ++l) {
+        if (static_cast<int>(l) < resident_layers) continue;
+        for (const auto& gw : w[g][l]) order.push_back(gw.h);
       }
       nd.gpu(g).set_schedule(order, /*cyclic=*/true);
     }
@@ -225,7 +265,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   const int total = cfg.warmup_steps + cfg.steps;
   const std::size_t act_bytes = static_cast<std::size_t>(cfg.tokens) * static_cast<std::size_t>(cfg.model.hidden) * 2;
   std::vector<std::vector<double>> step_ms(N, std::vector<double>(static_cast<std::size_t>(total), 0));
-  std::vector<double> stall(N, 0), paged(N, 0);
+  std::vector<double> stall(N, 0), paged(N, 0), fault_page_ms(N, 0), faults_ms(N, 0), hbm_peak(N, 0);
   std::vector<std::uint64_t> bad(N, 0);
   std::vector<stamps> coll_time(N);
   std::vector<std::exception_ptr> err(N);
@@ -244,14 +284,14 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
           compute = make_sim_compute(dev, "modelled", o.compute_gbps);
         }
         stream cs(dev);
-        std::vector<unsigned char> act_host(act_bytes * 2, 0);
         void* act = dev.allocate(memory_kind::device, std::max<std::size_t>(act_bytes, 256));
         std::uint64_t paged0 = 0;
         for (int step = 0; step < total; ++step) {
           if (step == cfg.warmup_steps) {
             compute->take_stall_ms();
             compute->take_mismatches();
-            paged0 = p.metrics().page_in_bytes;
+            p.reset_metrics();  // page-ins, fault waits, occupancy and rates of the timed steps only
+            paged0 = 0;
             std::lock_guard lock(time_mu);
             if (timed_begin == clock_type::time_point{}) timed_begin = clock_type::now();
           }
@@ -264,7 +304,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
               std::vector<weight_view> views;
               for (const auto& gw : w[g][l]) {
                 const device_span sp{static_cast<char*>(layer.data) + gw.offset, gw.bytes, false};
-                views.push_back({sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, true});
+                views.push_back({sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, !timing_only});
               }
               compute->run_layer(views, cfg.tokens, cs);
               ss->release(g, l, cs);
@@ -273,7 +313,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
                 compute->begin_stall(cs);
                 const device_span sp = p.acquire(gw.h, cs);
                 compute->end_stall(cs);
-                compute->run_layer({{sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, true}}, cfg.tokens, cs);
+                compute->run_layer({{sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, !timing_only}}, cfg.tokens, cs);
                 p.release(gw.h, cs);
               }
               if (mode == node_mode::tensor_parallel && N > 1) {
@@ -289,6 +329,12 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
               std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
         }
         stall[g] = compute->take_stall_ms() / static_cast<double>(cfg.steps);
+        {
+          const pager_metrics pm = p.metrics();
+          fault_page_ms[g] = pm.fault_wait.ms_per_64mib_page;
+          faults_ms[g] = pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
+          hbm_peak[g] = pm.hbm.peak_pct;
+        }
         bad[g] = compute->take_mismatches();
         paged[g] = static_cast<double>(p.metrics().page_in_bytes - paged0) / static_cast<double>(cfg.steps);
         dev.deallocate(memory_kind::device, act, std::max<std::size_t>(act_bytes, 256));
@@ -323,6 +369,13 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     coll_n += static_cast<double>(coll_time[g].ms.size());
   }
   r.bytes_per_step_per_gpu = bytes / static_cast<double>(N);
+  r.timing_only = timing_only;
+  r.resident_layers = resident_layers;
+  for (std::size_t g = 0; g < N; ++g) {
+    r.fault_ms_per_64mib_page += fault_page_ms[g] / static_cast<double>(N);
+    r.faults_per_ms += faults_ms[g] / static_cast<double>(N);
+    r.hbm_peak_pct = std::max(r.hbm_peak_pct, hbm_peak[g]);
+  }
   r.stall_ms_per_step = st / static_cast<double>(N);
   r.collective_ms_per_layer = mode == node_mode::tensor_parallel ? (coll_n > 0 ? coll_ms / coll_n : 0)
                               : mode == node_mode::swap_and_shard
@@ -343,6 +396,10 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     r.shared_link_use = r.host_gbps * 1e9 / static_cast<double>(m.links[0].h2d_rate_bytes_per_second);
   }
   r.host_tier_bytes = m.host_used_bytes;
+  r.host_budget_bytes = m.host_capacity_bytes;
+  if (cfg.link_peak_bytes_per_second > 0) {
+    r.link_use_pct = 100.0 * r.host_gbps * 1e9 / static_cast<double>(N) / static_cast<double>(cfg.link_peak_bytes_per_second);
+  }
   ss.reset();  // before the node: its slots and layers live in the node
   return r;
 }

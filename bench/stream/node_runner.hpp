@@ -29,6 +29,14 @@ struct node_options {
   double compute_gbps = 349.0;     ///< modelled weight-reading rate of each GPU
   double interconnect_gbps = 0;    ///< modelled NVLink per GPU for collectives; 0 = 450 x link / 55
   double shared_link_gbps = 0;     ///< one H2D link all GPUs share upstream; 0 = none
+  /// sim: timing-only devices (no bytes stored or moved, checksums off): full-size models on a
+  /// small machine. The weights carry no patterns then and nothing is verified.
+  bool timing_only = false;
+  /// tensor-parallel: keep each GPU's shards of the first layers device-resident (no host copy)
+  /// as far as HBM allows next to a paging window of three layers; page the rest.
+  bool resident = false;
+  /// The host tier's size; 0 = what the mode needs. A mode needing more is skipped, saying so.
+  std::size_t host_budget_bytes = 0;
 };
 
 struct node_result {
@@ -53,6 +61,14 @@ struct node_result {
   bool interconnect_measured = false; ///< by the probe all-gather (cuda), not the sim's model
   double stall_ms_per_step = 0;       ///< compute stream waiting on htp, mean over GPUs
   std::size_t host_tier_bytes = 0;    ///< host memory the node's tensors use
+  std::size_t host_budget_bytes = 0;  ///< the host tier's size
+  int resident_layers = 0;            ///< tensor-parallel --resident: layers kept in HBM on every GPU
+  double fault_ms_per_64mib_page = 0; ///< acquire-to-usable wait of faults and late prefetches, per
+                                      ///< 64 MiB, mean over GPUs
+  double faults_per_ms = 0;           ///< faults and late prefetches per timed ms, per GPU
+  double hbm_peak_pct = 0;            ///< the fullest GPU's HBM peak
+  double link_use_pct = 0;            ///< per-GPU page-in rate over the link peak
+  bool timing_only = false;           ///< sim timing-only: nothing verified
   std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered
 };
 

@@ -160,7 +160,9 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   const auto shapes = layer_tensors(cfg.model);
   std::uint64_t largest = 0;
   for (const auto& t : shapes) largest = std::max(largest, t.rows * t.cols * bytes_per_element(cfg.type));
-  std::vector<unsigned char> staging(largest);
+  // A timing-only device stores no bytes: no payloads, nothing verified.
+  const bool timing_only = dev.properties().timing_only;
+  std::vector<unsigned char> staging(timing_only ? 0 : largest);
   std::vector<tensor_handle> order;
   for (int l = 0; l < cfg.layers; ++l) {
     model_instance::layer layer;
@@ -169,10 +171,13 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       const auto& t = shapes[i];
       const std::size_t bytes = t.rows * t.cols * bytes_per_element(cfg.type);
       const std::uint64_t seed = cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i;
-      fill_pattern(staging.data(), bytes, seed);
+      weight_sums ws;
+      if (!timing_only) {
+        fill_pattern(staging.data(), bytes, seed);
+        ws = sums_of(staging.data(), bytes);
+      }
       const auto h = p.register_tensor("L" + std::to_string(l) + "." + t.name, bytes,
-                                       tensor_kind::weight, staging.data());
-      const weight_sums ws = sums_of(staging.data(), bytes);
+                                       tensor_kind::weight, timing_only ? nullptr : staging.data());
       model_instance::tensor rec{h, t.rows, t.cols, ws.sum, ws.head, ws.tail};
       const int e = expert_of(t.name);
       if (e < 0) {
@@ -257,7 +262,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
         compute.begin_stall(compute_stream);
         const auto s = p.acquire(t->h, compute_stream, pol.wait_each_fault);
         compute.end_stall(compute_stream);
-        std::vector<weight_view> views{{s, t->rows, t->cols, t->sum, t->head, t->tail, true}};
+        std::vector<weight_view> views{{s, t->rows, t->cols, t->sum, t->head, t->tail, !timing_only}};
         if (w == 0) views.insert(views.end(), kv_views.begin(), kv_views.end());
         compute.run_layer(views, cfg.tokens, compute_stream);
         p.release(t->h, compute_stream);

@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
   std::size_t gpus = 0;
   std::string node_modes = "data-parallel,tensor-parallel,swap-and-shard";
   double interconnect_gbps = 0, shared_link_gbps = 0;
+  bool timing_only = false, node_only = false, resident = false, case_study = false;
+  std::string host_budget;
   app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
   app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
   app.add_option("--dtype", dtype_name, "bf16, fp16, fp8 or int8");
@@ -99,7 +101,36 @@ int main(int argc, char** argv) {
   app.add_option("--interconnect-gbps", interconnect_gbps,
                  "sim --gpus: modelled NVLink per GPU for collectives (default: 450/55 x the link)");
   app.add_option("--shared-link-gbps", shared_link_gbps, "sim --gpus: one H2D link all GPUs share upstream (0 = none)");
+  app.add_flag("--timing-only", timing_only,
+               "sim: timing-only devices (no bytes stored or moved, checksums off): full-size models on a small machine");
+  app.add_flag("--node-only", node_only, "with --gpus: run only the node modes, not the single-GPU policies");
+  app.add_flag("--resident", resident,
+               "--gpus tensor-parallel: keep the first layers' shards device-resident where HBM allows, page the rest");
+  app.add_option("--host-budget", host_budget, "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
+  app.add_flag("--case-study", case_study,
+               "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host RAM, tensor-parallel "
+               "(resident where possible) and swap-and-shard, timing-only sim (docs/case_study.md); other flags still apply");
   CLI11_PARSE(app, argc, argv);
+  if (case_study) {
+    // Flags given explicitly still win over the preset's values.
+    const auto unset = [&](const char* name) { return app.count(name) == 0; };
+    model_name = "opt-175b";
+    dtype_name = "fp16";
+    if (unset("--gpus")) gpus = 8;
+    if (unset("--hbm-budget")) budget = "40GB";
+    if (unset("--host-budget")) host_budget = "256GB";
+    if (unset("--node-modes")) node_modes = "tensor-parallel,swap-and-shard";
+    if (unset("--backend")) backend_name = "sim";
+    if (unset("--sim-link-gbps")) sim_link_gbps = 55;           // PCIe Gen5 x16, as measured on H100/H200 hosts
+    if (unset("--sim-compute-gbps")) sim_compute_gbps = 3350;   // an H100 SXM's HBM3
+    if (unset("--steps")) steps = 8;
+    if (unset("--warmup")) warmup = 2;
+    // The design's 64 MiB pages as transfer chunks: a fault waits behind at most one (1.5 ms at
+    // 44 GB/s), and 8 GPUs' modelled copies on a 2-core machine wake their threads 32x less often.
+    if (unset("--chunk-mib")) chunk_mib = 64;
+    layers = 0;
+    timing_only = node_only = resident = true;
+  }
 
   bench_config cfg;
   std::unique_ptr<device> dev;
@@ -110,7 +141,10 @@ int main(int argc, char** argv) {
     cfg.model = config_path.empty() ? preset(model_name) : from_hf_config(config_path);
     cfg.type = parse_dtype(dtype_name);
     const bool want_sim = backend_name == "sim" || (backend_name == "auto" && cuda_device_count() == 0);
-    if (layers <= 0) layers = want_sim ? std::min(8, cfg.model.layers) : cfg.model.layers;
+    if (timing_only && !want_sim) throw invalid_argument("--timing-only is a sim mode; add --backend sim");
+    if (timing_only && sim_compute != "modelled") throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
+    if (node_only && gpus == 0) throw invalid_argument("--node-only needs --gpus N");
+    if (layers <= 0) layers = want_sim && !timing_only ? std::min(8, cfg.model.layers) : cfg.model.layers;
     if (layers > cfg.model.layers) {
       throw invalid_argument("--layers " + std::to_string(layers) + ": " + cfg.model.name + " has " +
                              std::to_string(cfg.model.layers));
@@ -145,7 +179,7 @@ int main(int argc, char** argv) {
       budgets.push_back(b);
     }
     const std::uint64_t ram = host_ram_bytes();
-    if (ram != 0 && model_bytes + kv_bytes_at_end(cfg) > ram * 7 / 10) {
+    if (ram != 0 && !timing_only && model_bytes + kv_bytes_at_end(cfg) > ram * 7 / 10) {
       const std::uint64_t fit = ram * 7 / 10 / std::max<std::uint64_t>(1, model_bytes / static_cast<std::uint64_t>(layers));
       throw invalid_argument(std::to_string(layers) + " layers (" + gib(static_cast<double>(model_bytes)) +
                              ") need more pinned host RAM than this machine's 70% (" + gib(static_cast<double>(ram) * 0.7) +
@@ -160,6 +194,7 @@ int main(int argc, char** argv) {
       sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
       sc.copy_latency_ns = static_cast<std::uint64_t>(sim_latency_us * 1e3);
       sc.poison_byte = -1;
+      sc.timing_only = timing_only;
       dev = make_sim_device(sc);
       if (sim_compute_gbps <= 0) sim_compute_gbps = sim_link_gbps * 4800.0 / 55.0;
       compute = make_sim_compute(*dev, sim_compute, sim_compute_gbps);
@@ -204,6 +239,9 @@ int main(int argc, char** argv) {
     std::printf("  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
                 sim_link_gbps, sim_latency_us);
   }
+  if (timing_only) {
+    std::printf("  sim TIMING-ONLY: no bytes are stored or moved; checksums are OFF (nothing verified), times modelled\n");
+  }
 
   const bool tty = isatty(2) != 0;
   const progress_fn progress = [&](const std::string& name, int done, int total) {
@@ -222,6 +260,7 @@ int main(int argc, char** argv) {
                 100.0 * static_cast<double>(budgets[bi]) / static_cast<double>(model_bytes));
     std::vector<policy_result> results;
     for (const auto& pol : pols) {
+      if (node_only) break;
       if (pol.all_resident && bi > 0) continue;  // independent of the budget: run once
       const std::string tp = (!trace_path.empty() && pol.name == trace_policy && bi + 1 == budgets.size()) ? trace_path : "";
       try {
@@ -241,7 +280,7 @@ int main(int argc, char** argv) {
         exit_code = 1;
       }
     }
-    print_table(results, "on-demand", budget_ms);
+    if (!node_only) print_table(results, "on-demand", budget_ms);
     nlohmann::json pj = nlohmann::json::array();
     for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
     sweep_json.push_back({{"hbm_budget_bytes", budgets[bi]}, {"policies", pj}});
@@ -255,6 +294,9 @@ int main(int argc, char** argv) {
         no.compute_gbps = sim_compute_gbps;
         no.interconnect_gbps = interconnect_gbps;
         no.shared_link_gbps = shared_link_gbps;
+        no.timing_only = timing_only;
+        no.resident = resident;
+        no.host_budget_bytes = host_budget.empty() ? 0 : parse_budget(host_budget, model_bytes);
         std::vector<node_result> nrs;
         for (node_mode m : {node_mode::data_parallel, node_mode::tensor_parallel, node_mode::swap_and_shard}) {
           if (("," + node_modes + ",").find(std::string(",") + to_string(m) + ",") == std::string::npos) continue;
@@ -294,7 +336,12 @@ int main(int argc, char** argv) {
                    {"link_peak_bytes_per_second", cfg.link_peak_bytes_per_second},
                    {"kv_context_tokens", cfg.kv_context_tokens}, {"kv_block_tokens", cfg.kv_block_tokens},
                    {"latency_budget_ms", budget_ms}, {"compute", compute->description()}, {"seed", seed}};
-    if (sim) j["sim"] = {{"link_gbps", sim_link_gbps}, {"latency_us", sim_latency_us}, {"compute", sim_compute}};
+    if (sim) {
+      j["sim"] = {{"link_gbps", sim_link_gbps}, {"latency_us", sim_latency_us}, {"compute", sim_compute},
+                  {"compute_gbps", sim_compute_gbps}, {"timing_only", timing_only},
+                  {"checksums", timing_only ? "off (timing-only: no bytes stored)" : "on"}};
+    }
+    if (case_study) j["preset"] = "case-study";
     j["policies"] = sweep_json.back()["policies"];
     if (sweep_json.back().contains("node")) j["node"] = sweep_json.back()["node"];
     j["sweep"] = sweep_json;
