@@ -86,6 +86,14 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
                                                                (cfg.hbm_budget_bytes - window) / shard_layer));
     }
   }
+  // The paged layers spread evenly among the resident ones: each is prefetched while the resident
+  // layers before it compute, instead of all of them loading in one stretch at the end.
+  std::vector<bool> paged_layer(static_cast<std::size_t>(cfg.layers), true);
+  if (resident_layers > 0) {
+    const int P = cfg.layers - resident_layers;
+    std::fill(paged_layer.begin(), paged_layer.end(), false);
+    for (int k = 0; k < P; ++k) paged_layer[static_cast<std::size_t>((2 * k + 1) * cfg.layers / (2 * P))] = true;
+  }
   const std::size_t paged_bytes =
       static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - resident_layers);
 
@@ -216,7 +224,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
           at += sb[g];
         }
         // Resident layers: each GPU's shard in its own HBM for the run, no host copy.
-        const bool keep = l < resident_layers;
+        const bool keep = !paged_layer[static_cast<std::size_t>(l)];
         node_tensor nt;
         if (!keep) nt = nd.register_sharded(name, sb, tensor_kind::weight, data ? src : std::vector<const void*>{});
         at = 0;
@@ -254,7 +262,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       // they would use up the lookahead, so the next paged layer would load only when reached.
       std::vector<tensor_handle> order;
       for (std::size_t l = 0; l < w[g].size(); ++l) {
-        if (static_cast<int>(l) < resident_layers) continue;
+        if (!paged_layer[l]) continue;
         for (const auto& gw : w[g][l]) order.push_back(gw.h);
       }
       nd.gpu(g).set_schedule(order, /*cyclic=*/true);

@@ -32,7 +32,7 @@ struct node_options {
   /// sim: timing-only devices (no bytes stored or moved, checksums off): full-size models on a
   /// small machine. The weights carry no patterns then and nothing is verified.
   bool timing_only = false;
-  /// tensor-parallel: keep each GPU's shards of the first layers device-resident (no host copy)
+  /// tensor-parallel: keep each GPU's shards of most layers device-resident (no host copy)
   /// as far as HBM allows next to a paging window of three layers; page the rest.
   bool resident = false;
   /// The host tier's size; 0 = what the mode needs. A mode needing more is skipped, saying so.

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
                "sim: timing-only devices (no bytes stored or moved, checksums off): full-size models on a small machine");
   app.add_flag("--node-only", node_only, "with --gpus: run only the node modes, not the single-GPU policies");
   app.add_flag("--resident", resident,
-               "--gpus tensor-parallel: keep the first layers' shards device-resident where HBM allows, page the rest");
+               "--gpus tensor-parallel: keep most layers' shards device-resident where HBM allows, page the rest (spread among them)");
   app.add_option("--host-budget", host_budget, "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
   app.add_flag("--case-study", case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host RAM, tensor-parallel "
