@@ -13,7 +13,7 @@ import sys
 bench, work = sys.argv[1:3]
 os.makedirs(work, exist_ok=True)
 out_json = os.path.join(work, "case-study.json")
-run = subprocess.run([bench, "--case-study", "--steps", "1", "--warmup", "1", "--json", out_json],
+run = subprocess.run([bench, "--case-study", "--sim-time-scale", "1", "--steps", "1", "--warmup", "1", "--json", out_json],
                      capture_output=True, text=True, timeout=600)
 print(run.stdout)
 if run.returncode != 0:

@@ -64,6 +64,7 @@ nlohmann::json to_json(const node_result& r) {
           {"hbm_peak_pct", r.hbm_peak_pct},
           {"link_use_pct", r.link_use_pct},
           {"timing_only", r.timing_only},
+          {"time_scale", r.time_scale},
           {"verification_mismatches", r.mismatches}};
 }
 

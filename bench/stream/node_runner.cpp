@@ -361,6 +361,16 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   node_result r;
   r.mode = to_string(mode);
   r.gpus = N;
+  // Time dilation undone: measured times shrink by the scale, rates per unit time grow by it.
+  const double ts = o.kind == backend::sim ? o.time_scale : 1.0;
+  r.time_scale = ts;
+  for (std::size_t g = 0; g < N; ++g) {
+    for (double& x : step_ms[g]) x /= ts;
+    stall[g] /= ts;
+    fault_page_ms[g] /= ts;
+    faults_ms[g] *= ts;
+    for (double& x : coll_time[g].ms) x /= ts;
+  }
   for (int s = cfg.warmup_steps; s < total; ++s) {
     double worst = 0;
     for (std::size_t g = 0; g < N; ++g) worst = std::max(worst, step_ms[g][static_cast<std::size_t>(s)]);
@@ -398,15 +408,16 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     r.interconnect_measured = sm.interconnect_measured;
   }
   const double secs = std::chrono::duration<double>(timed_end - timed_begin).count();
-  r.host_gbps = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs / 1e9 : 0;
+  const double host_rate = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs : 0;  // dilated, B/s
+  r.host_gbps = host_rate * ts / 1e9;
   const node_metrics m = nd.metrics();
   if (!m.links.empty() && m.links[0].h2d_rate_bytes_per_second > 0 && secs > 0) {
-    r.shared_link_use = r.host_gbps * 1e9 / static_cast<double>(m.links[0].h2d_rate_bytes_per_second);
+    r.shared_link_use = host_rate / static_cast<double>(m.links[0].h2d_rate_bytes_per_second);
   }
   r.host_tier_bytes = m.host_used_bytes;
   r.host_budget_bytes = m.host_capacity_bytes;
   if (cfg.link_peak_bytes_per_second > 0) {
-    r.link_use_pct = 100.0 * r.host_gbps * 1e9 / static_cast<double>(N) / static_cast<double>(cfg.link_peak_bytes_per_second);
+    r.link_use_pct = 100.0 * host_rate / static_cast<double>(N) / static_cast<double>(cfg.link_peak_bytes_per_second);
   }
   ss.reset();  // before the node: its slots and layers live in the node
   return r;

@@ -37,6 +37,10 @@ struct node_options {
   bool resident = false;
   /// The host tier's size; 0 = what the mode needs. A mode needing more is skipped, saying so.
   std::size_t host_budget_bytes = 0;
+  /// sim time dilation: the rates above are already divided by it (and the latency multiplied),
+  /// so the run takes `time_scale` times its modelled time and the simulation's own per-operation
+  /// cost shrinks against it; every time in the result is divided by it again (rates multiplied).
+  double time_scale = 1.0;
 };
 
 struct node_result {
@@ -69,6 +73,7 @@ struct node_result {
   double hbm_peak_pct = 0;            ///< the fullest GPU's HBM peak
   double link_use_pct = 0;            ///< per-GPU page-in rate over the link peak
   bool timing_only = false;           ///< sim timing-only: nothing verified
+  double time_scale = 1.0;            ///< sim time dilation the run was made with (results undone)
   std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered
 };
 

@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
   std::string node_modes = "data-parallel,tensor-parallel,swap-and-shard";
   double interconnect_gbps = 0, shared_link_gbps = 0;
   bool timing_only = false, node_only = false, resident = false, case_study = false;
+  double time_scale = 1;
+  double model_link_gbps = 0, model_latency_us = 0, model_compute_gbps = 0;  // before dilation
   std::string host_budget;
   app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
   app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
@@ -107,6 +109,9 @@ int main(int argc, char** argv) {
   app.add_flag("--resident", resident,
                "--gpus tensor-parallel: keep most layers' shards device-resident where HBM allows, page the rest (spread among them)");
   app.add_option("--host-budget", host_budget, "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
+  app.add_option("--sim-time-scale", time_scale,
+                 "sim --node-only: run S times slower than modelled (rates / S, latency x S) and report times / S, so "
+                 "the simulation's own per-operation cost shrinks S-fold against the modelled times");
   app.add_flag("--case-study", case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host RAM, tensor-parallel "
                "(resident where possible) and swap-and-shard, timing-only sim (docs/case_study.md); other flags still apply");
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     // The design's 64 MiB pages as transfer chunks: a fault waits behind at most one (1.5 ms at
     // 44 GB/s), and 8 GPUs' modelled copies on a 2-core machine wake their threads 32x less often.
     if (unset("--chunk-mib")) chunk_mib = 64;
+    if (unset("--sim-time-scale")) time_scale = 10;  // docs/case_study.md: the simulation's cost
     layers = 0;
     timing_only = node_only = resident = true;
   }
@@ -144,6 +150,21 @@ int main(int argc, char** argv) {
     if (timing_only && !want_sim) throw invalid_argument("--timing-only is a sim mode; add --backend sim");
     if (timing_only && sim_compute != "modelled") throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
     if (node_only && gpus == 0) throw invalid_argument("--node-only needs --gpus N");
+    if (!(time_scale >= 1)) throw invalid_argument("--sim-time-scale must be at least 1");
+    if (time_scale != 1 && (!want_sim || !node_only)) throw invalid_argument("--sim-time-scale needs --backend sim and --node-only");
+    // Dilation: every modelled rate S times slower, the per-copy latency S times longer.
+    model_link_gbps = sim_link_gbps;
+    model_latency_us = sim_latency_us;
+    if (want_sim) {
+    sim_link_gbps /= time_scale;
+    sim_latency_us *= time_scale;
+    if (sim_compute_gbps <= 0) sim_compute_gbps = model_link_gbps * 4800.0 / 55.0;
+    sim_compute_gbps /= time_scale;
+    if (interconnect_gbps <= 0) interconnect_gbps = model_link_gbps * 450.0 / 55.0;
+    interconnect_gbps /= time_scale;
+    shared_link_gbps /= time_scale;
+    }
+    model_compute_gbps = sim_compute_gbps * time_scale;
     if (layers <= 0) layers = want_sim && !timing_only ? std::min(8, cfg.model.layers) : cfg.model.layers;
     if (layers > cfg.model.layers) {
       throw invalid_argument("--layers " + std::to_string(layers) + ": " + cfg.model.name + " has " +
@@ -231,16 +252,21 @@ int main(int argc, char** argv) {
               gib(static_cast<double>(model_bytes)).c_str(), cfg.tokens, cfg.steps, cfg.warmup_steps,
               cfg.kv_context_tokens > 0 ? ("from " + std::to_string(cfg.kv_context_tokens) + " tokens").c_str() : "off");
   std::printf("  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, page %.0f KiB, chunk %.0f MiB\n",
-              static_cast<double>(cfg.link_peak_bytes_per_second) / 1e9,
+              static_cast<double>(cfg.link_peak_bytes_per_second) * time_scale / 1e9,
               cfg.rate_bytes_per_second ? (std::to_string(rate_gbps) + " GB/s").c_str() : "none",
               slab_mib, page_kib, chunk_mib);
   std::printf("  compute: %s\n", compute->description().c_str());
   if (sim) {
     std::printf("  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
-                sim_link_gbps, sim_latency_us);
+                model_link_gbps, model_latency_us);
   }
   if (timing_only) {
     std::printf("  sim TIMING-ONLY: no bytes are stored or moved; checksums are OFF (nothing verified), times modelled\n");
+  }
+  if (time_scale != 1) {
+    std::printf("  sim time DILATED x%.0f: it runs %.0fx slower than modelled (the compute line shows the dilated rate)\n"
+                "  and reports times / %.0f, so the simulation's own per-operation cost shrinks %.0f-fold\n",
+                time_scale, time_scale, time_scale, time_scale);
   }
 
   const bool tty = isatty(2) != 0;
@@ -295,6 +321,7 @@ int main(int argc, char** argv) {
         no.interconnect_gbps = interconnect_gbps;
         no.shared_link_gbps = shared_link_gbps;
         no.timing_only = timing_only;
+        no.time_scale = time_scale;
         no.resident = resident;
         no.host_budget_bytes = host_budget.empty() ? 0 : parse_budget(host_budget, model_bytes);
         std::vector<node_result> nrs;
@@ -333,12 +360,12 @@ int main(int argc, char** argv) {
     j["config"] = {{"tokens", cfg.tokens}, {"steps", cfg.steps}, {"warmup_steps", cfg.warmup_steps},
                    {"slab_bytes", cfg.slab_bytes}, {"page_bytes", cfg.page_bytes}, {"chunk_bytes", cfg.chunk_bytes},
                    {"rate_cap_bytes_per_second", cfg.rate_bytes_per_second.value_or(0)},
-                   {"link_peak_bytes_per_second", cfg.link_peak_bytes_per_second},
+                   {"link_peak_bytes_per_second", static_cast<std::uint64_t>(static_cast<double>(cfg.link_peak_bytes_per_second) * time_scale)},
                    {"kv_context_tokens", cfg.kv_context_tokens}, {"kv_block_tokens", cfg.kv_block_tokens},
                    {"latency_budget_ms", budget_ms}, {"compute", compute->description()}, {"seed", seed}};
     if (sim) {
-      j["sim"] = {{"link_gbps", sim_link_gbps}, {"latency_us", sim_latency_us}, {"compute", sim_compute},
-                  {"compute_gbps", sim_compute_gbps}, {"timing_only", timing_only},
+      j["sim"] = {{"link_gbps", model_link_gbps}, {"latency_us", model_latency_us}, {"compute", sim_compute},
+                  {"compute_gbps", model_compute_gbps}, {"timing_only", timing_only}, {"time_scale", time_scale},
                   {"checksums", timing_only ? "off (timing-only: no bytes stored)" : "on"}};
     }
     if (case_study) j["preset"] = "case-study";
