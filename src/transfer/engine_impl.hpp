@@ -122,6 +122,8 @@ struct transfer_engine::impl {
   void fail_locked(const request_ptr& r, std::string why);
   void finish_locked(const request_ptr& r, transfer_status st);
   void remove_from_queue(lane& l, const request_ptr& r);
+  /// Queues a filled-in request (ids, completion word, metrics) on its direction's lane.
+  transfer_ticket enqueue(request_ptr r, const char* call);
   lane& lane_of(copy_direction d) { return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1]; }
   lane& link_lane(copy_direction d, const char* what);
   transfer_status status_locked(std::uint64_t id) const;

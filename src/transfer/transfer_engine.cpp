@@ -213,14 +213,19 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   r->priority = priority;
   r->chunk_count = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
   r->after = std::move(after);
-  std::lock_guard lock(impl_->mutex_);
-  HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit during destruction");
-  r->word = impl_->words.acquire();
-  r->id = impl_->next_id++;
+  return impl_->enqueue(std::move(r), "submit");
+}
+
+transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) {
+  std::lock_guard lock(mutex_);
+  HTP_EXPECTS(!stopping, logic_error, "transfer_engine::", call, " during destruction");
+  r->word = words.acquire();
+  r->id = next_id++;
   r->submit_ns = now_ns();
-  impl_->live.emplace(r->id, r);
-  ++impl_->classes[pi].submitted;
-  lane& l = impl_->lane_of(direction);
+  live.emplace(r->id, r);
+  const auto pi = static_cast<std::size_t>(r->priority);
+  ++classes[pi].submitted;
+  lane& l = lane_of(r->direction);
   l.queues[pi].push_back(r);
   l.queued_ids.insert(r->id);
   l.dispatch_cv.notify_one();
@@ -269,18 +274,7 @@ transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<con
   r->after = std::move(after);
   r->file = std::move(file);
   r->file_offset = offset;
-  std::lock_guard lock(impl_->mutex_);
-  HTP_EXPECTS(!impl_->stopping, logic_error, "transfer_engine::submit_from_file during destruction");
-  r->word = impl_->words.acquire();
-  r->id = impl_->next_id++;
-  r->submit_ns = now_ns();
-  impl_->live.emplace(r->id, r);
-  ++impl_->classes[pi].submitted;
-  lane& l = *impl_->lanes[0];
-  l.queues[pi].push_back(r);
-  l.queued_ids.insert(r->id);
-  l.dispatch_cv.notify_one();
-  return transfer_ticket{r->id};
+  return impl_->enqueue(std::move(r), "submit_from_file");
 }
 
 bool transfer_engine::cancel(transfer_ticket t) {
