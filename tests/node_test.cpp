@@ -272,6 +272,9 @@ TEST(node, link_groups_that_overlap_without_nesting_or_put_memory_under_pcie_are
   b.gpus = {1, 2};
   b.h2d_bytes_per_second = 1'000'000'000;
   expect_bad({a, b}, "groups must nest");
+  node_link_group twice = a;
+  twice.gpus = {0, 0, 1};
+  expect_bad({twice}, "names a GPU twice");
   node_link_group inner_memory = a, outer_pcie = a;
   inner_memory.h2d_bytes_per_second = 0;
   inner_memory.combined_bytes_per_second = 1'000'000'000;

@@ -57,6 +57,9 @@ TEST(timing_only, memory_is_address_space_only_and_the_capacity_limits_still_hol
   dev->deallocate(memory_kind::pinned_host, host, 60 * GiB);
   dev->deallocate(memory_kind::device, hbm, 40 * GiB);
   EXPECT_EQ(sim_pinned_bytes_in_use(*dev), 0u);
+  sim_config tiny = c;
+  tiny.timing_only_real_below = 4096;  // would make the completion words address space
+  EXPECT_THROW(make_sim_device(tiny), invalid_argument);
 }
 
 /// A fixed random walk over a pager: acquires (mutable tensors released dirty), prefetches,

@@ -198,7 +198,8 @@ class pager {
   /// acquire throws out_of_memory even with allow_degraded. The file must outlive the tensor (the
   /// record holds it). State: host. Thread-safe; the first one made allocates the bounce buffers.
   /// @throws htp::invalid_argument for a null file, bytes == 0, a range past the end of the file,
-  /// a tensor that can never fit in HBM, or a real file on a timing-only device.
+  /// a tensor that can never fit in HBM, a real file on a timing-only device or a modelled one on
+  /// a device that stores bytes; htp::out_of_memory if the engine's bounce buffers cannot be made.
   tensor_handle register_file_tensor(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
                                      std::uint64_t offset);
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,

@@ -58,8 +58,8 @@ struct sim_config {
   int numa_node = -1;
 };
 
-/// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0 or
-/// copy_engines < 1.
+/// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0,
+/// copy_engines < 1, or timing_only with timing_only_real_below under 64 KiB.
 std::unique_ptr<device> make_sim_device(const sim_config& config = {});
 
 /// Bytes of pinned host memory the sim device `d` has allocated now (allocate(pinned_host, ...));

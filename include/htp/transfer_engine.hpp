@@ -203,15 +203,23 @@ class transfer_engine {
   /// memory: each chunk is read (pread, by the prefetch lane's dispatcher, outside the engine's
   /// lock) into one of max_in_flight_chunks pinned bounce buffers of chunk_bytes, then copied from
   /// it; a buffer is reused once its copy completes. Priorities, caps and `after` work as for
-  /// submit. The bounce buffers are allocated on the first call (pinned memory: a slow call; on
-  /// the caller's thread, no lock held), so make one at set-up. A read error fails the request
-  /// with the system's message. On a timing-only device the file must be modelled.
+  /// submit, with one limit: while the dispatcher reads a chunk, no other host-to-device chunk is
+  /// issued (a fault waits for at most one chunk's read). A read error fails the request with the
+  /// system's message. The file must be modelled exactly when the device is timing-only. Calls
+  /// prepare_file_reads() first (a no-op once done).
   /// @throws htp::invalid_argument for a null file or destination, zero bytes, a range past the
-  /// end of the file, a real file on a timing-only device, or a destination outside the engine's
-  /// regions; htp::out_of_memory if the bounce buffers cannot be allocated.
+  /// end of the file, a real file on a timing-only device or a modelled one on a device that
+  /// stores bytes, or a destination outside the engine's regions; htp::out_of_memory if the bounce
+  /// buffers cannot be allocated.
   transfer_ticket submit_from_file(void* dst, std::shared_ptr<const tensor_file> file, std::uint64_t offset,
                                    std::size_t bytes, transfer_priority priority,
                                    std::vector<event_ref> after = {});
+
+  /// Allocates the bounce buffers file requests use (max_in_flight_chunks pinned buffers of
+  /// chunk_bytes), once: a slow call (pinned memory), made on the caller's thread with no engine
+  /// lock held. Call it at set-up (pager::register_file_tensor does). Thread-safe.
+  /// @throws htp::out_of_memory if the pinned memory cannot be allocated (nothing is kept).
+  void prepare_file_reads();
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.

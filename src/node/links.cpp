@@ -54,6 +54,9 @@ std::string build_node_links(const std::vector<node_link_group>& groups, std::si
     const std::string at = "shared_links[" + std::to_string(k) + "] ('" + grp.name + "')";
     if (!names.insert(grp.name).second) return at + " repeats a name; give each group its own";
     if (grp.gpus.empty()) return at + " has no GPUs";
+    std::vector<std::size_t> sorted = grp.gpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return at + " names a GPU twice";
     for (std::size_t g : grp.gpus) {
       if (g >= gpus) return at + " names GPU " + std::to_string(g) + " but the node has " + std::to_string(gpus);
     }

@@ -20,6 +20,11 @@ tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes, s
               "). A file-backed tensor has no host copy to serve in degraded mode, so it must fit in HBM; split it");
   HTP_EXPECTS(file->is_modelled() || !p.dev.properties().timing_only, invalid_argument, "register_file_tensor('", name,
               "'): the device is timing-only, which stores no bytes; use tensor_file::modelled");
+  HTP_EXPECTS(!file->is_modelled() || p.dev.properties().timing_only, invalid_argument, "register_file_tensor('", name,
+              "'): '", file->name(), "' is a modelled file, which holds no bytes; on a device that stores them "
+              "its page-ins would load garbage. Open a real file (tensor_file::open) or use a timing-only device");
+  // The engine's bounce buffers: pinned, slow to allocate, so here and not on a page-in under the lock.
+  p.engine->prepare_file_reads();
   std::lock_guard lock(p.mutex);
   const tensor_handle h = p.add_record(std::move(name), bytes, tensor_kind::weight, extent{}, /*external=*/false);
   detail::tensor_record& t = p.tensors[h.index];

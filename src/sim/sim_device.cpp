@@ -36,6 +36,9 @@ class sim_device final : public device {
                 "sim_config.device_memory_bytes is 0; give the simulated HBM a capacity");
     HTP_EXPECTS(config.copy_engines >= 1, invalid_argument, "sim_config.copy_engines is ",
                 config.copy_engines, "; it must be at least 1");
+    HTP_EXPECTS(!config.timing_only || config.timing_only_real_below >= (std::size_t{64} << 10), invalid_argument,
+                "sim_config.timing_only_real_below is ", config.timing_only_real_below,
+                "; it must be at least 65536, so htp's completion words (4 KiB blocks) stay real memory");
     props_.kind = backend::sim;
     props_.name = "htp sim device";
     props_.ordinal = config.ordinal;

@@ -241,30 +241,16 @@ transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<con
   HTP_EXPECTS(offset <= file->size() && bytes <= file->size() - offset, invalid_argument,
               "transfer_engine::submit_from_file('", file->name(), "', ", bytes, " bytes at ", offset, "): the file has ",
               file->size(), " bytes");
-  HTP_EXPECTS(file->is_modelled() || !impl_->dev.properties().timing_only, invalid_argument,
-              "transfer_engine::submit_from_file('", file->name(), "'): the device is timing-only and its bounce "
-              "buffers hold no bytes; use tensor_file::modelled for timing-only runs");
+  HTP_EXPECTS(file->is_modelled() == impl_->dev.properties().timing_only, invalid_argument,
+              "transfer_engine::submit_from_file('", file->name(), "'): ",
+              file->is_modelled() ? "a modelled file holds no bytes, so a device that stores them would get garbage; "
+                                    "open a real file (tensor_file::open)"
+                                  : "the device is timing-only and its bounce buffers hold no bytes; use "
+                                    "tensor_file::modelled for timing-only runs");
   const auto pi = static_cast<std::size_t>(priority);
   HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit_from_file: unknown priority ", pi);
   impl_->check_destination(dst, bytes, copy_direction::host_to_device);
-  {
-    // Pinned allocations are slow and may synchronise the device: made here, with no engine lock.
-    std::lock_guard b(impl_->bounce_mutex_);
-    if (impl_->bounce_all.empty()) {
-      std::vector<char*> made;
-      try {
-        for (std::size_t i = 0; i < impl_->cfg.max_in_flight_chunks; ++i) {
-          made.push_back(static_cast<char*>(impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
-        }
-      } catch (...) {
-        for (char* p : made) impl_->dev.deallocate(memory_kind::pinned_host, p, impl_->cfg.chunk_bytes);
-        throw;
-      }
-      std::lock_guard lock(impl_->mutex_);
-      impl_->bounce_all = made;
-      impl_->lanes[0]->bounce_free = std::move(made);
-    }
-  }
+  prepare_file_reads();
   auto r = std::make_shared<request>();
   r->dst = static_cast<char*>(dst);
   r->bytes = bytes;
@@ -275,6 +261,24 @@ transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<con
   r->file = std::move(file);
   r->file_offset = offset;
   return impl_->enqueue(std::move(r), "submit_from_file");
+}
+
+void transfer_engine::prepare_file_reads() {
+  // Pinned allocations are slow and may synchronise the device: made here, with no engine lock.
+  std::lock_guard b(impl_->bounce_mutex_);
+  if (!impl_->bounce_all.empty()) return;
+  std::vector<char*> made;
+  try {
+    for (std::size_t i = 0; i < impl_->cfg.max_in_flight_chunks; ++i) {
+      made.push_back(static_cast<char*>(impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
+    }
+  } catch (...) {
+    for (char* p : made) impl_->dev.deallocate(memory_kind::pinned_host, p, impl_->cfg.chunk_bytes);
+    throw;
+  }
+  std::lock_guard lock(impl_->mutex_);
+  impl_->bounce_all = made;
+  impl_->lanes[0]->bounce_free = std::move(made);
 }
 
 bool transfer_engine::cancel(transfer_ticket t) {
