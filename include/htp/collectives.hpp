@@ -53,7 +53,9 @@ class collectives {
 
 /// Collectives across sim devices (rank r = devices[r]). `interconnect_bytes_per_second` > 0
 /// models each collective's time as (N - 1) / N x bytes per rank / rate, as a ring does; 0 = free.
-/// @throws htp::invalid_argument if devices is empty or holds a null or non-sim device.
+/// On timing-only devices (sim_config::timing_only) nothing is copied or summed: only the modelled
+/// time passes. @throws htp::invalid_argument if devices is empty, holds a null or non-sim
+/// device, or mixes timing-only devices with ones that store bytes.
 std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& devices,
                                                   std::uint64_t interconnect_bytes_per_second = 0);
 
