@@ -35,7 +35,9 @@ struct gpu_weight {
   std::uint64_t rows = 0, cols = 0, sum = 0, head = 0, tail = 0;
 };
 
-gpu_weight checked_weight(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
+/// Its checksums when `data` is given; none (nothing to verify) for a timing-only run's null data.
+gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
+  if (data == nullptr) return {tensor_handle{}, 0, bytes, rows, cols, 0, 0, 0};
   const weight_sums ws = sums_of(data, bytes);
   return {tensor_handle{}, 0, bytes, rows, cols, ws.sum, ws.head, ws.tail};
 }
@@ -200,11 +202,6 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         fill_pattern(buf.data(), bytes, cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
       }
       const unsigned char* data = timing_only ? nullptr : buf.data();
-      const auto checked = [&](const unsigned char* at, std::size_t n, std::uint64_t rows, std::uint64_t cols) {
-        gpu_weight gw{tensor_handle{}, 0, n, rows, cols, 0, 0, 0};
-        if (at != nullptr) gw = checked_weight(at, n, rows, cols);
-        return gw;
-      };
       const std::string name = "L" + std::to_string(l) + "." + t.name;
       if (mode == node_mode::data_parallel) {
         const node_tensor nt = nd.register_replicated(name, bytes, data);
@@ -293,13 +290,11 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         }
         stream cs(dev);
         void* act = dev.allocate(memory_kind::device, std::max<std::size_t>(act_bytes, 256));
-        std::uint64_t paged0 = 0;
         for (int step = 0; step < total; ++step) {
           if (step == cfg.warmup_steps) {
             compute->take_stall_ms();
             compute->take_mismatches();
             p.reset_metrics();  // page-ins, fault waits, occupancy and rates of the timed steps only
-            paged0 = 0;
             std::lock_guard lock(time_mu);
             if (timed_begin == clock_type::time_point{}) timed_begin = clock_type::now();
           }
@@ -337,14 +332,12 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
               std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
         }
         stall[g] = compute->take_stall_ms() / static_cast<double>(cfg.steps);
-        {
-          const pager_metrics pm = p.metrics();
-          fault_page_ms[g] = pm.fault_wait.ms_per_64mib_page;
-          faults_ms[g] = pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
-          hbm_peak[g] = pm.hbm.peak_pct;
-        }
+        const pager_metrics pm = p.metrics();  // of the timed steps (reset after the warm-up)
+        fault_page_ms[g] = pm.fault_wait.ms_per_64mib_page;
+        faults_ms[g] = pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
+        hbm_peak[g] = pm.hbm.peak_pct;
+        paged[g] = static_cast<double>(pm.page_in_bytes) / static_cast<double>(cfg.steps);
         bad[g] = compute->take_mismatches();
-        paged[g] = static_cast<double>(p.metrics().page_in_bytes - paged0) / static_cast<double>(cfg.steps);
         dev.deallocate(memory_kind::device, act, std::max<std::size_t>(act_bytes, 256));
         std::lock_guard lock(time_mu);
         timed_end = std::max(timed_end, clock_type::now());

@@ -156,13 +156,13 @@ int main(int argc, char** argv) {
     model_link_gbps = sim_link_gbps;
     model_latency_us = sim_latency_us;
     if (want_sim) {
-    sim_link_gbps /= time_scale;
-    sim_latency_us *= time_scale;
-    if (sim_compute_gbps <= 0) sim_compute_gbps = model_link_gbps * 4800.0 / 55.0;
-    sim_compute_gbps /= time_scale;
-    if (interconnect_gbps <= 0) interconnect_gbps = model_link_gbps * 450.0 / 55.0;
-    interconnect_gbps /= time_scale;
-    shared_link_gbps /= time_scale;
+      sim_link_gbps /= time_scale;
+      sim_latency_us *= time_scale;
+      if (sim_compute_gbps <= 0) sim_compute_gbps = model_link_gbps * 4800.0 / 55.0;  // an H200 over its PCIe
+      sim_compute_gbps /= time_scale;
+      if (interconnect_gbps <= 0) interconnect_gbps = model_link_gbps * 450.0 / 55.0;  // NVLink 4 over PCIe
+      interconnect_gbps /= time_scale;
+      shared_link_gbps /= time_scale;
     }
     model_compute_gbps = sim_compute_gbps * time_scale;
     if (layers <= 0) layers = want_sim && !timing_only ? std::min(8, cfg.model.layers) : cfg.model.layers;
@@ -217,7 +217,6 @@ int main(int argc, char** argv) {
       sc.poison_byte = -1;
       sc.timing_only = timing_only;
       dev = make_sim_device(sc);
-      if (sim_compute_gbps <= 0) sim_compute_gbps = sim_link_gbps * 4800.0 / 55.0;
       compute = make_sim_compute(*dev, sim_compute, sim_compute_gbps);
     } else {
       dev = make_device(backend::cuda);
