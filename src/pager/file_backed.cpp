@@ -5,24 +5,19 @@
 
 #include <htp/detail/check.hpp>
 
+#include "transfer/file_checks.hpp"
+
 namespace htp {
 
 tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
                                           std::uint64_t offset) {
   auto& p = *impl_;
-  HTP_EXPECTS(file != nullptr, invalid_argument, "register_file_tensor('", name, "'): null file");
-  HTP_EXPECTS(bytes > 0, invalid_argument, "register_file_tensor('", name, "', 0 bytes): a tensor must have at least one byte");
-  HTP_EXPECTS(offset <= file->size() && bytes <= file->size() - offset, invalid_argument, "register_file_tensor('", name,
-              "', ", bytes, " bytes at ", offset, "): past the end of '", file->name(), "' (", file->size(), " bytes)");
   HTP_EXPECTS(bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_file_tensor('", name, "', ", bytes,
               " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
               " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
               "). A file-backed tensor has no host copy to serve in degraded mode, so it must fit in HBM; split it");
-  HTP_EXPECTS(file->is_modelled() || !p.dev.properties().timing_only, invalid_argument, "register_file_tensor('", name,
-              "'): the device is timing-only, which stores no bytes; use tensor_file::modelled");
-  HTP_EXPECTS(!file->is_modelled() || p.dev.properties().timing_only, invalid_argument, "register_file_tensor('", name,
-              "'): '", file->name(), "' is a modelled file, which holds no bytes; on a device that stores them "
-              "its page-ins would load garbage. Open a real file (tensor_file::open) or use a timing-only device");
+  detail::check_file_source(file.get(), offset, bytes, p.dev.properties().timing_only,
+                            "register_file_tensor('" + name + "', " + std::to_string(bytes) + " bytes)");
   // The engine's bounce buffers: pinned, slow to allocate, so here and not on a page-in under the lock.
   p.engine->prepare_file_reads();
   std::lock_guard lock(p.mutex);

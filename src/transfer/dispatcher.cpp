@@ -172,10 +172,9 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
     }
     const std::size_t off = next->issued * cfg.chunk_bytes;
     const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
-    if (next->direction == copy_direction::device_to_device && l.upstream) {
-      l.upstream->withdraw(l.upstream_waiter);  // takes no tokens: not waiting on the link any more
-    }
-    if (next->direction != copy_direction::device_to_device) {
+    if (next->direction == copy_direction::device_to_device) {
+      if (l.upstream) l.upstream->withdraw(l.upstream_waiter);  // takes no tokens: not waiting on the link
+    } else {
       std::int64_t wait = l.bucket.time_until_available(n);
       if (wait > 0 && l.upstream) l.upstream->withdraw(l.upstream_waiter);
       // The own bucket holds the bytes (and only this dispatcher takes from it): now the shared

@@ -5,6 +5,7 @@ target_sources(htp PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/value_word_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/calibration.cpp
   ${CMAKE_CURRENT_LIST_DIR}/link_checks.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/file_checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transfer_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dispatcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tensor_file.cpp

@@ -1,6 +1,7 @@
 // The transfer engine: request bookkeeping, one dispatcher and one completer thread per stream.
 // See Note [Transfer engine] in include/htp/transfer_engine.hpp.
 #include "transfer/engine_impl.hpp"
+#include "transfer/file_checks.hpp"
 #include "transfer/link_checks.hpp"
 
 namespace htp {
@@ -235,18 +236,9 @@ transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) 
 transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<const tensor_file> file,
                                                   std::uint64_t offset, std::size_t bytes,
                                                   transfer_priority priority, std::vector<event_ref> after) {
-  HTP_EXPECTS(dst != nullptr && file != nullptr, invalid_argument, "transfer_engine::submit_from_file(", dst,
-              "): the destination and the file must be non-null");
-  HTP_EXPECTS(bytes > 0, invalid_argument, "transfer_engine::submit_from_file: a transfer must move at least one byte");
-  HTP_EXPECTS(offset <= file->size() && bytes <= file->size() - offset, invalid_argument,
-              "transfer_engine::submit_from_file('", file->name(), "', ", bytes, " bytes at ", offset, "): the file has ",
-              file->size(), " bytes");
-  HTP_EXPECTS(file->is_modelled() == impl_->dev.properties().timing_only, invalid_argument,
-              "transfer_engine::submit_from_file('", file->name(), "'): ",
-              file->is_modelled() ? "a modelled file holds no bytes, so a device that stores them would get garbage; "
-                                    "open a real file (tensor_file::open)"
-                                  : "the device is timing-only and its bounce buffers hold no bytes; use "
-                                    "tensor_file::modelled for timing-only runs");
+  HTP_EXPECTS(dst != nullptr, invalid_argument, "transfer_engine::submit_from_file: null destination");
+  detail::check_file_source(file.get(), offset, bytes, impl_->dev.properties().timing_only,
+                            "transfer_engine::submit_from_file");
   const auto pi = static_cast<std::size_t>(priority);
   HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit_from_file: unknown priority ", pi);
   impl_->check_destination(dst, bytes, copy_direction::host_to_device);
