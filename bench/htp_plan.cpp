@@ -6,6 +6,8 @@
 #include "model/model_shapes.hpp"
 #include "planner/bench_json.hpp"
 #include "planner/gpu_presets.hpp"
+#include "planner/htp_model.hpp"
+#include "planner/matrix.hpp"
 #include "planner/planner.hpp"
 
 #include <htp/error.hpp>
@@ -16,7 +18,9 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -72,6 +76,100 @@ void print(const plan_inputs& in, const gpu_spec& gpu, const plan_result& r) {
                 r.prediction_error_pct);
   }
   for (const auto& n : r.notes) std::printf("  note: %s\n", n.c_str());
+}
+
+void print_htp(const plan_inputs& in, const htp_settings& s, const htp_prediction& h) {
+  std::printf("htp model: %s, %s placement (what the library does; docs/planner.md)\n", to_string(s.how),
+              to_string(s.where));
+  if (!h.feasible) {
+    std::printf("  does not fit: %s\n", h.why_not.c_str());
+    return;
+  }
+  std::printf("  HBM        budget %.2f GB per GPU: %d layers resident (%.2f GB with embeddings), %d paged through "
+              "%.2f GB, KV %.2f GB\n",
+              h.hbm_budget_bytes / 1e9, h.resident_layers, gb(h.resident_bytes), h.paged_layers,
+              gb(h.paging_capacity), gb(h.kv_bytes));
+  std::printf("  host RAM   %.1f GB of host tier (paged tensors only) of %.1f GB\n", gb(h.host_bytes), in.host_gb);
+  std::printf("  paging     %.2f GB per GPU per step (Belady's rule, %llu KiB pages) at %.1f GB/s (%.0f%% cap of "
+              "%.1f GB/s, %llu MiB chunks, %.1f us each)\n",
+              h.paged_bytes_per_step / 1e9, static_cast<unsigned long long>(s.alloc_page_bytes >> 10), h.link_gbps,
+              s.link_cap_fraction * 100, s.link_peak_gbps > 0 ? s.link_peak_gbps : in.link_gbps,
+              static_cast<unsigned long long>(s.chunk_bytes >> 20), s.copy_latency_us);
+  std::printf("  step       %.2f ms (transfer %.2f ms, compute %.2f ms, collective %.3f ms per layer): %s, %.1f tokens/s\n",
+              h.step_ms, h.transfer_ms, h.compute_ms, h.collective_ms_per_layer,
+              h.meets_budget ? "MEETS" : "MISSES", h.tokens_per_second);
+  if (in.measured.step_ms_p50 > 0) {
+    std::printf("  measured   step p50 %.2f ms: htp model off by %+.1f%%\n", in.measured.step_ms_p50,
+                (h.step_ms - in.measured.step_ms_p50) / in.measured.step_ms_p50 * 100.0);
+  }
+}
+
+nlohmann::json to_json(const htp_settings& s, const htp_prediction& h, double measured) {
+  nlohmann::json j = {{"strategy", to_string(s.how)}, {"placement", to_string(s.where)}, {"feasible", h.feasible}};
+  if (!h.feasible) {
+    j["why_not"] = h.why_not;
+    return j;
+  }
+  j.update({{"hbm_budget_bytes", h.hbm_budget_bytes}, {"resident_layers", h.resident_layers},
+            {"paged_layers", h.paged_layers}, {"resident_bytes", h.resident_bytes}, {"kv_bytes", h.kv_bytes},
+            {"paging_capacity_bytes", h.paging_capacity}, {"host_bytes", h.host_bytes},
+            {"paged_bytes_per_step", h.paged_bytes_per_step}, {"link_gbps", h.link_gbps},
+            {"link_cap_fraction", s.link_cap_fraction}, {"transfer_ms", h.transfer_ms},
+            {"compute_ms", h.compute_ms}, {"collective_ms_per_layer", h.collective_ms_per_layer},
+            {"step_ms", h.step_ms}, {"tokens_per_second", h.tokens_per_second},
+            {"meets_budget", h.meets_budget}});
+  if (measured > 0) {
+    j["measured_step_ms_p50"] = measured;
+    j["prediction_error_pct"] = (h.step_ms - measured) / measured * 100.0;
+  }
+  return j;
+}
+
+void print_matrix(const std::vector<matrix_row>& rows, double budget_ms, int context) {
+  std::printf("trade-off matrix: step ms / tokens per s per cell (htp model; KV cache of %d tokens per sequence; "
+              "* meets the %.0f ms budget)\n", context, budget_ms);
+  std::printf("  %-24s", "strategy \\ batch");
+  for (const auto& c : rows.front().cells) std::printf(" %22d", c.batch);
+  std::printf("\n");
+  for (const auto& r : rows) {
+    std::printf("  %-24s", r.strategy.c_str());
+    for (const auto& c : r.cells) {
+      if (!c.feasible) {
+        std::printf(" %22s", "does not fit");
+        continue;
+      }
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%.1f ms %.0f tok/s%s", c.step_ms, c.tokens_per_second, c.meets_budget ? "*" : " ");
+      std::printf(" %22s", cell);
+    }
+    std::printf("\n");
+  }
+  for (const auto& r : rows) {
+    for (const auto& c : r.cells) {
+      if (!c.feasible) {
+        std::printf("  %s, batch %d: %s\n", r.strategy.c_str(), c.batch, c.why_not.c_str());
+        break;
+      }
+    }
+  }
+}
+
+nlohmann::json to_json(const std::vector<matrix_row>& rows, double budget_ms, int context) {
+  nlohmann::json j = {{"budget_ms", budget_ms}, {"context", context}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const auto& c : r.cells) {
+      nlohmann::json cj = {{"batch", c.batch}, {"feasible", c.feasible}};
+      if (c.feasible) {
+        cj.update({{"step_ms", c.step_ms}, {"tokens_per_second", c.tokens_per_second}, {"meets_budget", c.meets_budget}});
+      } else {
+        cj["why_not"] = c.why_not;
+      }
+      cells.push_back(cj);
+    }
+    j["rows"].push_back({{"strategy", r.strategy}, {"cells", cells}});
+  }
+  return j;
 }
 
 nlohmann::json to_json(const plan_inputs& in, const gpu_spec& gpu, const plan_result& r) {
@@ -144,9 +242,9 @@ int main(int argc, char** argv) {
   app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")->capture_default_str();
   auto* link_opt = app.add_option("--link-gbps", link_gbps, "host->device GB/s per GPU (overrides the preset)");
   auto* page_ms_opt = app.add_option("--page-ms", in.page_ms, "cost of moving one page, ms (instead of the link rate)");
-  auto* bench_opt = app.add_option("--bench-json", bench_json,
+  app.add_option("--bench-json", bench_json,
                                    "htp-bandwidth or stream bench JSON: use its measured H2D rate, compare its step time");
-  link_opt->excludes(page_ms_opt)->excludes(bench_opt);
+  link_opt->excludes(page_ms_opt);
   app.add_option("--page-mib", page_mib, "page (slab) size, MiB")->capture_default_str();
   app.add_option("--budget-ms", in.budget_ms, "step-time budget, ms")->capture_default_str();
   app.add_option("--headroom", in.headroom_fraction, "fraction of HBM kept for activations and workspace")->capture_default_str();
@@ -155,6 +253,30 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-tokens", in.prompt_tokens, "prefill: prompt tokens per sequence")->capture_default_str();
   app.add_flag("--allow-degraded", in.allow_degraded, "when no layer can be staged, read weights from mapped host memory");
   app.add_option("--json", json_path, "write the plan as JSON to this file");
+  // The htp model: what the library does (docs/planner.md, "The htp model").
+  htp_settings hs;
+  std::string placement_name = "resident", strategy_name = "tensor-parallel", batches_arg = "1,4,16,64";
+  double budget_gb = 0, chunk_mib = 2;
+  bool layers_only = false, matrix = false;
+  app.add_option("--hbm-budget-gb", budget_gb, "htp model: the pager's HBM budget per GPU, GB (default: the device's "
+                                               "exposed HBM less --headroom and the KV cache)");
+  app.add_option("--placement", placement_name, "htp model: resident (layers resident beside a paging window) or paged")
+      ->check(CLI::IsMember({"resident", "paged"}))->capture_default_str();
+  app.add_option("--strategy", strategy_name, "htp model: tensor-parallel, swap-and-shard or degraded")
+      ->check(CLI::IsMember({"tensor-parallel", "swap-and-shard", "degraded"}))->capture_default_str();
+  app.add_option("--link-cap", hs.link_cap_fraction, "htp model: the token bucket's cap, a fraction of the link peak (1: uncapped)")
+      ->capture_default_str();
+  app.add_option("--link-peak-gbps", hs.link_peak_gbps, "htp model: the calibrated copy peak the cap applies to (default: "
+                                                        "the link rate, or the stream bench's calibration)");
+  app.add_option("--copy-latency-us", hs.copy_latency_us, "htp model: fixed cost of one copy")->capture_default_str();
+  app.add_option("--chunk-mib", chunk_mib, "htp model: transfer chunk, MiB")->capture_default_str();
+  app.add_option("--interconnect-gbps", hs.interconnect_gbps, "htp model: GPU-to-GPU GB/s for collectives")->capture_default_str();
+  app.add_option("--collective-latency-us", hs.collective_latency_us, "htp model: fixed cost of one collective")
+      ->capture_default_str();
+  app.add_option("--lookahead", hs.lookahead, "htp model: tensors prefetched ahead (0: two layers' worth)")->capture_default_str();
+  app.add_flag("--layers-only", layers_only, "htp model: the decoder layers only, no embeddings (as htp-stream-bench runs)");
+  app.add_flag("--matrix", matrix, "print the trade-off matrix: strategies against batch sizes (--matrix-batches)");
+  app.add_option("--matrix-batches", batches_arg, "batch sizes of the matrix, comma-separated")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -189,11 +311,61 @@ int main(int argc, char** argv) {
     in.page_bytes = static_cast<std::uint64_t>(page_mib) << 20;
     in.mode = phase_name == "prefill" ? phase::prefill : phase::decode;
     if (!bench_json.empty()) in.measured = read_bench_json(bench_json);
-    const plan_result r = plan(in);
-    print(in, gpu, r);
+    hs.where = placement_name == "paged" ? placement::paged : placement::resident;
+    hs.how = strategy_name == "swap-and-shard" ? strategy::swap_and_shard
+             : strategy_name == "degraded"     ? strategy::degraded
+                                               : strategy::tensor_parallel;
+    hs.hbm_budget_bytes = budget_gb * 1e9;
+    hs.hbm_exposed_gb = hbm_gb > 0 ? hbm_gb : gpu.hbm_exposed_gb;
+    if (hs.link_peak_gbps <= 0 && in.measured.link_peak_gbps > 0) hs.link_peak_gbps = in.measured.link_peak_gbps;
+    if (!(chunk_mib > 0)) throw htp::invalid_argument("--chunk-mib must be positive");
+    hs.chunk_bytes = static_cast<std::uint64_t>(chunk_mib * 1048576.0);
+    hs.embeddings = !layers_only;
+    // The design's arithmetic first (its inputs are checked there), then the htp model.
+    plan_result r;
+    std::string design_error;
+    try {
+      r = plan(in);
+    } catch (const htp::invalid_argument& e) {
+      design_error = e.what();
+    }
+    plan_inputs hin = in;
+    if (in.measured.link_peak_gbps > 0 && in.page_ms <= 0 && link_opt->count() == 0) {
+      // The htp model wants the link's own rate, not the rate a paging run achieved on it.
+      hin.link_gbps = in.measured.link_peak_gbps;
+    }
+    if (in.page_ms > 0) hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
+    const htp_prediction h = predict_htp(hin, hs);
+    if (design_error.empty()) {
+      print(in, gpu, r);
+    } else {
+      std::printf("design arithmetic: %s\n", design_error.c_str());
+    }
+    print_htp(hin, hs, h);
+    std::vector<matrix_row> rows;
+    const int matrix_context = in.context > 0 ? in.context : 512;
+    if (matrix) {
+      std::vector<int> batches;
+      std::stringstream ss(batches_arg);
+      for (std::string x; std::getline(ss, x, ',');) {
+        try {
+          batches.push_back(std::stoi(x));
+        } catch (const std::exception&) {
+          throw htp::invalid_argument("--matrix-batches '" + batches_arg + "': '" + x + "' is not a whole number");
+        }
+      }
+      plan_inputs min = hin;
+      min.context = matrix_context;
+      rows = trade_off_matrix(min, hs, batches);
+      print_matrix(rows, in.budget_ms, matrix_context);
+    }
+    if (!design_error.empty() && !h.feasible) throw htp::invalid_argument(design_error);
     if (!json_path.empty()) {
       std::ofstream out(json_path);
-      out << to_json(in, gpu, r).dump(2) << "\n";
+      nlohmann::json j = design_error.empty() ? to_json(in, gpu, r) : nlohmann::json{{"tool", "htp-plan"}, {"design_error", design_error}};
+      j["htp"] = to_json(hs, h, in.measured.step_ms_p50);
+      if (matrix) j["matrix"] = to_json(rows, in.budget_ms, matrix_context);
+      out << j.dump(2) << "\n";
       if (!out) throw htp::invalid_argument("--json '" + json_path + "' cannot be written");
       std::printf("wrote %s\n", json_path.c_str());
     }

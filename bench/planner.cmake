@@ -7,8 +7,8 @@ target_link_libraries(htp_bench_model PUBLIC htp::htp PRIVATE nlohmann_json::nlo
 htp_target_warnings(htp_bench_model)
 
 # The planner as a library (testable) and the htp-plan CLI over it.
-add_library(htp_bench_planner STATIC planner/planner.cpp planner/gpu_presets.cpp
-  planner/bench_json.cpp)
+add_library(htp_bench_planner STATIC planner/planner.cpp planner/htp_model.cpp planner/gpu_presets.cpp
+  planner/bench_json.cpp planner/matrix.cpp)
 target_include_directories(htp_bench_planner PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(htp_bench_planner PUBLIC htp_bench_model
   PRIVATE nlohmann_json::nlohmann_json)

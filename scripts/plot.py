@@ -3,12 +3,15 @@
 
   scripts/plot.py --bench stream.json --out DIR   # step latency vs HBM budget, one line per policy
   scripts/plot.py --trace trace.json --out DIR    # compute / prefetch / reduction timeline
+  scripts/plot.py --matrix plan.json --out DIR    # htp-plan --matrix: step latency per strategy and batch
 
 Inputs (contracts in docs/planner.md):
   stream bench: {"policies": [{"name", "hbm_budget_bytes", "step_ms": {"p50", "p99", "max"}}],
                  "sweep": [{"hbm_budget_bytes", "policies": [...]}]}   (sweep optional)
   Chrome trace: {"traceEvents": [{"ph": "X", "tid": 1|2|3, "ts": us, "dur": us, "name", "cat"},
                                  {"ph": "M", "name": "thread_name", "tid", "args": {"name"}}]}
+  htp-plan --matrix --json: {"matrix": {"budget_ms", "context", "rows": [{"strategy", "cells":
+                 [{"batch", "feasible", "step_ms", "tokens_per_second", "meets_budget"}]}]}}
 Missing optional fields are skipped, not fatal. Needs matplotlib (Debian: python3-matplotlib); if
 the python3 on PATH lacks it, the script re-runs itself under /usr/bin/python3.
 """
@@ -109,6 +112,51 @@ def plot_bench(path, out_dir, plt):
     return out
 
 
+def plot_matrix(path, out_dir, plt):
+    """Grouped bars: one group per batch size, one bar per strategy (step ms, tokens/s on top);
+    strategies that do not fit are marked, the latency budget is a line."""
+    doc = load(path)
+    m = doc.get("matrix") if isinstance(doc, dict) else None
+    if not isinstance(m, dict) or not m.get("rows"):
+        sys.exit(f"plot.py: '{path}' has no matrix (run htp-plan --matrix --json FILE)")
+    rows = m["rows"]
+    batches = [c["batch"] for c in rows[0]["cells"]]
+    budget = number(m.get("budget_ms")) or BUDGET_MS
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(rows)
+    top = budget * 1.5
+    for r in rows:
+        for c in r["cells"]:
+            if number(c.get("step_ms")):
+                top = max(top, c["step_ms"] * 1.15)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(r["cells"]):
+            x = j + (i - (len(rows) - 1) / 2) * width
+            step = number(c.get("step_ms"))
+            if c.get("feasible") and step is not None:
+                ax.bar(x, step, width, color=f"C{i}", label=r["strategy"] if j == 0 else None)
+                tps = number(c.get("tokens_per_second")) or 0
+                ax.text(x, step, f"{tps:.0f}", ha="center", va="bottom", fontsize="x-small")
+            else:
+                ax.bar(x, top * 0.03, width, color=f"C{i}", alpha=0.25, hatch="//",
+                       label=r["strategy"] if j == 0 else None)
+                ax.text(x, top * 0.04, "no fit", ha="center", va="bottom", fontsize="x-small", rotation=90)
+    ax.axhline(budget, color="red", linewidth=1, label=f"{budget:.0f} ms budget")
+    ax.set_xticks(range(len(batches)))
+    ax.set_xticklabels([f"batch {b}" for b in batches])
+    ax.set_ylabel("step latency (ms); tokens/s above each bar")
+    model = doc.get("model", {}).get("name", "") if isinstance(doc.get("model"), dict) else ""
+    ax.set_title(f"trade-off matrix {model} (htp model, KV context {m.get('context', '?')})".strip())
+    ax.set_ylim(0, top)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    out = os.path.join(out_dir, "trade_off_matrix.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def plot_trace(path, out_dir, plt):
     doc = load(path)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
@@ -157,16 +205,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="stream bench JSON: latency vs HBM budget per policy")
     ap.add_argument("--trace", help="Chrome trace JSON: three-stream timeline")
+    ap.add_argument("--matrix", help="htp-plan --matrix --json output: step latency per strategy and batch")
     ap.add_argument("--out", required=True, help="directory for the PNGs (created)")
     args = ap.parse_args()
-    if not args.bench and not args.trace:
-        ap.error("give --bench FILE and/or --trace FILE")
+    if not args.bench and not args.trace and not args.matrix:
+        ap.error("give --bench FILE, --trace FILE and/or --matrix FILE")
     plt = import_pyplot()
     os.makedirs(args.out, exist_ok=True)
     if args.bench:
         print("wrote", plot_bench(args.bench, args.out, plt))
     if args.trace:
         print("wrote", plot_trace(args.trace, args.out, plt))
+    if args.matrix:
+        print("wrote", plot_matrix(args.matrix, args.out, plt))
 
 
 if __name__ == "__main__":

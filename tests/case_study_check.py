@@ -46,6 +46,21 @@ else:
         failures.append("tensor-parallel paged nothing or took no time")
     if tp.get("timing_only") is not True or tp["verification_mismatches"] != 0:
         failures.append("tensor-parallel result not marked timing-only")
+# The out-of-memory fallback: HBM forced short, the largest shards served from host memory (degraded),
+# every step done, the p99.9 reported against the 2 s tail budget.
+short = node.get("tensor-parallel, HBM short")
+if not short or short.get("skipped"):
+    failures.append(f"the HBM-short tensor-parallel run did not run: {short}")
+else:
+    if not short["degraded_acquires_per_step"] > 0:
+        failures.append("HBM forced short, yet no acquire was served degraded")
+    # The preset leaves 128 MiB (less than the 151 MB fc1/fc2 shards), give or take rounding.
+    if not 120 << 20 <= short["squeeze_leave_bytes"] <= 130 << 20 or not short["squeeze_block_bytes"] > 0:
+        failures.append(f"squeeze not as the preset sets it: {short['squeeze_leave_bytes']} left, block {short['squeeze_block_bytes']}")
+    if not short["step_ms_p999"] >= short["step_ms_p50"] > 0 or short["verification_mismatches"] != 0:
+        failures.append("HBM-short run: no step time or a p99.9 below the median")
+    if "tail budget" not in run.stdout:
+        failures.append("the report does not hold the p99.9 against the tail budget")
 if not ss or not ss.get("skipped") or "256 GB" not in ss.get("skip_reason", ""):
     failures.append(f"swap-and-shard should be skipped for lack of host memory, naming it: {ss}")
 if peak_rss > 4 << 30:

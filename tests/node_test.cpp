@@ -134,6 +134,31 @@ TEST(node, a_replicated_weight_has_one_host_copy_and_pages_into_every_gpu) {
   EXPECT_THROW(n.on(t, 0), invalid_argument);
 }
 
+TEST(node, any_gpu_serves_a_shard_degraded_from_the_shared_host_tier) {
+  // The host tier is pinned through GPU 0's device and portable: GPU 1 maps it when its HBM is
+  // full of pinned tensors (the ladder's last rung), and reads the shard's own bytes there.
+  node_config c = sim_node::config();
+  c.gpu.on_oom = oom_policy::allow_degraded;
+  sim_node sn(2, c);
+  node& n = *sn.n;
+  const auto big = pattern(1536 * KiB, 4);
+  const node_tensor hold = n.register_replicated("hold", big.size(), big.data());
+  const auto s0 = pattern(700 * KiB, 5), s1 = pattern(900 * KiB, 6);
+  const node_tensor w = n.register_sharded("w", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
+  stream s(*sn.devs[1]);
+  n.gpu(1).acquire(n.on(hold, 1), s, /*wait=*/true);  // pinned: 1.5 of the 2 MiB budget
+  const device_span sp = n.gpu(1).acquire(n.on(w, 1), s, /*wait=*/true);
+  EXPECT_TRUE(sp.degraded);
+  ASSERT_EQ(sp.bytes, s1.size());
+  EXPECT_EQ(std::memcmp(sp.data, s1.data(), s1.size()), 0) << "GPU 1 read other bytes than its shard";
+  n.gpu(1).release(n.on(w, 1), s);
+  n.gpu(1).release(n.on(hold, 1), s);
+  s.synchronize();
+  EXPECT_EQ(n.gpu(1).metrics().degraded_acquires, 1u);
+  n.unregister(w);
+  n.unregister(hold);
+}
+
 TEST(node, shards_page_only_into_their_own_gpu) {
   sim_node sn(2);
   node& n = *sn.n;

@@ -24,6 +24,9 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
   htp_add_test(test_belady_min belady_min_test.cpp)
   target_link_libraries(test_belady_min PRIVATE htp_bench_model)
 
+  htp_add_test(test_htp_model htp_model_test.cpp)
+  target_link_libraries(test_htp_model PRIVATE htp_bench_planner)
+
   htp_add_test(test_planner planner_test.cpp)
   target_link_libraries(test_planner PRIVATE htp_bench_planner)
   target_compile_definitions(test_planner PRIVATE
@@ -43,7 +46,20 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
     --model no-such-model)
   htp_plan_cli_test(planner_cli_bad_option 2 "--bogus" --model llama-3.1-8b --bogus)
   htp_plan_cli_test(planner_cli_host_too_small 2 "host RAM is too small"
-    --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 64 --gpu A100-40GB)
+    --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 16 --gpu A100-40GB)
+  htp_plan_cli_test(planner_cli_matrix 0 "tensor-parallel\\+paging"
+    --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --gpu A100-40GB --matrix)
+  htp_plan_cli_test(planner_cli_bad_matrix_batches 2 "is not a whole number"
+    --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --matrix --matrix-batches 1,x)
+
+  # The htp model against the timing-only simulation (issue 14): scripts/plan-check.py re-plans the
+  # committed bench JSONs of its seven configurations and fails beyond 10%.
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME planner_predicts_sim COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/plan-check.py
+      --from ${CMAKE_CURRENT_SOURCE_DIR}/data/plan-check --plan $<TARGET_FILE:htp-plan>
+      --out ${CMAKE_CURRENT_BINARY_DIR}/plan-check)
+  endif()
 
   # scripts/plot.py on the sample JSON, when a Python with matplotlib is around.
   find_program(HTP_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
@@ -54,6 +70,7 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
       add_test(NAME planner_plot_script COMMAND ${HTP_PYTHON3} ${PROJECT_SOURCE_DIR}/scripts/plot.py
         --bench ${CMAKE_CURRENT_SOURCE_DIR}/data/stream-bench.json
         --trace ${CMAKE_CURRENT_SOURCE_DIR}/data/trace.json
+        --matrix ${CMAKE_CURRENT_SOURCE_DIR}/data/plan-matrix.json
         --out ${CMAKE_CURRENT_BINARY_DIR}/plots)
     endif()
   endif()

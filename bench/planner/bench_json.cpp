@@ -40,6 +40,15 @@ measured_run read_bench_json(const std::string& path) {
   m.source = path;
   m.h2d_gbps = positive_at(j, "/measured/h2d_gbps", path);
   m.step_ms_p50 = positive_at(j, "/measured/step_ms_p50", path);
+  if (m.step_ms_p50 == 0) {  // a node-only run: its first mode that ran
+    for (const auto& r : j.value("node", nlohmann::json::array())) {
+      if (r.is_object() && !r.value("skipped", false) && r.contains("step_ms_p50")) {
+        m.step_ms_p50 = r["step_ms_p50"].is_number() ? r["step_ms_p50"].get<double>() : 0;
+        break;
+      }
+    }
+  }
+  m.link_peak_gbps = positive_at(j, "/config/link_peak_bytes_per_second", path) / 1e9;
   if (m.h2d_gbps == 0) m.h2d_gbps = positive_at(j, "/fits/pinned_H2D/peak_gb_per_s", path);
   HTP_EXPECTS(m.h2d_gbps > 0 || m.step_ms_p50 > 0, htp::invalid_argument, "bench JSON '", path,
               "' has none of /measured/h2d_gbps, /measured/step_ms_p50 or "

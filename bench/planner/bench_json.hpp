@@ -11,7 +11,8 @@ namespace htp::bench {
 /// What a benchmark measured. Zero means "not in the file".
 struct measured_run {
   double h2d_gbps = 0;     // pinned host->device rate, GB/s
-  double step_ms_p50 = 0;  // median step time of the stream bench, ms
+  double step_ms_p50 = 0;  // median step time of the stream bench, ms (node runs: the first mode's)
+  double link_peak_gbps = 0;  // the stream bench's calibrated copy peak (the cap's reference), GB/s
   std::string source;      // the file it came from
 };
 

@@ -13,12 +13,14 @@ namespace htp::bench {
 namespace {
 
 const std::vector<gpu_spec>& table() {
+  // Exposed totals as nvidia-smi reports them, in MiB (cudaMemGetInfo's total is the same bytes).
+  constexpr double mib = 1048576.0 / 1e9;
   static const std::vector<gpu_spec> t = {
-      {"A100-40GB", 40, 1555, 312, 25, "PCIe Gen4 x16"},
-      {"A100-80GB", 80, 2039, 312, 25, "PCIe Gen4 x16"},
-      {"H100-SXM", 80, 3350, 989, 55, "PCIe Gen5 x16"},
-      {"H200", 141, 4800, 989, 55, "PCIe Gen5 x16"},
-      {"GH200", 96, 4000, 989, 450, "NVLink-C2C"},
+      {"A100-40GB", 40, 40960 * mib, 1555, 312, 25, "PCIe Gen4 x16"},
+      {"A100-80GB", 80, 81920 * mib, 2039, 312, 25, "PCIe Gen4 x16"},
+      {"H100-SXM", 80, 81559 * mib, 3350, 989, 55, "PCIe Gen5 x16"},
+      {"H200", 141, 143771 * mib, 4800, 989, 55, "PCIe Gen5 x16"},
+      {"GH200", 96, 97871 * mib, 4000, 989, 450, "NVLink-C2C"},
   };
   return t;
 }

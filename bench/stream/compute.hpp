@@ -74,9 +74,10 @@ class layer_compute {
 
 /// sim: `mode` "checksum" (read and verify every byte on the host) or "modelled" (take
 /// bytes / modelled_gbps of device time, as a GPU reading the weights from HBM would, and verify
-/// the first and last sample_bytes of each weight).
+/// the first and last sample_bytes of each weight). A weight served degraded (from mapped host
+/// memory) is read at `link_gbps` instead, as a kernel reading it over the link would; 0: as HBM.
 std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& mode,
-                                                double modelled_gbps);
+                                                double modelled_gbps, double link_gbps = 0);
 
 /// cuda: cuBLAS GEMMs in `type` (bf16 or fp16; fp8/int8 fall back to a kernel reading every byte,
 /// said in description()). @throws htp::invalid_argument when htp was built without CUDA.

@@ -9,6 +9,7 @@
 #include <htp/swap_shard.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -152,6 +153,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
       ptrs.push_back(devs.back().get());
     }
   }
+  const bool squeeze = o.squeeze_leave_bytes > 0 && mode == node_mode::tensor_parallel;
   node_config nc;
   nc.host_budget_bytes = o.host_budget_bytes > 0 ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes : host_need;
   nc.host_slab_bytes = cfg.slab_bytes;
@@ -165,6 +167,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a norm).
   nc.gpu.prefetch_lookahead = static_cast<unsigned>(2 * shapes.size());
   if (cfg.rate_bytes_per_second) nc.gpu.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
+  if (squeeze) nc.gpu.on_oom = oom_policy::allow_degraded;
   if (o.shared_link_gbps > 0) {
     node_link_group grp;
     grp.name = "shared-h2d";
@@ -271,7 +274,8 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   const std::size_t act_bytes = static_cast<std::size_t>(cfg.tokens) * static_cast<std::size_t>(cfg.model.hidden) * 2;
   std::vector<std::vector<double>> step_ms(N, std::vector<double>(static_cast<std::size_t>(total), 0));
   std::vector<double> stall(N, 0), paged(N, 0), fault_page_ms(N, 0), faults_ms(N, 0), hbm_peak(N, 0);
-  std::vector<std::uint64_t> bad(N, 0);
+  std::vector<std::uint64_t> bad(N, 0), degraded(N, 0);
+  std::vector<std::size_t> squeezed(N, 0), left(N, 0);
   std::vector<stamps> coll_time(N);
   std::vector<std::exception_ptr> err(N);
   clock_type::time_point timed_begin{}, timed_end{};
@@ -286,11 +290,36 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         if (o.kind == backend::cuda) {
           compute = make_cuda_compute(dev, cfg.type, cfg.tokens, cfg.model);
         } else {
-          compute = make_sim_compute(dev, "modelled", o.compute_gbps);
+          compute = make_sim_compute(dev, "modelled", o.compute_gbps, o.sim_link_gbps);
         }
         stream cs(dev);
         void* act = dev.allocate(memory_kind::device, std::max<std::size_t>(act_bytes, 256));
+        tensor_handle squeeze_block;
         for (int step = 0; step < total; ++step) {
+          if (step == cfg.warmup_steps && squeeze) {
+            // HBM forced short: a device-resident block takes all but squeeze_leave_bytes of what
+            // the resident layers left (it evicts paged tensors as a fault would). The largest
+            // block that fits is found by bisection (register_resident refuses what does not fit),
+            // so rounding and bins are the pager's own.
+            const std::size_t mib = std::size_t{1} << 20;
+            std::size_t lo = 0, hi = cfg.hbm_budget_bytes / mib;  // in MiB: lo fits, hi does not
+            while (hi - lo > 1) {
+              const std::size_t mid = lo + (hi - lo) / 2;
+              try {
+                p.unregister_tensor(p.register_resident("hbm-probe", mid * mib, tensor_kind::mutable_state));
+                lo = mid;
+              } catch (const out_of_memory&) {
+                hi = mid;
+              } catch (const invalid_argument&) {  // larger than any HBM extent
+                hi = mid;
+              }
+            }
+            const std::size_t room = lo * mib;
+            const std::size_t block = room > o.squeeze_leave_bytes ? room - o.squeeze_leave_bytes : 0;
+            if (block > 0) squeeze_block = p.register_resident("hbm-pressure", block, tensor_kind::mutable_state);
+            squeezed[g] = block;
+            left[g] = room - block;
+          }
           if (step == cfg.warmup_steps) {
             compute->take_stall_ms();
             compute->take_mismatches();
@@ -337,12 +366,19 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
         faults_ms[g] = pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
         hbm_peak[g] = pm.hbm.peak_pct;
         paged[g] = static_cast<double>(pm.page_in_bytes) / static_cast<double>(cfg.steps);
+        degraded[g] = pm.degraded_acquires;
         bad[g] = compute->take_mismatches();
         dev.deallocate(memory_kind::device, act, std::max<std::size_t>(act_bytes, 256));
         std::lock_guard lock(time_mu);
         timed_end = std::max(timed_end, clock_type::now());
       } catch (...) {
         err[g] = std::current_exception();
+        try {
+          std::rethrow_exception(err[g]);
+        } catch (const std::exception& e) {  // said now: the other GPUs may wait for this one
+          std::fprintf(stderr, "htp-stream-bench: GPU %zu failed: %s\n", g, e.what());
+        } catch (...) {
+        }
       }
     });
   }
@@ -352,8 +388,13 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   }
 
   node_result r;
-  r.mode = to_string(mode);
+  r.mode = squeeze ? std::string(to_string(mode)) + ", HBM short" : std::string(to_string(mode));
   r.gpus = N;
+  if (squeeze) {
+    r.squeeze_leave_bytes = *std::max_element(left.begin(), left.end());
+    r.squeeze_block_bytes = *std::min_element(squeezed.begin(), squeezed.end());
+    for (std::uint64_t d : degraded) r.degraded_per_step += static_cast<double>(d) / static_cast<double>(N * static_cast<std::size_t>(cfg.steps));
+  }
   // Time dilation undone: measured times shrink by the scale, rates per unit time grow by it.
   const double ts = o.kind == backend::sim ? o.time_scale : 1.0;
   r.time_scale = ts;

@@ -41,6 +41,11 @@ struct node_options {
   /// so the run takes `time_scale` times its modelled time and the simulation's own per-operation
   /// cost shrinks against it; every time in the result is divided by it again (rates multiplied).
   double time_scale = 1.0;
+  /// HBM forced short (tensor-parallel): after the warm-up, each GPU takes a device-resident block
+  /// that leaves only this many bytes of its budget to the paged tensors, and its pager serves
+  /// what no longer fits from mapped host memory (oom_policy::allow_degraded; the sim compute reads
+  /// those weights at the link's rate). 0: off.
+  std::size_t squeeze_leave_bytes = 0;
 };
 
 struct node_result {
@@ -74,6 +79,10 @@ struct node_result {
   double link_use_pct = 0;            ///< per-GPU page-in rate over the link peak
   bool timing_only = false;           ///< sim timing-only: nothing verified
   double time_scale = 1.0;            ///< sim time dilation the run was made with (results undone)
+  std::size_t squeeze_leave_bytes = 0;  ///< HBM forced short: bytes left to paged tensors, the
+                                        ///< most any GPU had (0: not squeezed)
+  std::size_t squeeze_block_bytes = 0;  ///< the device-resident block that took the rest (least GPU)
+  double degraded_per_step = 0;         ///< acquires served from mapped host memory, per step per GPU
   std::uint64_t mismatches = 0;       ///< weight bytes read that differ from what was registered
 };
 

@@ -59,6 +59,7 @@ summary_ms summarize(std::vector<double> v) {
   };
   s.p50 = at(0.5);
   s.p99 = at(0.99);
+  s.p999 = at(0.999);
   s.max = v.back();
   double sum = 0;
   for (double x : v) sum += x;
@@ -103,6 +104,29 @@ std::uint64_t kv_bytes_at_end(const bench_config& cfg) {
                                static_cast<std::uint64_t>(cfg.tokens) * static_cast<std::uint64_t>(cfg.steps + cfg.warmup_steps);
   const std::uint64_t blocks = (tokens + static_cast<std::uint64_t>(cfg.kv_block_tokens) - 1) / static_cast<std::uint64_t>(cfg.kv_block_tokens);
   return blocks * static_cast<std::uint64_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.layers);
+}
+
+void undilate(policy_result& r, double scale) {
+  if (scale == 1) return;
+  const auto shrink = [scale](summary_ms& x) {
+    x.p50 /= scale;
+    x.p99 /= scale;
+    x.p999 /= scale;
+    x.max /= scale;
+    x.mean /= scale;
+  };
+  for (double& x : r.step_ms) x /= scale;
+  shrink(r.step);
+  shrink(r.fault);
+  shrink(r.stall);
+  for (double* x : {&r.fault_wait.p50_ms, &r.fault_wait.p90_ms, &r.fault_wait.p99_ms, &r.fault_wait.max_ms,
+                    &r.fault_wait.mean_ms, &r.fault_wait.ms_per_64mib_page, &r.stall_ms_per_step, &r.bound_ms,
+                    &r.compute_ms, &r.transfer_ms}) {
+    *x /= scale;
+  }
+  r.fault_rate_per_ms *= scale;
+  r.h2d_gbps *= scale;
+  r.meets_budget = r.step.p99 <= r.latency_budget_ms;
 }
 
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,

@@ -52,7 +52,7 @@ struct bench_config {
 };
 
 struct summary_ms {
-  double p50 = 0, p99 = 0, max = 0, mean = 0;
+  double p50 = 0, p99 = 0, p999 = 0, max = 0, mean = 0;  ///< p999: the 99.9th percentile (nearest rank)
 };
 
 struct policy_result {
@@ -100,6 +100,11 @@ summary_ms summarize(std::vector<double> v);
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
                          layer_compute& compute, const std::string& trace_path,
                          const progress_fn& progress);
+
+/// Undoes sim time dilation (a run made `scale` times slower than modelled): times / scale, rates
+/// per unit time x scale, the budget verdict taken again. Shares and byte counts are unchanged;
+/// metrics_json stays as measured (dilated). scale 1: nothing changes.
+void undilate(policy_result& r, double scale);
 
 /// Bytes of the weights of the layers run (what paging moves per step when nothing stays).
 std::uint64_t streamed_weight_bytes(const bench_config& cfg);

@@ -16,8 +16,8 @@ namespace {
 
 class sim_compute final : public layer_compute {
  public:
-  sim_compute(device& dev, bool checksum_mode, double gbps)
-      : dev_(dev), checksum_mode_(checksum_mode), gbps_(gbps) {}
+  sim_compute(device& dev, bool checksum_mode, double gbps, double link_gbps)
+      : dev_(dev), checksum_mode_(checksum_mode), gbps_(gbps), link_gbps_(link_gbps) {}
 
   void run_layer(const std::vector<weight_view>& weights, int, stream_ref s) override {
     dev_.launch_host_func(
@@ -29,9 +29,10 @@ class sim_compute final : public layer_compute {
               if (w.verify && sum != w.expected_checksum) ++mismatches_;
             }
           } else {
-            std::uint64_t bytes = 0;
+            double modelled_ns = 0;
             for (const auto& w : weights) {
-              bytes += w.span.bytes;
+              const bool over_link = w.span.degraded && link_gbps_ > 0;
+              modelled_ns += static_cast<double>(w.span.bytes) / (over_link ? link_gbps_ : gbps_);
               if (!w.verify) continue;
               const auto* p = static_cast<const unsigned char*>(w.span.data);
               const std::size_t n = std::min(sample_bytes, w.span.bytes);
@@ -39,9 +40,8 @@ class sim_compute final : public layer_compute {
                 ++mismatches_;
               }
             }
-            // The modelled device time of reading `bytes` from HBM.
-            std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(
-                                                   static_cast<double>(bytes) / gbps_)));
+            // The modelled device time of reading the weights from HBM (or over the link).
+            std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(modelled_ns)));
           }
           const auto t1 = std::chrono::steady_clock::now();
           const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
@@ -100,6 +100,7 @@ class sim_compute final : public layer_compute {
   device& dev_;
   bool checksum_mode_;
   double gbps_;
+  double link_gbps_;  // degraded weights (mapped host memory) are read at this rate; 0: as HBM
   std::atomic<std::uint64_t> compute_ns_{0};
   std::atomic<std::uint64_t> stall_ns_{0};
   mutable std::mutex samples_mutex_;
@@ -112,12 +113,12 @@ class sim_compute final : public layer_compute {
 }  // namespace
 
 std::unique_ptr<layer_compute> make_sim_compute(device& dev, const std::string& mode,
-                                                double modelled_gbps) {
+                                                double modelled_gbps, double link_gbps) {
   HTP_EXPECTS(mode == "checksum" || mode == "modelled", invalid_argument, "--sim-compute '", mode,
               "': use 'checksum' or 'modelled'");
   HTP_EXPECTS(mode == "checksum" || modelled_gbps > 0, invalid_argument,
               "--sim-compute-gbps must be positive");
-  return std::make_unique<sim_compute>(dev, mode == "checksum", modelled_gbps);
+  return std::make_unique<sim_compute>(dev, mode == "checksum", modelled_gbps, link_gbps);
 }
 
 }  // namespace htp::bench

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::string node_modes = "data-parallel,tensor-parallel,swap-and-shard";
   double interconnect_gbps = 0, shared_link_gbps = 0;
   bool timing_only = false, node_only = false, resident = false, case_study = false;
-  double time_scale = 1;
+  double time_scale = 1, squeeze_mib = 0, tail_budget_ms = 2000;
   double model_link_gbps = 0, model_latency_us = 0, model_compute_gbps = 0;  // before dilation
   std::string host_budget;
   app.add_option("--model", model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
@@ -110,8 +110,12 @@ int main(int argc, char** argv) {
                "--gpus tensor-parallel: keep most layers' shards device-resident where HBM allows, page the rest (spread among them)");
   app.add_option("--host-budget", host_budget, "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
   app.add_option("--sim-time-scale", time_scale,
-                 "sim --node-only: run S times slower than modelled (rates / S, latency x S) and report times / S, so "
+                 "sim: run S times slower than modelled (rates / S, latency x S) and report times / S, so "
                  "the simulation's own per-operation cost shrinks S-fold against the modelled times");
+  app.add_option("--hbm-squeeze-mib", squeeze_mib,
+                 "--gpus tensor-parallel: run it again with HBM forced short: after the warm-up a resident block leaves only "
+                 "this many MiB to paged tensors, and what does not fit is served from host memory (degraded)");
+  app.add_option("--tail-budget-ms", tail_budget_ms, "the tail budget the HBM-short run's p99.9 is held against");
   app.add_flag("--case-study", case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host RAM, tensor-parallel "
                "(resident where possible) and swap-and-shard, timing-only sim (docs/case_study.md); other flags still apply");
@@ -134,6 +138,8 @@ int main(int argc, char** argv) {
     // 44 GB/s), and 8 GPUs' modelled copies on a 2-core machine wake their threads 32x less often.
     if (unset("--chunk-mib")) chunk_mib = 64;
     if (unset("--sim-time-scale")) time_scale = 10;  // docs/case_study.md: the simulation's cost
+    // The out-of-memory fallback: 128 MiB left to paging, less than the largest shard (fc1, 151 MB).
+    if (unset("--hbm-squeeze-mib")) squeeze_mib = 128;
     layers = 0;
     timing_only = node_only = resident = true;
   }
@@ -151,7 +157,7 @@ int main(int argc, char** argv) {
     if (timing_only && sim_compute != "modelled") throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
     if (node_only && gpus == 0) throw invalid_argument("--node-only needs --gpus N");
     if (!(time_scale >= 1)) throw invalid_argument("--sim-time-scale must be at least 1");
-    if (time_scale != 1 && (!want_sim || !node_only)) throw invalid_argument("--sim-time-scale needs --backend sim and --node-only");
+    if (time_scale != 1 && !want_sim) throw invalid_argument("--sim-time-scale needs --backend sim");
     // Dilation: every modelled rate S times slower, the per-copy latency S times longer.
     model_link_gbps = sim_link_gbps;
     model_latency_us = sim_latency_us;
@@ -290,6 +296,7 @@ int main(int argc, char** argv) {
       const std::string tp = (!trace_path.empty() && pol.name == trace_policy && bi + 1 == budgets.size()) ? trace_path : "";
       try {
         results.push_back(run_policy(*dev, cfg, pol, *compute, tp, progress));
+        undilate(results.back(), time_scale);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "htp-stream-bench: policy %s failed: %s\n", pol.name.c_str(), e.what());
         policy_result r;
@@ -339,7 +346,16 @@ int main(int argc, char** argv) {
             exit_code = 1;
           }
         }
-        print_node_table(nrs, budget_ms);
+        if (squeeze_mib > 0 && ("," + node_modes + ",").find(",tensor-parallel,") != std::string::npos) {
+          no.squeeze_leave_bytes = static_cast<std::size_t>(squeeze_mib * 1048576.0);
+          try {
+            nrs.push_back(run_node_mode(cfg, node_mode::tensor_parallel, no));
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "htp-stream-bench: tensor-parallel with HBM short on %zu GPUs failed: %s\n", gpus, e.what());
+            exit_code = 1;
+          }
+        }
+        print_node_table(nrs, budget_ms, tail_budget_ms);
         nlohmann::json nj = nlohmann::json::array();
         for (const auto& r : nrs) nj.push_back(to_json(r));
         sweep_json.back()["node"] = nj;
@@ -373,7 +389,7 @@ int main(int argc, char** argv) {
     j["sweep"] = sweep_json;
     for (const auto& r : last) {
       if (r.name == trace_policy && !r.skipped) {
-        j["measured"] = {{"policy", r.name}, {"h2d_gbps", r.h2d_gbps}, {"step_ms_p50", r.step.p50},
+        j["measured"] = {{"policy", r.name}, {"h2d_gbps", r.h2d_gbps}, {"step_ms_p50", r.step.p50}, {"step_ms_p99", r.step.p99},
                          {"hbm_budget_bytes", r.hbm_budget_bytes}};
       }
     }

@@ -86,8 +86,9 @@ pager::impl::impl(device& d, pager_config c)
   validate(config);
   check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
              "the device's memory");
-  check_fits("host_budget_bytes", config.host_budget_bytes, host_physical_bytes(),
-             "this host's physical memory");
+  // A timing-only device's pinned memory is address space only: no physical memory behind it.
+  check_fits("host_budget_bytes", config.host_budget_bytes,
+             dev.properties().timing_only ? 0 : host_physical_bytes(), "this host's physical memory");
   slab_allocator_config hc;
   hc.t = tier::hbm;
   hc.budget_bytes = config.hbm_budget_bytes;

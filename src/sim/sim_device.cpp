@@ -5,6 +5,7 @@
 #include <htp/detail/check.hpp>
 #include <htp/sim_device.hpp>
 
+#include "sim/portable_pinned.hpp"
 #include "sim/sim_link.hpp"
 #include "sim/sim_stream.hpp"
 
@@ -104,6 +105,7 @@ class sim_device final : public device {
     }
     std::lock_guard lock(memory_mutex_);
     allocations_.add(p, bytes, kind);
+    if (kind == memory_kind::pinned_host) sim::portable_pinned::add(p, bytes);
     return p;
   }
 
@@ -113,16 +115,18 @@ class sim_device final : public device {
       allocations_.remove(kind, ptr, bytes);
       used_[index(kind)] -= round_up(bytes, alignment);
     }
+    if (kind == memory_kind::pinned_host) sim::portable_pinned::remove(ptr);
     release_memory(ptr, round_up(bytes, alignment));
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     std::lock_guard lock(memory_mutex_);
     const allocation* a = allocations_.find_containing(pinned_host_ptr, 1);
+    // Pinned memory is portable (as cudaHostAllocPortable makes it): any sim device's will do.
     HTP_EXPECTS((a != nullptr && a->kind == memory_kind::pinned_host) ||
-                    registered_containing(pinned_host_ptr, 1),
+                    registered_containing(pinned_host_ptr, 1) || sim::portable_pinned::contains(pinned_host_ptr, 1),
                 invalid_argument, "mapped_device_pointer(", pinned_host_ptr,
-                "): not inside pinned host memory allocated from (or registered with) this device");
+                "): not inside pinned host memory allocated from (or registered with) any device");
     return pinned_host_ptr;
   }
 
@@ -140,12 +144,14 @@ class sim_device final : public device {
     HTP_EXPECTS(allocations_.find_containing(ptr, 1) == nullptr, invalid_argument,
                 "register_host_memory(", ptr, "): the range is memory this device allocated");
     registered_.emplace(ptr, registration{bytes, read_only});
+    sim::portable_pinned::add(ptr, bytes);
   }
 
   void unregister_host_memory(void* ptr) override {
     std::lock_guard lock(memory_mutex_);
     HTP_EXPECTS(registered_.erase(ptr) == 1, invalid_argument, "unregister_host_memory(", ptr,
                 "): not the start of a range registered with register_host_memory");
+    sim::portable_pinned::remove(ptr);
   }
 
   /// Bytes of pinned host memory allocated now (registered caller memory not counted).
