@@ -1,6 +1,7 @@
 // NCCL behind htp::collectives, loaded at run time (dlopen) so that htp builds, links and runs
 // without NCCL. Only NCCL's stable C ABI is declared here (the enum values of nccl.h, and
 // cudaStream_t / ncclComm_t as opaque pointers), so this file needs neither nccl.h nor CUDA headers.
+#include "nvtx_range.hpp"
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
@@ -96,11 +97,13 @@ class nccl_collectives final : public collectives {
   std::size_t size() const noexcept override { return comms_.size(); }
   std::string backend_name() const override { return "nccl"; }
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    const detail::nvtx_range range("htp all_gather");
     check_args(rank, send, recv, bytes, "all_gather");
     check(api().all_gather(send, recv, bytes, nccl_uint8, comms_[rank], s.native), "ncclAllGather");
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
                       stream_ref s) override {
+    const detail::nvtx_range range("htp all_reduce_sum");
     check_args(rank, send, recv, count, "all_reduce_sum");
     const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
     check(api().all_reduce(send, recv, count, t, nccl_sum, comms_[rank], s.native), "ncclAllReduce");

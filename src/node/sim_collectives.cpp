@@ -2,6 +2,7 @@
 // functions of one collective meet at a rendezvous, the last to arrive does every rank's copies
 // (and sleeps the modelled interconnect time), then all of them return. Each sim stream is its own
 // worker thread, so the waiting is on those threads, never on the caller's.
+#include "nvtx_range.hpp"
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
@@ -134,10 +135,12 @@ class sim_collectives final : public collectives {
   std::string backend_name() const override { return "sim"; }
 
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    const detail::nvtx_range range("htp all_gather");
     enqueue(rank, "all_gather", send, recv, bytes, bytes, element_type::float32, false, s);
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
                       stream_ref s) override {
+    const detail::nvtx_range range("htp all_reduce_sum");
     enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
   }
   void group_start() override {}
