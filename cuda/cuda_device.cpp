@@ -456,6 +456,17 @@ int cuda_device_count(std::string* why) noexcept {
   return p.count;
 }
 
+restore_current_device::restore_current_device() noexcept {
+  if (cudaGetDevice(&device_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    device_ = -1;
+  }
+}
+
+restore_current_device::~restore_current_device() {
+  if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+}
+
 bool built_with_cuda() noexcept { return true; }
 
 }  // namespace detail

@@ -27,6 +27,9 @@ int cuda_device_count(std::string* why) noexcept {
   return 0;
 }
 
+restore_current_device::restore_current_device() noexcept = default;
+restore_current_device::~restore_current_device() = default;
+
 bool built_with_cuda() noexcept { return false; }
 
 }  // namespace htp::detail

@@ -143,7 +143,9 @@ TEST(prometheus, a_pagers_exposition_is_well_formed_and_carries_its_metrics) {
   ASSERT_GT(m.faults, 0u);
   const parsed_exposition e = parse(to_prometheus(m));
   for (const auto& [family, t] : e.type) {
-    if (t == "counter") EXPECT_EQ(family.substr(family.size() - 6), "_total") << family;
+    if (t == "counter") {
+      EXPECT_EQ(family.substr(family.size() - 6), "_total") << family;
+    }
     EXPECT_EQ(family.rfind("htp_", 0), 0u) << family;
   }
   EXPECT_EQ(e.type.at("htp_fault_wait_seconds"), "histogram");

@@ -27,6 +27,20 @@ cuda_probe probe_cuda() noexcept;
 /// Number of visible CUDA devices; 0 with a reason in `why` when none.
 int cuda_device_count(std::string* why) noexcept;
 
+/// Saves the calling thread's current CUDA device and makes it current again on destruction, for
+/// code outside cuda/ that calls a CUDA library (NCCL) which may switch devices. Does nothing
+/// without CUDA. Never throws.
+class restore_current_device {
+ public:
+  restore_current_device() noexcept;
+  ~restore_current_device();
+  restore_current_device(const restore_current_device&) = delete;
+  restore_current_device& operator=(const restore_current_device&) = delete;
+
+ private:
+  int device_ = -1;  ///< -1: nothing to restore
+};
+
 /// True when this build of htp contains the cuda backend.
 bool built_with_cuda() noexcept;
 
