@@ -297,6 +297,16 @@ int main(int argc, char** argv) {
   app.add_option("--churn_ops", churn_ops, "operations of the churn trace (0: none)")->capture_default_str();
   app.add_option("--churn_budget_gib", churn_gib, "the churn trace's budget, GiB")->capture_default_str();
   app.allow_extras();
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      fmt::print("{}\n", app.help());  // this tool's flags, then Google Benchmark's (it exits)
+      std::string help = "--help";
+      char* bench_args[] = {argv[0], help.data()};
+      int n = 2;
+      benchmark::Initialize(&n, bench_args);
+      return 0;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> rest = app.remaining();
   std::vector<char*> args{argv[0]};

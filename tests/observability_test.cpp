@@ -70,7 +70,6 @@ pager_metrics exercised_metrics(pager& p, device& dev) {
   stream compute(dev);
   std::vector<tensor_handle> hs;
   for (int i = 0; i < 6; ++i) hs.push_back(p.register_tensor("t" + std::to_string(i), 2 * slab, tensor_kind::weight));
-  p.set_schedule(hs, /*cyclic=*/true);
   for (int step = 0; step < 2; ++step) {
     for (auto h : hs) {
       p.acquire(h, compute);

@@ -49,7 +49,9 @@ int main() {
   cfg.slab_bytes = 1 << 20;
   cfg.h2d.link_bytes_per_second = cfg.d2h.link_bytes_per_second = 1'000'000'000;
   htp::pager pager(*dev, cfg);
-  const auto h = pager.register_tensor("w", 1 << 20, htp::tensor_kind::weight, in.data());
+  std::vector<unsigned char> weight(1 << 20);
+  htp::fill_pattern(weight.data(), weight.size(), 3);
+  const auto h = pager.register_tensor("w", weight.size(), htp::tensor_kind::weight, weight.data());
   pager.acquire(h, s);
   pager.release(h, s);
   s.synchronize();
