@@ -16,7 +16,9 @@ if(BUILD_SHARED_LIBS)
   set(HTP_PACKAGE_DEFAULT_SHARED ON)
 endif()
 
-install(DIRECTORY include/htp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# detail/check.hpp (the check macros, on fmt) is for htp's own sources only.
+install(DIRECTORY include/htp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        PATTERN check.hpp EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/htp/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/htp)
 
