@@ -79,6 +79,12 @@ install(TARGETS htp_static htp_shared EXPORT htp-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# cmake --install --strip strips executables and shared libraries only; the archive too.
+install(CODE "
+  if(CMAKE_INSTALL_DO_STRIP)
+    execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug
+      \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:htp_static>\")
+  endif()")
 install(EXPORT htp-targets NAMESPACE htp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/htp)
 configure_package_config_file(cmake/htp-config.cmake.in
   ${PROJECT_BINARY_DIR}/htp-config.cmake

@@ -1,11 +1,12 @@
 // NCCL behind htp::collectives, loaded at run time (dlopen) so that htp builds, links and runs
 // without NCCL. Only NCCL's stable C ABI is declared here (the enum values of nccl.h, and
 // cudaStream_t / ncclComm_t as opaque pointers), so this file needs neither nccl.h nor CUDA headers.
-#include "nvtx_range.hpp"
-#include <htp/detail/cuda_backend.hpp>
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
+#include <htp/detail/cuda_backend.hpp>
+
+#include "nvtx_range.hpp"
 
 #include <dlfcn.h>
 

@@ -2,10 +2,11 @@
 // functions of one collective meet at a rendezvous, the last to arrive does every rank's copies
 // (and sleeps the modelled interconnect time), then all of them return. Each sim stream is its own
 // worker thread, so the waiting is on those threads, never on the caller's.
-#include "nvtx_range.hpp"
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
+
+#include "nvtx_range.hpp"
 
 #include <chrono>
 #include <condition_variable>
