@@ -27,8 +27,9 @@ int cuda_device_count(std::string* why) noexcept {
   return 0;
 }
 
+// Without CUDA there is no current device to keep.
 restore_current_device::restore_current_device() noexcept = default;
-restore_current_device::~restore_current_device() = default;
+restore_current_device::~restore_current_device() { (void)device_; }
 
 bool built_with_cuda() noexcept { return false; }
 
