@@ -6,6 +6,7 @@
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -59,13 +60,7 @@ fit fit_line(const std::vector<sample>& rows) {
 }
 
 std::string human(std::size_t b) {
-  char buf[32];
-  if (b >= (1u << 20)) {
-    std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
-  } else {
-    std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
-  }
-  return buf;
+  return b >= (1u << 20) ? fmt::format("{} MiB", b >> 20) : fmt::format("{} KiB", b >> 10);
 }
 
 }  // namespace
@@ -88,7 +83,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (min_bytes == 0 || max_bytes < min_bytes) {
-    std::fprintf(stderr, "htp-bandwidth: need 0 < --min-bytes <= --max-bytes (got %zu, %zu)\n", min_bytes, max_bytes);
+    fmt::print(stderr, "htp-bandwidth: need 0 < --min-bytes <= --max-bytes (got {}, {})\n", min_bytes, max_bytes);
     return 2;
   }
 
@@ -107,14 +102,14 @@ int main(int argc, char** argv) {
       dev = htp::make_device(htp::backend::cuda);
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "htp-bandwidth: %s\n", e.what());
+    fmt::print(stderr, "htp-bandwidth: {}\n", e.what());
     return 2;
   }
   const auto& props = dev->properties();
   const bool sim = props.kind == htp::backend::sim;
-  std::printf("htp-bandwidth on %s (%s backend)\n", props.name.c_str(), htp::to_string(props.kind));
+  fmt::print("htp-bandwidth on {} ({} backend)\n", props.name, htp::to_string(props.kind));
   if (sim) {
-    std::printf("  sim: the link is MODELLED at %.1f GB/s each way with %.1f us per copy; these are not GPU numbers\n",
+    fmt::print("  sim: the link is MODELLED at {:.1f} GB/s each way with {:.1f} us per copy; these are not GPU numbers\n",
                 sim_link_gbps, sim_latency_us);
   }
 
@@ -155,13 +150,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\n%-8s %-9s %10s %6s %12s %10s\n", "memory", "direction", "size", "reps", "us/copy", "GB/s");
+  fmt::print("\n{:<8} {:<9} {:>10} {:>6} {:>12} {:>10}\n", "memory", "direction", "size", "reps", "us/copy", "GB/s");
   for (const auto& r : rows) {
-    std::printf("%-8s %-9s %10s %6d %12.2f %10.2f\n", r.pinned ? "pinned" : "pageable", r.mode.c_str(),
-                human(r.bytes).c_str(), r.reps, r.seconds_per_copy * 1e6, r.gb_per_s);
+    fmt::print("{:<8} {:<9} {:>10} {:6} {:12.2f} {:10.2f}\n", r.pinned ? "pinned" : "pageable", r.mode,
+                human(r.bytes), r.reps, r.seconds_per_copy * 1e6, r.gb_per_s);
   }
   nlohmann::json fits = nlohmann::json::object();
-  std::printf("\n%-8s %-9s %14s %12s %16s\n", "memory", "direction", "overhead us", "peak GB/s", "n_half");
+  fmt::print("\n{:<8} {:<9} {:>14} {:>12} {:>16}\n", "memory", "direction", "overhead us", "peak GB/s", "n_half");
   for (bool pinned : {true, false}) {
     for (const char* mode : {"H2D", "D2H"}) {
       std::vector<sample> sel;
@@ -169,8 +164,8 @@ int main(int argc, char** argv) {
         if (r.pinned == pinned && r.mode == mode) sel.push_back(r);
       }
       const fit f = fit_line(sel);
-      std::printf("%-8s %-9s %14.2f %12.2f %16s\n", pinned ? "pinned" : "pageable", mode, f.overhead_us,
-                  f.peak_gb_per_s, human(static_cast<std::size_t>(f.half_bandwidth_bytes)).c_str());
+      fmt::print("{:<8} {:<9} {:14.2f} {:12.2f} {:>16}\n", pinned ? "pinned" : "pageable", mode, f.overhead_us,
+                  f.peak_gb_per_s, human(static_cast<std::size_t>(f.half_bandwidth_bytes)));
       fits[std::string(pinned ? "pinned_" : "pageable_") + mode] = {
           {"overhead_us", f.overhead_us}, {"peak_gb_per_s", f.peak_gb_per_s},
           {"half_bandwidth_bytes", f.half_bandwidth_bytes}};
@@ -192,7 +187,7 @@ int main(int argc, char** argv) {
     }
     j["fits"] = fits;
     std::ofstream(json_path) << j.dump(2) << "\n";
-    std::printf("\nwrote %s\n", json_path.c_str());
+    fmt::print("\nwrote {}\n", json_path);
   }
 
   dev->deallocate(memory_kind::device, dmem_a, max_bytes);

@@ -15,6 +15,7 @@
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
 
+#include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (tensors == 0 || ops == 0 || min_kib <= 0 || max_mib * 1024 < min_kib || hbm_mib == 0) {
-    std::fprintf(stderr, "htp-integrity: need tensors, ops, hbm > 0 and min-kib <= max-mib\n");
+    fmt::print(stderr, "htp-integrity: need tensors, ops, hbm > 0 and min-kib <= max-mib\n");
     return 2;
   }
 
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
       dev = htp::make_device(htp::backend::cuda);
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "htp-integrity: no device: %s\n", e.what());
+    fmt::print(stderr, "htp-integrity: no device: {}\n", e.what());
     return 2;
   }
   const auto& props = dev->properties();
@@ -137,9 +138,9 @@ int main(int argc, char** argv) {
   const std::size_t free_at_start = dev->memory().free_bytes;
   // A leak htp could cause is a whole slab; the driver may move free memory by a 2 MiB page.
   const std::size_t tolerance = want_sim ? 0 : std::max<std::size_t>(slab / 2, 2 * mib);
-  std::printf("htp-integrity on %s (%s): %zu tensors, %.1f MiB total (largest %.1f MiB), HBM budget "
-              "%zu MiB, slab %zu MiB, %zu ops, zipf %.2f, seed %llu%s\n",
-              props.name.c_str(), htp::to_string(props.kind), tensors,
+  fmt::print("htp-integrity on {} ({}): {} tensors, {:.1f} MiB total (largest {:.1f} MiB), HBM budget "
+              "{} MiB, slab {} MiB, {} ops, zipf {:.2f}, seed {}{}\n",
+              props.name, htp::to_string(props.kind), tensors,
               static_cast<double>(total) / static_cast<double>(mib),
               static_cast<double>(largest) / static_cast<double>(mib), hbm_mib, slab / mib, ops, zipf,
               static_cast<unsigned long long>(seed), checked ? ", checked mode" : "");
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
           compute.synchronize();
           if (slots[0] != t.sum) {
             ++mismatches;
-            std::fprintf(stderr, "MISMATCH op %zu tensor %zu (%zu bytes): %016llx != %016llx\n", op, i,
+            fmt::print(stderr, "MISMATCH op {} tensor {} ({} bytes): {:016x} != {:016x}\n", op, i,
                          t.bytes, static_cast<unsigned long long>(slots[0]),
                          static_cast<unsigned long long>(t.sum));
           }
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
         }
       } catch (const htp::out_of_memory& e) {
         ++oom;
-        std::fprintf(stderr, "out of memory at op %zu: %s\n", op, e.what());
+        fmt::print(stderr, "out of memory at op {}: {}\n", op, e.what());
       }
       if (compact_every != 0 && (op + 1) % compact_every == 0) {
         p.compact();
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
       p.copy_to_host(ts[i].h, out.data());
       if (htp::checksum(out.data(), out.size()) != ts[i].sum) {
         ++host_mismatches;
-        std::fprintf(stderr, "MISMATCH at the end: tensor %zu (host path)\n", i);
+        fmt::print(stderr, "MISMATCH at the end: tensor {} (host path)\n", i);
       }
     }
     m = p.metrics();
@@ -253,19 +254,19 @@ int main(int argc, char** argv) {
   const std::size_t drift = free_at_end > free_at_start ? free_at_end - free_at_start : free_at_start - free_at_end;
   const bool returned = want_sim ? free_at_end == free_at_start : (free_at_end >= free_at_start || drift <= tolerance);
 
-  std::printf("ops %zu (reads %llu, writes %llu, prefetch hints %llu, explicit evictions %llu, explicit compactions %llu) in %.1f s\n",
+  fmt::print("ops {} (reads {}, writes {}, prefetch hints {}, explicit evictions {}, explicit compactions {}) in {:.1f} s\n",
               ops, static_cast<unsigned long long>(reads), static_cast<unsigned long long>(writes),
               static_cast<unsigned long long>(prefetches), static_cast<unsigned long long>(explicit_evictions),
               static_cast<unsigned long long>(explicit_compactions), seconds);
-  std::printf("faults %llu, evictions %llu, write-backs %llu, compactions %llu (%llu moves), page-in %.1f GiB, oom %llu\n",
+  fmt::print("faults {}, evictions {}, write-backs {}, compactions {} ({} moves), page-in {:.1f} GiB, oom {}\n",
               static_cast<unsigned long long>(m.faults), static_cast<unsigned long long>(m.evictions),
               static_cast<unsigned long long>(m.write_backs), static_cast<unsigned long long>(m.compactions),
               static_cast<unsigned long long>(m.compaction_moves),
               static_cast<double>(m.page_in_bytes) / static_cast<double>(mib * 1024),
               static_cast<unsigned long long>(oom));
-  std::printf("checksum mismatches: %llu on the device, %llu through the host path\n",
+  fmt::print("checksum mismatches: {} on the device, {} through the host path\n",
               static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(host_mismatches));
-  std::printf("device memory returned: %s (free %zu at start, %zu at end, difference %zu, tolerance %zu)\n",
+  fmt::print("device memory returned: {} (free {} at start, {} at end, difference {}, tolerance {})\n",
               returned ? "yes" : "NO", free_at_start, free_at_end, drift, tolerance);
 
   if (!json_path.empty()) {

@@ -9,6 +9,7 @@
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
 
+#include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
   const std::size_t pool_bytes = o.pool_blocks * block_bytes;
   void* pool = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (pool == MAP_FAILED) {
-    std::fprintf(stderr, "cannot map %zu bytes for the block pool\n", pool_bytes);
+    fmt::print(stderr, "cannot map {} bytes for the block pool\n", pool_bytes);
     return 1;
   }
   const auto hbm = static_cast<std::size_t>(o.hbm_gib * double(std::size_t{1} << 30)) / (64 << 20) * (64 << 20);
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
       std::uniform_int_distribution<std::size_t> at(target / 4, target - 1);
       const std::size_t now = at(rng);  // sequences at different points of their lives
       if (!kv.start(s, now, target, compute)) {
-        std::fprintf(stderr, "the pool of %zu blocks cannot hold the batch; use --blocks or --batch\n", o.pool_blocks);
+        fmt::print(stderr, "the pool of {} blocks cannot hold the batch; use --blocks or --batch\n", o.pool_blocks);
         return 1;
       }
     }
@@ -229,18 +230,18 @@ int main(int argc, char** argv) {
     const auto naive = run_steps(kv, seqs, o, /*lists=*/false, compute, rng);
     const auto listed = run_steps(kv, seqs, o, /*lists=*/true, compute, rng);
     const auto m = p.metrics();
-    std::printf("htp-kv-bench (sim): %zu-block pool (%.1f GiB), %zu sequences, %zu layers, HBM %.1f GiB, %zu steps per mode\n",
+    fmt::print("htp-kv-bench (sim): {}-block pool ({:.1f} GiB), {} sequences, {} layers, HBM {:.1f} GiB, {} steps per mode\n",
                 o.pool_blocks, double(pool_bytes) / double(1 << 30), o.batch, layers, double(hbm) / double(1 << 30), o.steps);
-    std::printf("%-22s %14s %12s %14s %12s %14s %14s\n", "mode", "host us/step", "ns/block", "blocks/step",
+    fmt::print("{:<22} {:>14} {:>12} {:>14} {:>12} {:>14} {:>14}\n", "mode", "host us/step", "ns/block", "blocks/step",
                 "calls/step", "page-in MB/step", "write-back MB/step");
     for (const auto& [name, r] : {std::pair<const char*, const mode_result&>{"one call per block", naive},
                                   std::pair<const char*, const mode_result&>{"block tables (lists)", listed}}) {
-      std::printf("%-22s %14.0f %12.0f %14.0f %12.0f %14.1f %14.1f\n", name, r.host_us_per_step,
+      fmt::print("{:<22} {:14.0f} {:12.0f} {:14.0f} {:12.0f} {:14.1f} {:14.1f}\n", name, r.host_us_per_step,
                   r.host_us_per_step * 1e3 / std::max(1.0, r.block_acquires_per_step), r.block_acquires_per_step,
                   r.calls_per_step, double(r.delta.page_in_bytes) / 1e6 / double(o.steps),
                   double(r.delta.write_back_bytes) / 1e6 / double(o.steps));
     }
-    std::printf("registered blocks now: %llu; host memory htp holds: %llu bytes of its own tier; caller pool: %llu bytes\n",
+    fmt::print("registered blocks now: {}; host memory htp holds: {} bytes of its own tier; caller pool: {} bytes\n",
                 static_cast<unsigned long long>(m.registered_tensors),
                 static_cast<unsigned long long>(m.host.capacity_bytes),
                 static_cast<unsigned long long>(m.caller_host_bytes));

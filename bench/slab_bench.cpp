@@ -5,7 +5,9 @@
 #include <htp/sim_device.hpp>
 #include <htp/slab_allocator.hpp>
 
+#include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -186,10 +188,10 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
   nlohmann::json samples = nlohmann::json::array();
   std::size_t requests = 0, failed_full = 0, failed_with_room = 0, rescued = 0, rescue_moves = 0,
               rescue_bytes = 0;
-  std::printf("\nchurn trace: %zu ops, budget %zu GiB, slabs of %zu MiB, pages of %zu KiB, sizes 4 KiB..48 MiB "
+  fmt::print("\nchurn trace: {} ops, budget {} GiB, slabs of {} MiB, pages of {} KiB, sizes 4 KiB..48 MiB "
               "log-uniform\n",
               ops, budget / GiB, c.slab_bytes / MiB, a.page_bytes() / 1024);
-  std::printf("%8s %10s %9s %9s %9s %9s %9s\n", "op", "live", "used%", "external", "internal", "combined",
+  fmt::print("{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "op", "live", "used%", "external", "internal", "combined",
               "waste");
   for (std::size_t i = 1; i <= ops; ++i) {
     // Fill towards 85% of the tier, then churn around it.
@@ -229,7 +231,7 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
       const auto st = a.statistics();
       const auto& f = st.fragmentation;
       const double used = double(st.bytes_in_use) / double(a.capacity_bytes());
-      std::printf("%8zu %10zu %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%%\n", i, live.v.size(), used * 100,
+      fmt::print("{:8} {:10} {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}%\n", i, live.v.size(), used * 100,
                   f.external * 100, f.internal * 100, f.combined * 100, f.waste * 100);
       auto j = frag_json(f);
       j["op"] = i;
@@ -250,14 +252,14 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
   a.audit();
   const auto after = a.fragmentation();
   const auto st = a.statistics();
-  std::printf("before compaction: external %.1f%% internal %.1f%% combined %.1f%% waste %.1f%%\n",
+  fmt::print("before compaction: external {:.1f}% internal {:.1f}% combined {:.1f}% waste {:.1f}%\n",
               before.external * 100, before.internal * 100, before.combined * 100, before.waste * 100);
-  std::printf("after compaction:  external %.1f%% internal %.1f%% combined %.1f%% waste %.1f%% "
-              "(%zu rounds, %zu moves, %.2f GiB to copy, plan+commit %.3f s)\n",
+  fmt::print("after compaction:  external {:.1f}% internal {:.1f}% combined {:.1f}% waste {:.1f}% "
+              "({} rounds, {} moves, {:.2f} GiB to copy, plan+commit {:.3f} s)\n",
               after.external * 100, after.internal * 100, after.combined * 100, after.waste * 100, rounds,
               moves, double(copied) / double(GiB), plan_s);
-  std::printf("requests %zu: %zu failed with no room (free bytes < request), %zu failed with room after "
-              "compaction, %zu served after a compaction (%zu moves)\n",
+  fmt::print("requests {}: {} failed with no room (free bytes < request), {} failed with room after "
+              "compaction, {} served after a compaction ({} moves)\n",
               requests, failed_full, failed_with_room, rescued, rescue_moves);
   for (auto& e : live.v) a.deallocate(e.ptr, e.bytes);
   return {{"ops", ops},
@@ -280,34 +282,35 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
           {"plan_and_commit_seconds", plan_s}};
 }
 
-std::string take_flag(int& argc, char** argv, const std::string& name, std::string fallback) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind(name + "=", 0) == 0) {
-      fallback = a.substr(name.size() + 1);
-      for (int k = i; k + 1 < argc; ++k) argv[k] = argv[k + 1];
-      --argc;
-      break;
-    }
-  }
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"htp-slab-bench: the slab allocator's Google Benchmark cases, then a churn trace. "
+               "Flags it does not know (--benchmark_*) go to Google Benchmark."};
+  std::string json_out = "slab_bench.json";
+  std::string churn_out = "slab_churn.json";
+  unsigned long churn_ops = 100000;
+  unsigned long churn_gib = 16;
+  app.add_option("--json_out", json_out, "Google Benchmark's JSON (relative: the working directory)")
+      ->capture_default_str();
+  app.add_option("--churn_out", churn_out, "the churn trace's JSON")->capture_default_str();
+  app.add_option("--churn_ops", churn_ops, "operations of the churn trace (0: none)")->capture_default_str();
+  app.add_option("--churn_budget_gib", churn_gib, "the churn trace's budget, GiB")->capture_default_str();
+  app.allow_extras();
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help") {  // this tool's flags, then Google Benchmark's
-      std::printf("htp-slab-bench [--json_out=FILE (slab_bench.json)] [--churn_out=FILE (slab_churn.json)]\n"
-                  "               [--churn_ops=N (100000)] [--churn_budget_gib=N (16)] [benchmark flags]\n"
-                  "JSON goes to the two files named (relative paths: the working directory).\n");
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      fmt::print("{}\n", app.help());  // this tool's flags, then Google Benchmark's (it exits)
+      std::string help = "--help";
+      char* bench_args[] = {argv[0], help.data()};
+      int n = 2;
+      benchmark::Initialize(&n, bench_args);
+      return 0;
     }
   }
-  const std::string json_out = take_flag(argc, argv, "--json_out", "slab_bench.json");
-  const std::string churn_out = take_flag(argc, argv, "--churn_out", "slab_churn.json");
-  const auto churn_ops = std::stoul(take_flag(argc, argv, "--churn_ops", "100000"));
-  const auto churn_gib = std::stoul(take_flag(argc, argv, "--churn_budget_gib", "16"));
-  std::vector<char*> args(argv, argv + argc);
+  CLI11_PARSE(app, argc, argv);
+  std::vector<std::string> rest = app.remaining();
+  std::vector<char*> args{argv[0]};
+  for (auto& a : rest) args.push_back(a.data());
   std::string out_flag = "--benchmark_out=" + json_out;
   std::string fmt_flag = "--benchmark_out_format=json";
   args.push_back(out_flag.data());
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
     j["slab_pages"] = churn(churn_ops, churn_gib * GiB, 64 * MiB, 7);
     j["pages"] = churn(churn_ops, churn_gib * GiB, 0, 7);
     std::ofstream(churn_out) << j.dump(2) << "\n";
-    std::printf("JSON: %s and %s\n", json_out.c_str(), churn_out.c_str());
+    fmt::print("JSON: {} and {}\n", json_out, churn_out);
   }
   return 0;
 }

@@ -415,25 +415,56 @@ std::unique_ptr<device> make_cuda_device(int ordinal) {
   return std::make_unique<cuda_device>(ordinal);
 }
 
-int cuda_device_count(std::string* why) noexcept {
+cuda_probe probe_cuda() noexcept {
   // Records the environment and context state, and asks for 32 hardware queues, before anything
   // else of htp's touches CUDA (see hardware_queues.hpp).
   cuda::widen_hardware_queues();
+  cuda_probe p;
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why) {
-      *why = detail::concat("the CUDA runtime found no usable GPU (", cudaGetErrorName(e), ": ",
-                            cudaGetErrorString(e), ")");
-      if (e == cudaErrorInsufficientDriver) {
-        *why += "; no NVIDIA driver, or one older than htp's static CUDA 13 runtime needs (580 or later)";
-      }
+    p.code = static_cast<int>(e);
+    p.code_name = cudaGetErrorName(e);
+    p.why = detail::concat("the CUDA runtime found no usable GPU (", cudaGetErrorName(e), ": ",
+                           cudaGetErrorString(e), ")");
+    if (e == cudaErrorInsufficientDriver) {
+      p.remedy = "Install NVIDIA driver 580 or later (htp links the CUDA 13 runtime statically, "
+                 "which needs the R580 branch), or no driver is loaded at all";
+    } else if (e == cudaErrorNoDevice) {
+      p.remedy = "Check that the GPU is visible to this process (nvidia-smi, "
+                 "CUDA_VISIBLE_DEVICES, the container's device options)";
+    } else {
+      p.remedy = "Check the driver with nvidia-smi and the GPU's state";
     }
-    return 0;
+    return p;
   }
-  if (n == 0 && why) *why = "the CUDA runtime reports 0 GPUs";
-  return n;
+  if (n == 0) {
+    p.code = static_cast<int>(cudaErrorNoDevice);
+    p.code_name = "cudaErrorNoDevice";
+    p.why = "the CUDA runtime reports 0 GPUs";
+    p.remedy = "Check CUDA_VISIBLE_DEVICES and that the GPU is visible to this process (nvidia-smi)";
+    return p;
+  }
+  p.count = n;
+  return p;
+}
+
+int cuda_device_count(std::string* why) noexcept {
+  const cuda_probe p = probe_cuda();
+  if (p.count == 0 && why) *why = p.why + "; " + p.remedy;
+  return p.count;
+}
+
+restore_current_device::restore_current_device() noexcept {
+  if (cudaGetDevice(&device_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    device_ = -1;
+  }
+}
+
+restore_current_device::~restore_current_device() {
+  if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
 }
 
 bool built_with_cuda() noexcept { return true; }

@@ -8,7 +8,7 @@
 
 #include <htp/error.hpp>
 
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 #include <cstdlib>
 #include <mutex>
@@ -109,8 +109,8 @@ inline int report_hardware_queues(int ordinal) {
     }
   }
   if (n < risky_connections) {
-    spdlog::warn(
-        "htp: GPU {} has {} hardware queue(s) (CUDA_DEVICE_MAX_CONNECTIONS={} was set by the host "
+    detail::logger().warn(
+        "GPU {} has {} hardware queue(s) (CUDA_DEVICE_MAX_CONNECTIONS={} was set by the host "
         "program{}). htp parks streams on value words (cuStreamWaitValue32); with fewer than {} "
         "queues a parked stream can block the copy or kernel that would release it and the GPU "
         "deadlocks. Set CUDA_DEVICE_MAX_CONNECTIONS=32 (at least {}) in the environment before the "
@@ -118,13 +118,13 @@ inline int report_hardware_queues(int ordinal) {
         ordinal, n, f.user_value, predates ? ", and its CUDA context existed before htp" : "",
         risky_connections, risky_connections);
   } else if (predates && !f.user_set) {
-    spdlog::info(
-        "htp: GPU {}'s CUDA context was created before htp, so htp's CUDA_DEVICE_MAX_CONNECTIONS=32 "
+    detail::logger().info(
+        "GPU {}'s CUDA context was created before htp, so htp's CUDA_DEVICE_MAX_CONNECTIONS=32 "
         "had no effect: it has the driver's default of {} hardware queues. To get 32, set the "
         "variable before the first CUDA call of the process.",
         ordinal, default_connections);
   } else if (f.user_set && n < wanted_connections) {
-    spdlog::info("htp: GPU {} uses CUDA_DEVICE_MAX_CONNECTIONS={} from the environment (htp would "
+    detail::logger().info("GPU {} uses CUDA_DEVICE_MAX_CONNECTIONS={} from the environment (htp would "
                  "set 32; a user's value wins)",
                  ordinal, f.user_value);
   }

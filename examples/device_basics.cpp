@@ -7,7 +7,7 @@
 #include <vector>
 
 int main() {
-  auto dev = htp::make_device(htp::backend::automatic);
+  auto dev = htp::make_device(htp::backend::cuda_or_sim);
   htp::stream copy_stream(*dev), compute(*dev);
   htp::event loaded(*dev);
 

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 4 ? std::atoi(argv[4]) : 4;
   const std::size_t layer_bytes = layer_mib << 20;
 
-  auto dev = htp::make_device();
+  auto dev = htp::make_device(htp::backend::cuda_or_sim);  // the GPU, else sim (a warning)
   htp::pager_config cfg;
   cfg.hbm_budget_bytes = hbm_mib << 20;
   cfg.host_budget_bytes = (static_cast<std::size_t>(layers) * (layer_mib + 1) + 64) << 20;

@@ -260,6 +260,14 @@ fi
 # NCCL, loaded at run time: one rank on this GPU (skips, with the reason, where libnccl is absent).
 run_step nccl-tests 30 "$out/tests.log" "$build/tests/test_collectives" --gtest_filter='*nccl*' \
   --gtest_output="json:$out/nccl-tests.json" || true
+# The interop header: the program's own stream carries a pager and its current device is kept.
+steps_left=$((steps_left + 1))  # short, like the examples
+if run_step interop-tests 30 "$out/tests.log" "$build/tests/test_cuda_interop" \
+     --gtest_filter='*programs_stream*' --gtest_output="json:$out/interop-tests.json" && [[ $dry == 0 ]]; then
+  if (( gpus > 0 )) && grep -q '^\[  SKIPPED \].*programs_stream' "$out/tests.log"; then
+    fail "interop-tests: the cuda interop test skipped on a machine with a GPU"
+  fi
+fi
 for e in "$build"/examples/htp-example-*; do
   [[ -x $e ]] || continue
   steps_left=$((steps_left + 1))  # the examples are short: they reserve nothing for later steps

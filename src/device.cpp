@@ -3,8 +3,9 @@
 #include <htp/device.hpp>
 #include <htp/sim_device.hpp>
 
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
+#include <cstdlib>
 #include <utility>
 
 namespace htp {
@@ -14,6 +15,7 @@ const char* to_string(backend b) noexcept {
     case backend::automatic: return "automatic";
     case backend::cuda: return "cuda";
     case backend::sim: return "sim";
+    case backend::cuda_or_sim: return "cuda_or_sim";
   }
   return "?";
 }
@@ -95,28 +97,56 @@ void event::synchronize() const {
 
 int cuda_device_count(std::string* why) noexcept { return detail::cuda_device_count(why); }
 
+backend backend_from_environment() {
+  const char* env = std::getenv("HTP_BACKEND");
+  if (env == nullptr || *env == '\0') return backend::cuda;
+  const std::string v(env);
+  if (v == "cuda") return backend::cuda;
+  if (v == "sim") return backend::sim;
+  if (v == "auto") return backend::cuda_or_sim;
+  throw invalid_argument(detail::concat("HTP_BACKEND='", v,
+                                        "' is not a backend: use cuda, sim or auto (cuda when "
+                                        "usable, else sim), or unset it (cuda)"));
+}
+
+namespace {
+
+/// The cuda device, or htp::cuda_error saying why the cuda backend cannot run and what to do.
+std::unique_ptr<device> make_cuda(int ordinal) {
+  const detail::cuda_probe p = detail::probe_cuda();
+  if (p.count == 0) {
+    throw cuda_error(p.code, p.code_name, "htp::make_device(backend::cuda)", __FILE__, __LINE__,
+                     detail::concat("the cuda backend cannot run: ", p.why, ". ", p.remedy,
+                                    ". To run on the CPU emulation instead pass backend::sim, or "
+                                    "backend::cuda_or_sim to fall back when CUDA is unusable "
+                                    "(HTP_BACKEND=sim or HTP_BACKEND=auto for backend::automatic)"));
+  }
+  HTP_EXPECTS(ordinal >= 0 && ordinal < p.count, invalid_argument, "GPU ordinal ", ordinal,
+              " does not exist: ", p.count, " visible (0..", p.count - 1, ")");
+  auto dev = detail::make_cuda_device(ordinal);
+  detail::logger().info("using the cuda backend on GPU {} ({})", ordinal, dev->properties().name);
+  return dev;
+}
+
+}  // namespace
+
 std::unique_ptr<device> make_device(backend which, int ordinal) {
+  if (which == backend::automatic) which = backend_from_environment();
   switch (which) {
     case backend::sim:
-      spdlog::info("htp: using the sim backend (asked for explicitly)");
+      detail::logger().info("using the sim backend (asked for explicitly)");
       return make_sim_device();
-    case backend::cuda: {
+    case backend::cuda:
+      return make_cuda(ordinal);
+    case backend::cuda_or_sim: {
       std::string why;
-      const int n = detail::cuda_device_count(&why);
-      HTP_EXPECTS(n > 0, invalid_argument, "backend::cuda was requested but ", why,
-                  "; use backend::sim or backend::automatic on a machine without a GPU");
-      HTP_EXPECTS(ordinal >= 0 && ordinal < n, invalid_argument, "GPU ordinal ", ordinal,
-                  " does not exist: ", n, " visible (0..", n - 1, ")");
-      auto dev = detail::make_cuda_device(ordinal);
-      spdlog::info("htp: using the cuda backend on GPU {} ({})", ordinal, dev->properties().name);
-      return dev;
-    }
-    case backend::automatic: {
-      std::string why;
-      if (detail::cuda_device_count(&why) > 0) return make_device(backend::cuda, ordinal);
-      spdlog::info("htp: using the sim backend because {}", why);
+      if (detail::cuda_device_count(&why) > 0) return make_cuda(ordinal);
+      detail::logger().warn("falling back to the sim backend (backend::cuda_or_sim) because {}",
+                            why);
       return make_sim_device();
     }
+    case backend::automatic:
+      break;
   }
   throw invalid_argument("make_device: unknown backend value");
 }

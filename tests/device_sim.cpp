@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <future>
 #include <string>
@@ -130,11 +132,74 @@ TEST(sim_device, bad_config_is_invalid_argument) {
   EXPECT_THROW(make_sim_device(c2), invalid_argument);
 }
 
-TEST(make_device, automatic_falls_back_to_sim_without_a_gpu) {
+/// Sets an environment variable for one test and restores it after.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~scoped_env() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(make_device, cuda_without_a_gpu_throws_cuda_error_with_reason_and_remedy) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present; cuda is usable here";
+  try {
+    make_device(backend::cuda);
+    FAIL() << "make_device(cuda) returned without a GPU";
+  } catch (const cuda_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot run"), std::string::npos) << what;
+    EXPECT_NE(what.find("HTP_BACKEND"), std::string::npos) << what;  // the remedy names the choice
+    EXPECT_NE(what.find("backend::sim"), std::string::npos) << what;
+  }
+}
+
+TEST(make_device, automatic_does_not_fall_back_unless_asked) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present; automatic picks cuda here";
-  auto dev = make_device(backend::automatic);
-  EXPECT_EQ(dev->properties().kind, backend::sim);
-  EXPECT_THROW(make_device(backend::cuda), invalid_argument);
+  {
+    scoped_env env("HTP_BACKEND", nullptr);
+    EXPECT_EQ(backend_from_environment(), backend::cuda);
+    EXPECT_THROW(make_device(backend::automatic), cuda_error);
+  }
+  {
+    scoped_env env("HTP_BACKEND", "auto");
+    EXPECT_EQ(backend_from_environment(), backend::cuda_or_sim);
+    EXPECT_EQ(make_device(backend::automatic)->properties().kind, backend::sim);
+  }
+  {
+    scoped_env env("HTP_BACKEND", "sim");
+    EXPECT_EQ(make_device()->properties().kind, backend::sim);
+  }
+  {
+    scoped_env env("HTP_BACKEND", "cuda");
+    EXPECT_THROW(make_device(), cuda_error);
+  }
+  EXPECT_EQ(make_device(backend::cuda_or_sim)->properties().kind, backend::sim);
+}
+
+TEST(make_device, an_unknown_htp_backend_value_is_refused_by_name) {
+  scoped_env env("HTP_BACKEND", "gpu");
+  EXPECT_THROW(backend_from_environment(), invalid_argument);
+  EXPECT_THROW(make_device(), invalid_argument);
+  // An explicit backend does not read the variable.
+  EXPECT_EQ(make_device(backend::sim)->properties().kind, backend::sim);
 }
 
 }  // namespace

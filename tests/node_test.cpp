@@ -238,6 +238,30 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
 // GPUs 0 and 1 under switch0 (an H2D cap) inside numa0 (one cap for both directions), GPU 2 in
 // numa0 alone, GPU 3 in no group: each link counts exactly the bytes of the GPUs below it, and a
 // write-back crosses numa0's combined cap too.
+TEST(node, reset_metrics_starts_every_gpus_counters_and_the_link_bytes_afresh) {
+  node_config c = sim_node::config();
+  node_link_group grp;
+  grp.name = "switch0";
+  grp.gpus = {0, 1};
+  grp.h2d_bytes_per_second = 2'000'000'000;
+  c.shared_links = {grp};
+  sim_node sn(2, c);
+  node& n = *sn.n;
+  const auto w = pattern(512 * KiB, 5);
+  const node_tensor t = n.register_replicated("w", w.size(), w.data());
+  for (std::size_t g = 0; g < 2; ++g) (void)read_on(n, g, n.on(t, g), *sn.devs[g]);
+  ASSERT_EQ(n.metrics().links.at(0).h2d_bytes, 2 * w.size());
+  n.reset_metrics();
+  node_metrics m = n.metrics();
+  EXPECT_EQ(m.links.at(0).h2d_bytes, 0u);
+  for (const auto& g : m.per_gpu) EXPECT_EQ(g.faults, 0u);
+  EXPECT_EQ(m.host_used_bytes, w.size()) << "states survive a reset";
+  (void)read_on(n, 0, n.on(t, 0), *sn.devs[0]);  // resident on GPU 0 still: a hit, no bytes
+  m = n.metrics();
+  EXPECT_EQ(m.per_gpu[0].hits, 1u);
+  EXPECT_EQ(m.links.at(0).h2d_bytes, 0u);
+}
+
 TEST(node, nested_link_groups_chain_a_switch_under_its_numa_node) {
   node_config c = sim_node::config();
   node_link_group sw, numa;

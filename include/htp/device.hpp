@@ -26,8 +26,13 @@
 
 namespace htp {
 
-/// Which implementation of the device interface.
-enum class backend { automatic, cuda, sim };
+/// Which implementation of the device interface (see make_device).
+enum class backend {
+  automatic,    ///< what HTP_BACKEND says (cuda, sim or auto); cuda when it is unset.
+  cuda,         ///< the CUDA runtime; htp::cuda_error when it cannot run.
+  sim,          ///< the CPU emulation (sim_device.hpp).
+  cuda_or_sim,  ///< cuda when usable, otherwise sim with a warning logged (HTP_BACKEND=auto).
+};
 
 /// The two kinds of memory a device hands out.
 enum class memory_kind {
@@ -41,7 +46,7 @@ enum class copy_direction { host_to_device, device_to_host, device_to_device, ho
 /// Scheduling hint for a stream. `high` maps to the CUDA runtime's greatest priority.
 enum class stream_priority { normal, high };
 
-/// Returns "cuda", "sim" or "automatic".
+/// Returns "cuda", "sim", "cuda_or_sim" or "automatic".
 const char* to_string(backend b) noexcept;
 /// Returns "device" or "pinned_host".
 const char* to_string(memory_kind k) noexcept;
@@ -249,11 +254,23 @@ class event {
   event_ref ref_{};
 };
 
-/// Creates a device. `automatic` picks `cuda` when htp was built with CUDA and a GPU is visible,
-/// otherwise `sim` (with default sim_config), and logs which one and why through spdlog.
-/// @throws htp::invalid_argument for `cuda` when htp was built without CUDA or no GPU is present,
-/// naming the reason; htp::cuda_error if the CUDA runtime fails to start.
+/// Creates a device. The backend is never chosen silently:
+///  - `cuda`: the CUDA runtime on GPU `ordinal`. If it cannot run (no GPU, no driver or one too old
+///    for htp's CUDA 13 runtime, htp built without CUDA) this throws htp::cuda_error with the
+///    reason and the remedy (e.g. the driver version needed); there is no fallback.
+///  - `sim`: the CPU emulation with default sim_config (ordinal ignored).
+///  - `cuda_or_sim`: cuda when usable, otherwise sim, logging a warning that says why.
+///  - `automatic`: the HTP_BACKEND environment variable decides: "cuda" (also when unset or
+///    empty), "sim" or "auto" (= cuda_or_sim).
+/// The choice is logged at info level ("htp" logger, log.hpp). Thread-safe. On cuda the caller's
+/// current device is left as it was (see cuda_interop.hpp).
+/// @throws htp::cuda_error as above; htp::invalid_argument for an ordinal that does not exist or
+/// an HTP_BACKEND value that is none of the three.
 std::unique_ptr<device> make_device(backend which = backend::automatic, int ordinal = 0);
+
+/// The backend `automatic` stands for now: from HTP_BACKEND (cuda when unset; "auto" gives
+/// cuda_or_sim). @throws htp::invalid_argument for any other value. Thread-safe.
+backend backend_from_environment();
 
 /// Number of CUDA devices visible, 0 when htp was built without CUDA or no driver is present.
 /// `why`, if given, receives a sentence saying why there is none. Thread-safe.

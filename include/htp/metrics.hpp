@@ -5,6 +5,7 @@
 #include <htp/latency_histogram.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -48,6 +49,12 @@ struct fault_wait_summary {
   /// Each wait over its own floor (bytes / the H2D link peak): 1.0 is a wait as short as the link
   /// allows. Exact p50 / p99 over the samples; small tensors show their fixed costs here.
   double floor_multiple_p50 = 0, floor_multiple_p99 = 0;
+  /// Upper bounds, in ms, of the histogram below (Prometheus's `le`; +Inf is `count`).
+  static constexpr std::array<double, 14> bucket_bounds_ms{0.1, 0.25, 0.5, 1,   2.5, 5,    10,
+                                                           25,  50,   100, 250, 500, 1000, 2500};
+  /// Cumulative: bucket_counts[i] = samples <= bucket_bounds_ms[i].
+  std::array<std::uint64_t, bucket_bounds_ms.size()> bucket_counts{};
+  double sum_ms = 0;  ///< all kept samples added up.
 };
 
 /// A snapshot of a pager's metrics. Counters are since construction or the last reset_metrics()

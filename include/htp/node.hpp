@@ -169,6 +169,10 @@ class node {
 
   /// The host tier, GPU by GPU pager metrics, and shared-link use. Thread-safe.
   node_metrics metrics() const;
+  /// Starts the counters afresh (e.g. after warm-up): every GPU's pager (pager::reset_metrics)
+  /// and the bytes counted per shared link. States (host tier use, tensors) are untouched.
+  /// Thread-safe.
+  void reset_metrics();
   /// The shared links in use (configured or discovered).
   std::vector<std::shared_ptr<shared_link>> shared_links() const;
 

@@ -127,6 +127,9 @@ struct pager_config {
   oom_policy on_oom = oom_policy::throw_error;
   std::chrono::milliseconds latency_budget{200};  ///< end-to-end budget, for reports and warnings.
   bool trace = false;  ///< keep a per-stream event trace (write_trace).
+  /// Spans the trace keeps: a ring holding the most recent ones (older ones are overwritten, and
+  /// write_trace's "otherData.dropped_spans" counts them). ~100 bytes each; 0 is taken as 1.
+  std::size_t trace_capacity = std::size_t{1} << 18;
   /// Checked mode: poison HBM extents when they are freed (0xDB) so a stale read fails its
   /// checksum instead of passing by luck, and audit the allocators after every operation.
   bool checked = false;

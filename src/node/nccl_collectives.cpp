@@ -4,6 +4,9 @@
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
+#include <htp/detail/cuda_backend.hpp>
+
+#include "nvtx_range.hpp"
 
 #include <dlfcn.h>
 
@@ -96,11 +99,15 @@ class nccl_collectives final : public collectives {
   std::size_t size() const noexcept override { return comms_.size(); }
   std::string backend_name() const override { return "nccl"; }
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    const detail::nvtx_range range("htp all_gather");
+    const detail::restore_current_device keep;
     check_args(rank, send, recv, bytes, "all_gather");
     check(api().all_gather(send, recv, bytes, nccl_uint8, comms_[rank], s.native), "ncclAllGather");
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
                       stream_ref s) override {
+    const detail::nvtx_range range("htp all_reduce_sum");
+    const detail::restore_current_device keep;
     check_args(rank, send, recv, count, "all_reduce_sum");
     const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
     check(api().all_reduce(send, recv, count, t, nccl_sum, comms_[rank], s.native), "ncclAllReduce");
@@ -142,6 +149,7 @@ std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& d
   const nccl_api& a = loaded_api("make_nccl_collectives");
   std::vector<nccl_comm> comms(devices.size(), nullptr);
   // Blocking set-up (it starts NCCL's threads and proxy); no htp lock is held here.
+  const detail::restore_current_device keep;  // NCCL switches devices to initialise each rank
   check(a.comm_init_all(comms.data(), static_cast<int>(comms.size()), ordinals.data()), "ncclCommInitAll");
   return std::make_unique<nccl_collectives>(std::move(comms), true);
 }

@@ -1,4 +1,5 @@
 // The node: one host tier, one pager per GPU, shared upstream links. See include/htp/node.hpp.
+#include <array>
 #include <htp/node.hpp>
 
 #include <htp/detail/check.hpp>
@@ -46,6 +47,12 @@ struct node::impl {
   std::vector<record> records;
   std::vector<std::uint32_t> free_slots;
   std::size_t replicated_bytes = 0, live = 0;  // host bytes used: the tiers' `used`
+  /// Per link entry: bytes_taken of its (combined, h2d, d2h) buckets at the last reset_metrics.
+  std::vector<std::array<std::uint64_t, 3>> link_baseline;
+
+  std::uint64_t since_reset(std::size_t entry, std::size_t which, std::uint64_t taken) const {
+    return entry < link_baseline.size() ? taken - link_baseline[entry][which] : taken;
+  }
 
   const record& live_record(node_tensor t, const char* call) const {
     HTP_EXPECTS(t && t.index < records.size() && records[t.index].live &&
@@ -364,26 +371,40 @@ node_metrics node::metrics() const {
     }
   }
   for (const auto& pg : p_->pagers) m.per_gpu.push_back(pg->metrics());
-  for (const detail::node_link_entry& e : p_->links.entries) {
+  std::lock_guard lock(p_->mu);  // link_baseline
+  for (std::size_t i = 0; i < p_->links.entries.size(); ++i) {
+    const detail::node_link_entry& e = p_->links.entries[i];
     node_link_metrics l;
     l.name = e.group.name;
     l.gpus = e.group.gpus;
     if (e.parent >= 0) l.parent = p_->links.entries[static_cast<std::size_t>(e.parent)].group.name;
     if (e.combined) {
       l.combined_rate_bytes_per_second = e.combined->rate();
-      l.combined_bytes = e.combined->bytes_taken();
+      l.combined_bytes = p_->since_reset(i, 0, e.combined->bytes_taken());
     }
     if (e.h2d) {
       l.h2d_rate_bytes_per_second = e.h2d->rate();
-      l.h2d_bytes = e.h2d->bytes_taken();
+      l.h2d_bytes = p_->since_reset(i, 1, e.h2d->bytes_taken());
     }
     if (e.d2h) {
       l.d2h_rate_bytes_per_second = e.d2h->rate();
-      l.d2h_bytes = e.d2h->bytes_taken();
+      l.d2h_bytes = p_->since_reset(i, 2, e.d2h->bytes_taken());
     }
     m.links.push_back(std::move(l));
   }
   return m;
+}
+
+void node::reset_metrics() {
+  for (const auto& pg : p_->pagers) pg->reset_metrics();
+  std::lock_guard lock(p_->mu);
+  p_->link_baseline.assign(p_->links.entries.size(), {});
+  for (std::size_t i = 0; i < p_->links.entries.size(); ++i) {
+    const detail::node_link_entry& e = p_->links.entries[i];
+    if (e.combined) p_->link_baseline[i][0] = e.combined->bytes_taken();
+    if (e.h2d) p_->link_baseline[i][1] = e.h2d->bytes_taken();
+    if (e.d2h) p_->link_baseline[i][2] = e.d2h->bytes_taken();
+  }
 }
 
 std::vector<std::shared_ptr<shared_link>> node::shared_links() const {

@@ -6,6 +6,8 @@
 
 #include <htp/detail/check.hpp>
 
+#include "nvtx_range.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -134,10 +136,12 @@ class sim_collectives final : public collectives {
   std::string backend_name() const override { return "sim"; }
 
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+    const detail::nvtx_range range("htp all_gather");
     enqueue(rank, "all_gather", send, recv, bytes, bytes, element_type::float32, false, s);
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
                       stream_ref s) override {
+    const detail::nvtx_range range("htp all_reduce_sum");
     enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
   }
   void group_start() override {}

@@ -1,13 +1,13 @@
 # Sources of the node: several GPUs over one host tier (issue 13).
-target_sources(htp PRIVATE
+target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topology.cpp
   ${CMAKE_CURRENT_LIST_DIR}/node.cpp
   ${CMAKE_CURRENT_LIST_DIR}/links.cpp
 )
-target_sources(htp PRIVATE
+target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sim_collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/one_rank_collectives.cpp
 )
-target_link_libraries(htp PRIVATE ${CMAKE_DL_LIBS})
-target_sources(htp PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp)
+target_link_libraries(htp_objects PRIVATE ${CMAKE_DL_LIBS})
+target_sources(htp_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp)

@@ -5,7 +5,7 @@
 
 #include <htp/detail/check.hpp>
 
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 namespace htp {
 
@@ -89,7 +89,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
             t.degraded = true;
             ++t.pins;
             outcome = acquire_outcome::degraded_oom;
-            spdlog::warn("htp pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of pinned tensors",
+            detail::logger().warn("pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of pinned tensors",
                          t.name, t.bytes);
             return {dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
           }

@@ -3,6 +3,7 @@
 // copy completes (reap). Handles point at the destination at once: an acquire in between makes the
 // compute stream wait for the copy, so nobody reads the destination early and nobody sees the
 // source again. Runs with the pager's mutex held; never blocks the compute stream.
+#include "nvtx_range.hpp"
 #include "pager/pager_impl.hpp"
 
 #include <unordered_map>
@@ -12,6 +13,7 @@ namespace htp {
 using detail::pending_kind;
 
 std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
+  const detail::nvtx_range range("htp compaction");
   // Candidates: the unpinned tensors holding HBM (from the victim index, not a scan of all).
   std::unordered_map<void*, std::uint32_t> owner;
   for (auto g : {detail::victim_group::clean, detail::victim_group::dirty}) {

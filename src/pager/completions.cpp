@@ -4,7 +4,7 @@
 // tensors (docs/pager.md, "Costs").
 #include "pager/pager_impl.hpp"
 
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 #include <algorithm>
 
@@ -32,7 +32,7 @@ void pager::impl::reap() {
         // Its tensor was evicted (released, fenced) before the load finished; the host copy is
         // authoritative, but the kernels that read it got undefined bytes.
         ++counters.failed_loads;
-        spdlog::error("htp pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
+        detail::logger().error("pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
                       "kernels ordered after that acquire read undefined bytes",
                       done.ticket.id);
       }

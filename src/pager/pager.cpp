@@ -8,7 +8,7 @@
 
 #include <cstring>
 #include <unistd.h>
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 namespace htp {
 
@@ -119,7 +119,7 @@ pager::impl::impl(device& d, pager_config c)
   tc.device_memory = regions_of(*hbm);
   if (host) tc.host_memory = regions_of(*host);
   engine = std::make_unique<transfer_engine>(dev, tc);
-  if (config.trace) trace = std::make_unique<detail::trace_log>(start);
+  if (config.trace) trace = std::make_unique<detail::trace_log>(start, config.trace_capacity);
 }
 
 pager::impl::~impl() {

@@ -65,6 +65,12 @@ fault_wait_summary pager::impl::summarize_fault_waits(const std::vector<detail::
   s.p99_ms = quantile(ms, 0.99);
   s.max_ms = *std::max_element(ms.begin(), ms.end());
   s.mean_ms = total_ms / static_cast<double>(ms.size());
+  s.sum_ms = total_ms;
+  for (const double x : ms) {
+    for (std::size_t b = 0; b < s.bucket_counts.size(); ++b) {
+      if (x <= fault_wait_summary::bucket_bounds_ms[b]) ++s.bucket_counts[b];
+    }
+  }
   s.ms_per_64mib_page = s.bytes ? total_ms * static_cast<double>(std::size_t{64} << 20) / static_cast<double>(s.bytes) : 0;
   s.floor_multiple_p50 = quantile(floor_multiple, 0.5);
   s.floor_multiple_p99 = quantile(floor_multiple, 0.99);

@@ -2,6 +2,7 @@
 // prefetch (completions are in completions.cpp). Every function here runs with the pager's mutex
 // held. Nothing here scans the tensors: victims come from the victim index, fences from the fence
 // set (docs/pager.md, "Costs").
+#include "nvtx_range.hpp"
 #include "pager/pager_impl.hpp"
 
 #include <htp/detail/check.hpp>
@@ -289,6 +290,7 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
 }
 
 void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority priority) {
+  const detail::nvtx_range range(priority == transfer_priority::fault ? "htp fault" : "htp prefetch");
   tensor_record& t = tensors[slot];
   // The copy waits for whatever may still read the destination (its fences) and for kernels that
   // may still write the source: a tensor last acquired in degraded mode was written in host memory.
@@ -321,6 +323,7 @@ void pager::impl::evict_now(std::uint32_t slot) {
   tensor_record& t = tensors[slot];
   settle(t);
   if (t.kind == tensor_kind::mutable_state && t.dirty) {
+    const detail::nvtx_range range("htp write-back");
     // The write-back reads what the kernels wrote: it waits for their release events on the
     // device. Those events join a fence over the extent until the write-back has finished.
     std::vector<event_ref> after;

@@ -1,5 +1,5 @@
 # Sources of the pager (issue 5).
-target_sources(htp PRIVATE
+target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.cpp
   ${CMAKE_CURRENT_LIST_DIR}/acquire.cpp
   ${CMAKE_CURRENT_LIST_DIR}/event_pool.cpp

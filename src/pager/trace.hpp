@@ -18,15 +18,25 @@ enum class trace_track : int { compute = 1, prefetch = 2, reduction = 3, host_ac
 class trace_log {
  public:
   using clock = std::chrono::steady_clock;
-  explicit trace_log(clock::time_point origin) : origin_(origin) {}
+  /// Keeps the last `capacity` spans (a ring: older ones are overwritten and counted in dropped()).
+  trace_log(clock::time_point origin, std::size_t capacity)
+      : origin_(origin), capacity_(capacity == 0 ? 1 : capacity) {}
 
   void add(trace_track track, std::string name, std::string category, clock::time_point begin,
            clock::time_point end);
+  /// Spans held now (at most the capacity).
   std::size_t size() const;
+  /// Spans overwritten because the ring was full, since construction or clear().
+  std::uint64_t dropped() const {
+    std::lock_guard lock(mutex_);
+    return dropped_;
+  }
   /// Drops every span so far (pager::reset_metrics: the trace covers what the metrics cover).
   void clear() {
     std::lock_guard lock(mutex_);
     spans_.clear();
+    next_ = 0;
+    dropped_ = 0;
   }
   /// The trace as Chrome JSON.
   std::string to_json() const;
@@ -40,8 +50,11 @@ class trace_log {
     double dur_us;
   };
   clock::time_point origin_;
+  std::size_t capacity_;
   mutable std::mutex mutex_;
-  std::vector<span> spans_;
+  std::vector<span> spans_;  ///< grows to capacity_, then next_ is the oldest (overwritten next)
+  std::size_t next_ = 0;
+  std::uint64_t dropped_ = 0;
 };
 
 }  // namespace htp::detail

@@ -1,5 +1,5 @@
 # Sources of the slab allocator (issue 3).
-target_sources(htp PRIVATE
+target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/bitmap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/size_classes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/free_index.cpp

@@ -1,5 +1,5 @@
 # Sources of the transfer engine (issue 4).
-target_sources(htp PRIVATE
+target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/token_bucket.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shared_link.cpp
   ${CMAKE_CURRENT_LIST_DIR}/value_word_pool.cpp

@@ -1,5 +1,8 @@
 # Installs htp from the build tree into a scratch prefix, then configures, builds and runs a tiny
-# consumer project against it with find_package(htp). Run by ctest as `install_consumer`.
+# consumer project against it with find_package(htp) twice: against libhtp.a and against
+# libhtp.so (HTP_USE_SHARED). The consumer side has no CUDA toolkit (find_package(CUDAToolkit) is
+# disabled, and the link line must not name a CUDA library), no fmt and no spdlog.
+# Run by ctest as `install_consumer`.
 file(REMOVE_RECURSE ${HTP_WORK_DIR})
 set(prefix ${HTP_WORK_DIR}/prefix)
 
@@ -11,8 +14,38 @@ function(run_step what)
 endfunction()
 
 run_step("install" ${CMAKE_COMMAND} --install ${HTP_BUILD_DIR} --prefix ${prefix})
-run_step("configure" ${CMAKE_COMMAND} -S ${HTP_CONSUMER_DIR} -B ${HTP_WORK_DIR}/build
-         -G ${HTP_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix})
-run_step("build" ${CMAKE_COMMAND} --build ${HTP_WORK_DIR}/build)
-run_step("run" ${HTP_WORK_DIR}/build/htp_consumer)
-message(STATUS "install_consumer: find_package(htp) from ${prefix} works")
+foreach(file include/htp/version.hpp include/htp/cuda_interop.hpp lib/cmake/htp/htp-config.cmake
+             lib/libhtp.a lib/libhtp.so)
+  if(NOT EXISTS ${prefix}/${file})
+    message(FATAL_ERROR "install_consumer: the install has no ${file}")
+  endif()
+endforeach()
+if(EXISTS ${HTP_BUILD_DIR}/bench/htp-plan AND NOT EXISTS ${prefix}/bin/htp-plan)
+  message(FATAL_ERROR "install_consumer: htp-plan was built but not installed")
+endif()
+
+foreach(shared OFF ON)
+  set(build ${HTP_WORK_DIR}/build-shared-${shared})
+  run_step("configure (HTP_USE_SHARED=${shared})" ${CMAKE_COMMAND} -S ${HTP_CONSUMER_DIR} -B ${build}
+           -G ${HTP_GENERATOR} -DCMAKE_CXX_COMPILER=${HTP_CXX_COMPILER}
+           -DCMAKE_PREFIX_PATH=${prefix} -DHTP_USE_SHARED=${shared}
+           -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_DISABLE_FIND_PACKAGE_fmt=ON
+           -DCMAKE_DISABLE_FIND_PACKAGE_spdlog=ON)
+  run_step("build (HTP_USE_SHARED=${shared})" ${CMAKE_COMMAND} --build ${build})
+  file(GLOB_RECURSE link_rules ${build}/build.ninja ${build}/*/link.txt)
+  foreach(rules IN LISTS link_rules)
+    file(READ ${rules} text)
+    if(text MATCHES "cudart|libcuda|/cuda[-/0-9.]*/|libfmt|libspdlog")
+      string(REGEX MATCH "[^ ]*(cudart|libcuda|/cuda[-/0-9.]*/|libfmt|libspdlog)[^ ]*" what "${text}")
+      message(FATAL_ERROR "install_consumer: the consumer's build names ${what}")
+    endif()
+  endforeach()
+  run_step("run (HTP_USE_SHARED=${shared})" ${build}/htp_consumer)
+  if(shared)
+    execute_process(COMMAND ldd ${build}/htp_consumer OUTPUT_VARIABLE deps)
+    if(NOT deps MATCHES "libhtp\\.so[^\n]*=> ${prefix}/lib")
+      message(FATAL_ERROR "install_consumer: the shared consumer does not load the installed libhtp.so:\n${deps}")
+    endif()
+  endif()
+endforeach()
+message(STATUS "install_consumer: find_package(htp) from ${prefix} works, static and shared")

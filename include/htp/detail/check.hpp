@@ -1,21 +1,40 @@
 // The check macros: one place that turns a failed condition or a failed CUDA call into a typed
 // htp exception with file and line. HTP_CUDA_TRY expands to CUDA runtime calls, so it may only be
-// used in files under cuda/; this header itself includes no CUDA header.
+// used in files under cuda/; this header itself includes no CUDA header. Messages are formatted
+// by fmt, so this header is for htp's own sources (and its benchmarks), never a public header.
 #pragma once
 
 #include <htp/error.hpp>
 
-#include <sstream>
+#include <fmt/format.h>
+
+#include <iterator>
 #include <string>
+#include <type_traits>
 
 namespace htp::detail {
 
-/// Builds a message from stream-insertable parts: concat("bytes=", n, " exceeds ", cap).
+/// What fmt formats for one part of a message: pointers (other than strings) as addresses and
+/// enumerations as their numbers, everything else as it is.
+template <typename T>
+decltype(auto) message_part(const T& part) {
+  if constexpr (std::is_pointer_v<T> &&
+                !std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, char>) {
+    return static_cast<const void*>(part);
+  } else if constexpr (std::is_enum_v<T>) {
+    return static_cast<std::underlying_type_t<T>>(part);
+  } else {
+    return (part);
+  }
+}
+
+/// Builds a message from parts, each formatted by fmt as "{}" formats it, written one after the
+/// other: concat("bytes=", n, " exceeds ", cap) == fmt::format("bytes={} exceeds {}", n, cap).
 template <typename... Parts>
 std::string concat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
+  fmt::memory_buffer out;
+  (fmt::format_to(std::back_inserter(out), "{}", message_part(parts)), ...);
+  return fmt::to_string(out);
 }
 
 [[noreturn]] void throw_cuda_error(int code, const char* name, const char* description,
