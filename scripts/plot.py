@@ -39,6 +39,15 @@ def import_pyplot():
     return plt
 
 
+def save(fig, plt, out_dir, name):
+    """Writes `fig` as out_dir/name (PNG, 120 dpi), closes it, and returns the path."""
+    out = os.path.join(out_dir, name)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def load(path):
     try:
         with open(path) as f:
@@ -105,11 +114,7 @@ def plot_bench(path, out_dir, plt):
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
-    out = os.path.join(out_dir, "latency_vs_budget.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, plt, out_dir, "latency_vs_budget.png")
 
 
 def plot_matrix(path, out_dir, plt):
@@ -150,11 +155,7 @@ def plot_matrix(path, out_dir, plt):
     ax.set_ylim(0, top)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small")
-    out = os.path.join(out_dir, "trade_off_matrix.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, plt, out_dir, "trade_off_matrix.png")
 
 
 def plot_trace(path, out_dir, plt):
@@ -194,11 +195,7 @@ def plot_trace(path, out_dir, plt):
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], fontsize="small",
               loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    out = os.path.join(out_dir, "timeline.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, plt, out_dir, "timeline.png")
 
 
 def main():

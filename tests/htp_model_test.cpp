@@ -45,6 +45,15 @@ plan_inputs small_model() {
   return in;
 }
 
+/// Every layer paged, layers only, uncapped: as the stream bench's single-GPU policies run.
+htp_settings all_paged() {
+  htp_settings s;
+  s.where = placement::paged;
+  s.embeddings = false;
+  s.link_cap_fraction = 1;
+  return s;
+}
+
 TEST(htp_model, case_study_placement_matches_the_node_bench) {
   auto [in, s] = case_study();
   const htp_prediction p = predict_htp(in, s);
@@ -64,10 +73,7 @@ TEST(htp_model, case_study_placement_matches_the_node_bench) {
 
 TEST(htp_model, paged_bytes_follow_beladys_rule) {
   plan_inputs in = small_model();
-  htp_settings s;
-  s.where = placement::paged;
-  s.embeddings = false;
-  s.link_cap_fraction = 1;
+  htp_settings s = all_paged();
   std::vector<std::uint64_t> sizes;
   std::uint64_t total = 0;
   for (int l = 0; l < in.model.layers; ++l) {
@@ -93,12 +99,9 @@ TEST(htp_model, paged_bytes_follow_beladys_rule) {
 
 TEST(htp_model, the_cap_and_chunk_costs_set_the_link_rate) {
   plan_inputs in = small_model();
-  htp_settings s;
-  s.where = placement::paged;
-  s.embeddings = false;
+  htp_settings s = all_paged();
   s.hbm_budget_bytes = 50e6;
   s.copy_latency_us = 0;
-  s.link_cap_fraction = 1;
   const htp_prediction uncapped = predict_htp(in, s);
   EXPECT_NEAR(uncapped.link_gbps, 10, 1e-9);
   s.link_cap_fraction = 0.5;

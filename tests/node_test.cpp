@@ -48,6 +48,17 @@ struct sim_node {
   }
 };
 
+/// The test node's config with GPUs 0 and 1 behind one 2 GB/s H2D link, "switch0".
+node_config switch0_config() {
+  node_config c = sim_node::config();
+  node_link_group grp;
+  grp.name = "switch0";
+  grp.gpus = {0, 1};
+  grp.h2d_bytes_per_second = 2'000'000'000;
+  c.shared_links = {grp};
+  return c;
+}
+
 std::vector<unsigned char> pattern(std::size_t bytes, unsigned seed) {
   std::vector<unsigned char> v(bytes);
   for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed * 17) >> 3);
@@ -198,12 +209,7 @@ TEST(node, a_local_mutable_tensor_is_written_back_into_the_shared_tier) {
 }
 
 TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_named) {
-  node_config c = sim_node::config();
-  node_link_group grp;
-  grp.name = "switch0";
-  grp.gpus = {0, 1};
-  grp.h2d_bytes_per_second = 2'000'000'000;
-  c.shared_links = {grp};
+  node_config c = switch0_config();
   sim_node sn(3, c);
   node& n = *sn.n;
   ASSERT_EQ(n.shared_links().size(), 1u) << "H2D only: no D2H cap was configured";
@@ -223,6 +229,7 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
+  const node_link_group grp = c.shared_links.front();
   node_config twice = sim_node::config();
   twice.shared_links = {grp, grp};
   expect_bad(twice, "repeats a name");
@@ -239,12 +246,7 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
 // numa0 alone, GPU 3 in no group: each link counts exactly the bytes of the GPUs below it, and a
 // write-back crosses numa0's combined cap too.
 TEST(node, reset_metrics_starts_every_gpus_counters_and_the_link_bytes_afresh) {
-  node_config c = sim_node::config();
-  node_link_group grp;
-  grp.name = "switch0";
-  grp.gpus = {0, 1};
-  grp.h2d_bytes_per_second = 2'000'000'000;
-  c.shared_links = {grp};
+  node_config c = switch0_config();
   sim_node sn(2, c);
   node& n = *sn.n;
   const auto w = pattern(512 * KiB, 5);
