@@ -310,7 +310,13 @@ int main(int argc, char** argv) {
     }
     in.page_bytes = static_cast<std::uint64_t>(page_mib) << 20;
     in.mode = phase_name == "prefill" ? phase::prefill : phase::decode;
-    if (!bench_json.empty()) in.measured = read_bench_json(bench_json);
+    if (!bench_json.empty()) {
+      // A node-only run's step: the mode the htp model is asked about.
+      in.measured = read_bench_json(bench_json, in.gpus > 1 ? strategy_name : "");
+      // An explicit --link-gbps wins over the run's achieved rate in the design arithmetic too.
+      if (link_opt->count() > 0) in.measured.h2d_gbps = 0;
+    }
+    check_inputs(in);  // bad input is exit 2 for both models; only layouts fall through below
     hs.where = placement_name == "paged" ? placement::paged : placement::resident;
     hs.how = strategy_name == "swap-and-shard" ? strategy::swap_and_shard
              : strategy_name == "degraded"     ? strategy::degraded
@@ -330,9 +336,14 @@ int main(int argc, char** argv) {
       design_error = e.what();
     }
     plan_inputs hin = in;
-    if (in.measured.link_peak_gbps > 0 && in.page_ms <= 0 && link_opt->count() == 0) {
-      // The htp model wants the link's own rate, not the rate a paging run achieved on it.
-      hin.link_gbps = in.measured.link_peak_gbps;
+    if (in.page_ms <= 0 && link_opt->count() == 0) {
+      // The htp model wants the link's own rate (the stream bench's calibration), not the rate a
+      // paging run achieved on it; htp-bandwidth's fitted peak is such a rate.
+      if (in.measured.link_peak_gbps > 0) {
+        hin.link_gbps = in.measured.link_peak_gbps;
+      } else if (in.measured.h2d_gbps > 0 && in.measured.step_ms_p50 == 0) {
+        hin.link_gbps = in.measured.h2d_gbps;
+      }
     }
     if (in.page_ms > 0) hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
     const htp_prediction h = predict_htp(hin, hs);

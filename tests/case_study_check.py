@@ -57,8 +57,10 @@ else:
     # The preset leaves 128 MiB (less than the 151 MB fc1/fc2 shards), give or take rounding.
     if not 120 << 20 <= short["squeeze_leave_bytes"] <= 130 << 20 or not short["squeeze_block_bytes"] > 0:
         failures.append(f"squeeze not as the preset sets it: {short['squeeze_leave_bytes']} left, block {short['squeeze_block_bytes']}")
-    if not short["step_ms_p999"] >= short["step_ms_p50"] > 0 or short["verification_mismatches"] != 0:
-        failures.append("HBM-short run: no step time or a p99.9 below the median")
+    steps = short["step_ms"]
+    # Nearest rank: with fewer than 1000 steps the p99.9 is the slowest step.
+    if not steps or short["step_ms_p999"] != max(steps) or short["verification_mismatches"] != 0:
+        failures.append(f"HBM-short run: p99.9 {short['step_ms_p999']} is not the slowest of {steps}")
     if "tail budget" not in run.stdout:
         failures.append("the report does not hold the p99.9 against the tail budget")
 if not ss or not ss.get("skipped") or "256 GB" not in ss.get("skip_reason", ""):

@@ -47,6 +47,8 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
   htp_plan_cli_test(planner_cli_bad_option 2 "--bogus" --model llama-3.1-8b --bogus)
   htp_plan_cli_test(planner_cli_host_too_small 2 "host RAM is too small"
     --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 16 --gpu A100-40GB)
+  htp_plan_cli_test(planner_cli_bad_gpus 2 "--gpus 0 must be in"
+    --model opt-175b --gpus 0)
   htp_plan_cli_test(planner_cli_matrix 0 "tensor-parallel\\+paging"
     --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --gpu A100-40GB --matrix)
   htp_plan_cli_test(planner_cli_bad_matrix_batches 2 "is not a whole number"

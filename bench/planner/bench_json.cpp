@@ -24,7 +24,7 @@ double positive_at(const nlohmann::json& j, const char* ptr, const std::string& 
 
 }  // namespace
 
-measured_run read_bench_json(const std::string& path) {
+measured_run read_bench_json(const std::string& path, const std::string& node_mode) {
   std::ifstream in(path);
   HTP_EXPECTS(in.good(), htp::invalid_argument, "bench JSON '", path,
               "' cannot be opened; pass the --json output of htp-bandwidth or the stream bench");
@@ -41,9 +41,12 @@ measured_run read_bench_json(const std::string& path) {
   m.h2d_gbps = positive_at(j, "/measured/h2d_gbps", path);
   m.step_ms_p50 = positive_at(j, "/measured/step_ms_p50", path);
   if (m.step_ms_p50 == 0) {  // a node-only run: its first mode that ran
-    for (const auto& r : j.value("node", nlohmann::json::array())) {
-      if (r.is_object() && !r.value("skipped", false) && r.contains("step_ms_p50")) {
-        m.step_ms_p50 = r["step_ms_p50"].is_number() ? r["step_ms_p50"].get<double>() : 0;
+    const nlohmann::json nodes = j.contains("node") && j["node"].is_array() ? j["node"] : nlohmann::json::array();
+    for (const auto& r : nodes) {
+      if (!r.is_object() || (r.contains("skipped") && r["skipped"] == true)) continue;
+      if (!node_mode.empty() && !(r.contains("mode") && r["mode"] == node_mode)) continue;
+      if (r.contains("step_ms_p50") && r["step_ms_p50"].is_number()) {
+        m.step_ms_p50 = r["step_ms_p50"].get<double>();
         break;
       }
     }

@@ -19,6 +19,8 @@ struct measured_run {
 /// Reads `path` as the stream bench's or htp-bandwidth's JSON. Throws htp::invalid_argument
 /// naming the file when it cannot be read, is not JSON, holds neither contract's fields, or holds
 /// a value that is not a positive number (naming the field).
-measured_run read_bench_json(const std::string& path);
+/// `node_mode`: for a node-only stream bench run, whose node[] entry gives step_ms_p50 (e.g.
+/// "tensor-parallel"); empty: the first that ran.
+measured_run read_bench_json(const std::string& path, const std::string& node_mode = "");
 
 }  // namespace htp::bench

@@ -98,6 +98,7 @@ const char* to_string(strategy s) noexcept {
 }
 
 htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
+  check_inputs(in);
   HTP_EXPECTS(s.link_cap_fraction > 0 && s.link_cap_fraction <= 1, htp::invalid_argument,
               "--link-cap ", s.link_cap_fraction, " must be in (0, 1] (htp's default is 0.8)");
   HTP_EXPECTS(s.copy_latency_us >= 0 && s.collective_latency_us >= 0, htp::invalid_argument,
@@ -132,9 +133,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
 
   // The HBM budget the pager gets.
   const double exposed = (s.hbm_exposed_gb > 0 ? s.hbm_exposed_gb : in.hbm_gb) * 1e9;
-  p.hbm_budget_bytes = s.hbm_budget_bytes > 0
-                           ? s.hbm_budget_bytes
-                           : exposed * (1.0 - in.headroom_fraction) - static_cast<double>(p.kv_bytes);
+  // The KV cache lives inside the budget (as the stream bench registers it), counted below.
+  p.hbm_budget_bytes = s.hbm_budget_bytes > 0 ? s.hbm_budget_bytes : exposed * (1.0 - in.headroom_fraction);
   const auto budget = static_cast<std::uint64_t>(std::max(0.0, p.hbm_budget_bytes));
   const std::uint64_t fixed = emb + p.kv_bytes;
   // Swap-and-shard's staging: two slots of two whole layers.
@@ -153,8 +153,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   if (s.where == placement::resident || sas) {
     // As the node bench sizes it: a window of three paged layers plus four slabs stays free.
     const std::uint64_t shard_layer = layer_shard_bytes + layer.size() * s.alloc_page_bytes;
-    const std::uint64_t window = sas ? 2 * shard_layer : 3 * shard_layer + 4 * s.slab_bytes;
-    if (for_layers > window) R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), (for_layers - window) / shard_layer));
+    const std::uint64_t window = !s.paging_window ? 0 : sas ? 2 * shard_layer : 3 * shard_layer + 4 * s.slab_bytes;
+    if (for_layers >= window) R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), (for_layers - window) / shard_layer));
   }
   if (s.how == strategy::degraded && s.where == placement::resident) {
     // Degraded: the rest is read in place from host memory; no window needed.
@@ -256,7 +256,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
     const auto kernel = [&](std::size_t t, bool pl, double need, std::size_t paged_k) {
       const double full = sas ? static_cast<double>(N) : 1.0;  // swap-and-shard runs the whole layer
       double ms = kernel_ms(static_cast<double>(layer[t].bytes) * full, layer[t].flops * full);
-      if (pl && s.how == strategy::degraded) ms = std::max(ms, static_cast<double>(layer[t].bytes) / cap);
+      // Kernels read degraded weights over the link themselves: no copy engine, no token bucket.
+      if (pl && s.how == strategy::degraded) ms = std::max(ms, static_cast<double>(layer[t].bytes) / raw);
       compute_free = std::max(compute_free, need) + ms;
       step_compute += ms;
       if (paged_k != npos) last_read[paged_k] = compute_free;
@@ -277,7 +278,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
         const std::size_t k0 = k;
         double layer_ready = 0;
         for (std::size_t t = 0; t < layer.size() && paged_here; ++t) layer_ready = std::max(layer_ready, load(t));
-        const double slot = l >= 4 ? layer_done[static_cast<std::size_t>(l - 4)] : (c > 0 ? prev_start : 0);
+        // layer_done still holds the previous step's times for layers l.. (0 before the first step).
+        const double slot = layer_done[static_cast<std::size_t>((l + L - 4) % L)];
         const double start = std::max({ic_free, layer_ready, slot});
         ic_free = start + gather_ms;
         for (std::size_t t = 0; t < layer.size(); ++t) kernel(t, pl, ic_free, paged_here ? k0 + t : npos);

@@ -34,8 +34,8 @@ enum class strategy {
 struct htp_settings {
   placement where = placement::resident;
   strategy how = strategy::tensor_parallel;
-  /// The pager's HBM budget per GPU in bytes (pager_config::hbm_budget_bytes); 0: the device's
-  /// exposed HBM (hbm_exposed_gb) less the headroom fraction and the KV cache.
+  /// The pager's HBM budget per GPU in bytes (pager_config::hbm_budget_bytes), which holds the
+  /// weights and the KV cache; 0: the device's exposed HBM (hbm_exposed_gb) less the headroom.
   double hbm_budget_bytes = 0;
   double hbm_exposed_gb = 0;               ///< what the device reports (cudaMemGetInfo); 0: hbm_gb
   double link_peak_gbps = 0;               ///< the calibrated copy peak the cap is a fraction of; 0: link
@@ -45,6 +45,7 @@ struct htp_settings {
   std::uint64_t alloc_page_bytes = 64ull << 10;  ///< htp's page: every tensor rounded to it
   std::uint64_t slab_bytes = 64ull << 20;  ///< the slab (the resident window keeps four spare)
   bool embeddings = true;                  ///< false: the layers only (as the stream bench runs)
+  bool paging_window = true;               ///< resident placement keeps a three-layer window free
   /// Paged tensors the pager prefetches ahead (pager_config::prefetch_lookahead); 0: two layers'
   /// worth (what the node bench sets).
   unsigned lookahead = 0;

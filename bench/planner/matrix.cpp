@@ -34,15 +34,16 @@ std::vector<matrix_row> trade_off_matrix(const plan_inputs& in, const htp_settin
       htp_settings bs = s;
       bs.where = k.where;
       bs.how = k.how;
+      bs.paging_window = !k.all_resident;  // all resident: nothing is paged, no window
       const htp_prediction p = predict_htp(bi, bs);
       matrix_cell c;
       c.batch = b;
       c.feasible = p.feasible;
       c.why_not = p.why_not;
-      if (p.feasible && k.all_resident && p.paged_layers > 0) {
+      if (k.all_resident && p.resident_layers < in.model.layers) {
         c.feasible = false;
-        c.why_not = std::to_string(p.paged_layers) + " of " + std::to_string(in.model.layers) +
-                    " layers do not fit in HBM";
+        c.why_not = std::to_string(in.model.layers - p.resident_layers) + " of " +
+                    std::to_string(in.model.layers) + " layers do not fit in HBM";
       }
       if (c.feasible) {
         c.step_ms = p.step_ms;

@@ -166,6 +166,8 @@ evaluation evaluate(const plan_inputs& in, int resident_cap) {
   return e;
 }
 
+}  // namespace
+
 void check_inputs(const plan_inputs& in) {
   validate(in.model);
   HTP_EXPECTS(in.batch >= 1 && in.batch <= batch_search_limit, htp::invalid_argument, "--batch ",
@@ -197,7 +199,6 @@ void check_inputs(const plan_inputs& in) {
               " must be at least 1");
 }
 
-}  // namespace
 
 plan_result plan(const plan_inputs& given) {
   check_inputs(given);

@@ -82,6 +82,11 @@ struct plan_result {
   std::vector<std::string> notes;           // assumptions worth reading
 };
 
+/// Throws htp::invalid_argument, naming the option and its range, for an input no model can take
+/// (gpus outside [1, heads], a non-positive rate, budget or batch, ...). plan() and predict_htp()
+/// both call it first.
+void check_inputs(const plan_inputs& in);
+
 /// Plans `in`. Throws htp::invalid_argument, naming the value and what would fit, when an input is
 /// out of range, when HBM cannot hold the embeddings plus one staged layer and allow_degraded is
 /// off, or when host RAM cannot hold the layers that must be streamed.

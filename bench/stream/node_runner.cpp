@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -58,6 +59,47 @@ struct stamps {
       ms.push_back(x);
     }, s);
   }
+};
+
+/// The largest device-resident block `p` can take now, to 1 MiB, by bisection over
+/// register_resident (which evicts paged tensors as a fault would and refuses what cannot fit).
+std::size_t largest_block(pager& p, std::size_t budget) {
+  const std::size_t mib = std::size_t{1} << 20;
+  const auto fits = [&](std::size_t n) {
+    try {
+      p.unregister_tensor(p.register_resident("hbm-probe", n * mib, tensor_kind::mutable_state));
+      return true;
+    } catch (const out_of_memory&) {
+      return false;
+    } catch (const invalid_argument&) {  // larger than any HBM extent
+      return false;
+    }
+  };
+  std::size_t lo = 0, hi = budget / mib + 1;  // in MiB: lo fits, hi does not
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * mib;
+}
+
+/// All of `n` threads wait here until the last arrives (C++17 has no std::barrier). One use.
+class one_time_barrier {
+ public:
+  explicit one_time_barrier(std::size_t n) : left_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock lock(mu_);
+    if (--left_ == 0) {
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t left_;
 };
 
 }  // namespace
@@ -276,6 +318,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   std::vector<double> stall(N, 0), paged(N, 0), fault_page_ms(N, 0), faults_ms(N, 0), hbm_peak(N, 0);
   std::vector<std::uint64_t> bad(N, 0), degraded(N, 0);
   std::vector<std::size_t> squeezed(N, 0), left(N, 0);
+  one_time_barrier squeeze_sync(N);
   std::vector<stamps> coll_time(N);
   std::vector<std::exception_ptr> err(N);
   clock_type::time_point timed_begin{}, timed_end{};
@@ -301,24 +344,13 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
             // the resident layers left (it evicts paged tensors as a fault would). The largest
             // block that fits is found by bisection (register_resident refuses what does not fit),
             // so rounding and bins are the pager's own.
-            const std::size_t mib = std::size_t{1} << 20;
-            std::size_t lo = 0, hi = cfg.hbm_budget_bytes / mib;  // in MiB: lo fits, hi does not
-            while (hi - lo > 1) {
-              const std::size_t mid = lo + (hi - lo) / 2;
-              try {
-                p.unregister_tensor(p.register_resident("hbm-probe", mid * mib, tensor_kind::mutable_state));
-                lo = mid;
-              } catch (const out_of_memory&) {
-                hi = mid;
-              } catch (const invalid_argument&) {  // larger than any HBM extent
-                hi = mid;
-              }
-            }
-            const std::size_t room = lo * mib;
+            const std::size_t room = largest_block(p, cfg.hbm_budget_bytes);
             const std::size_t block = room > o.squeeze_leave_bytes ? room - o.squeeze_leave_bytes : 0;
             if (block > 0) squeeze_block = p.register_resident("hbm-pressure", block, tensor_kind::mutable_state);
             squeezed[g] = block;
-            left[g] = room - block;
+            left[g] = largest_block(p, cfg.hbm_budget_bytes);  // measured: what paged tensors get
+            // Every GPU squeezed before any times a step (a step is its slowest GPU's).
+            squeeze_sync.arrive_and_wait();
           }
           if (step == cfg.warmup_steps) {
             compute->take_stall_ms();

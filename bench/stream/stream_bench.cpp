@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
     cfg.kv_block_tokens = kv_block;
     cfg.latency_budget = std::chrono::milliseconds(static_cast<long>(budget_ms));
     cfg.seed = seed;
-    if (rate_gbps > 0) cfg.rate_bytes_per_second = static_cast<std::uint64_t>(rate_gbps * 1e9);
+    // A cap is a rate: dilated with the sim's modelled link (time_scale is 1 on cuda).
+    if (rate_gbps > 0) cfg.rate_bytes_per_second = static_cast<std::uint64_t>(rate_gbps * 1e9 / time_scale);
     const std::uint64_t model_bytes = streamed_weight_bytes(cfg);
     const std::uint64_t layer_bytes = largest_layer_bytes(cfg);
     for (const auto& s : (sweep.empty() ? std::vector<std::string>{budget} : [&] {
@@ -350,13 +351,20 @@ int main(int argc, char** argv) {
         if (squeeze_mib > 0 && ("," + node_modes + ",").find(",tensor-parallel,") != std::string::npos) {
           no.squeeze_leave_bytes = static_cast<std::size_t>(squeeze_mib * 1048576.0);
           // Every degraded acquire is a pager warning; the run counts them instead.
-          const log_level level = get_log_level();
-          set_log_level(log_level::error);
+          struct quieter {
+            log_level was = get_log_level();
+            quieter() { set_log_level(std::max(was, log_level::error)); }
+            ~quieter() { set_log_level(was); }
+          };
           try {
+            const quieter q;
             nrs.push_back(run_node_mode(cfg, node_mode::tensor_parallel, no));
-            set_log_level(level);
+            if (nrs.back().mismatches != 0) {
+              std::fprintf(stderr, "htp-stream-bench: tensor-parallel with HBM short read %llu corrupt weight(s)\n",
+                           static_cast<unsigned long long>(nrs.back().mismatches));
+              exit_code = 1;
+            }
           } catch (const std::exception& e) {
-            set_log_level(level);
             std::fprintf(stderr, "htp-stream-bench: tensor-parallel with HBM short on %zu GPUs failed: %s\n", gpus, e.what());
             exit_code = 1;
           }

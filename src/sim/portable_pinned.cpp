@@ -1,7 +1,6 @@
 #include "sim/portable_pinned.hpp"
 
 #include <functional>
-#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -10,7 +9,7 @@ namespace {
 
 struct ranges {
   std::mutex mutex;
-  std::map<const char*, std::size_t, std::less<>> by_start;  // start -> bytes
+  std::multimap<const char*, std::size_t, std::less<>> by_start;  // start -> bytes, one per add
 };
 
 ranges& all() {
@@ -23,23 +22,31 @@ ranges& all() {
 void add(const void* ptr, std::size_t bytes) {
   ranges& r = all();
   std::lock_guard lock(r.mutex);
-  r.by_start[static_cast<const char*>(ptr)] = bytes;
+  r.by_start.emplace(static_cast<const char*>(ptr), bytes);
 }
 
-void remove(const void* ptr) noexcept {
+void remove(const void* ptr, std::size_t bytes) noexcept {
   ranges& r = all();
   std::lock_guard lock(r.mutex);
-  r.by_start.erase(static_cast<const char*>(ptr));
+  const auto [first, last] = r.by_start.equal_range(static_cast<const char*>(ptr));
+  for (auto it = first; it != last; ++it) {
+    if (it->second == bytes) {
+      r.by_start.erase(it);
+      return;
+    }
+  }
 }
 
 bool contains(const void* ptr, std::size_t bytes) {
   ranges& r = all();
   const auto* p = static_cast<const char*>(ptr);
   std::lock_guard lock(r.mutex);
-  auto it = r.by_start.upper_bound(p);
-  if (it == r.by_start.begin()) return false;
-  --it;
-  return p + bytes <= it->first + it->second;
+  // Ranges may nest or repeat: any range starting at or below p that reaches p + bytes will do.
+  for (auto it = r.by_start.upper_bound(p); it != r.by_start.begin();) {
+    --it;
+    if (p + bytes <= it->first + it->second) return true;
+  }
+  return false;
 }
 
 }  // namespace htp::sim::portable_pinned

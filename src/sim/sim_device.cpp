@@ -55,7 +55,11 @@ class sim_device final : public device {
     // Streams and events the caller leaked die with the device; their threads must be joined.
     std::lock_guard lock(objects_mutex_);
     streams_.clear();
-    allocations_.for_each([this](void* p, const allocation& a) { release_memory(p, round_up(a.bytes, alignment)); });
+    allocations_.for_each([this](void* p, const allocation& a) {
+      if (a.kind == memory_kind::pinned_host) sim::portable_pinned::remove(p, a.bytes);
+      release_memory(p, round_up(a.bytes, alignment));
+    });
+    for (const auto& [p, r] : registered_) sim::portable_pinned::remove(p, r.bytes);
   }
 
   const device_properties& properties() const noexcept override { return props_; }
@@ -115,7 +119,7 @@ class sim_device final : public device {
       allocations_.remove(kind, ptr, bytes);
       used_[index(kind)] -= round_up(bytes, alignment);
     }
-    if (kind == memory_kind::pinned_host) sim::portable_pinned::remove(ptr);
+    if (kind == memory_kind::pinned_host) sim::portable_pinned::remove(ptr, bytes);
     release_memory(ptr, round_up(bytes, alignment));
   }
 
@@ -149,9 +153,11 @@ class sim_device final : public device {
 
   void unregister_host_memory(void* ptr) override {
     std::lock_guard lock(memory_mutex_);
-    HTP_EXPECTS(registered_.erase(ptr) == 1, invalid_argument, "unregister_host_memory(", ptr,
+    const auto it = registered_.find(ptr);
+    HTP_EXPECTS(it != registered_.end(), invalid_argument, "unregister_host_memory(", ptr,
                 "): not the start of a range registered with register_host_memory");
-    sim::portable_pinned::remove(ptr);
+    sim::portable_pinned::remove(ptr, it->second.bytes);
+    registered_.erase(it);
   }
 
   /// Bytes of pinned host memory allocated now (registered caller memory not counted).
