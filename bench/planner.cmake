@@ -1,7 +1,7 @@
 # The capacity planner and model presets (issue 6)
 
 # Model presets: shapes, config.json reading, parameter counts. #include "model/model_shapes.hpp".
-add_library(htp_bench_model STATIC model/model_shapes.cpp stream/belady_min.cpp)
+add_library(htp_bench_model STATIC model/model_shapes.cpp model/htp_layout.cpp stream/belady_min.cpp)
 target_include_directories(htp_bench_model PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(htp_bench_model PUBLIC htp::htp PRIVATE nlohmann_json::nlohmann_json)
 htp_target_warnings(htp_bench_model)

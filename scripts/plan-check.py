@@ -8,7 +8,7 @@ arithmetic's. Exits 1 when a prediction is off by more than --tolerance percent.
   scripts/plan-check.py [--build DIR] [--out DIR]        run the simulations (about 5 minutes)
   scripts/plan-check.py --from DIR                       re-plan against bench JSONs already made
 
-The ctest planner_predicts_sim runs the second form on the JSONs committed in tests/data/plan-check,
+The ctest planner_predicts_sim runs the second form on the JSONs committed in docs/results/2026-12-03-sim-plan-check,
 so a change to the model that breaks the agreement fails CI without re-running the simulation.
 """
 import argparse

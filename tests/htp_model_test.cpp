@@ -2,6 +2,7 @@
 // the node bench does it, Belady's bytes, the link's cap and chunk costs, the serial chain of a
 // link-bound sweep, what does not fit and why. The agreement with the timing-only simulation
 // itself is the ctest planner_predicts_sim (scripts/plan-check.py on committed bench JSON).
+#include "model/htp_layout.hpp"
 #include "stream/belady_min.hpp"
 #include "planner/htp_model.hpp"
 #include "planner/matrix.hpp"
@@ -78,8 +79,7 @@ TEST(htp_model, paged_bytes_follow_beladys_rule) {
   std::uint64_t total = 0;
   for (int l = 0; l < in.model.layers; ++l) {
     for (const auto& t : layer_tensors(in.model)) {
-      sizes.push_back(t.rows * t.cols * 2 >= 32768 ? (t.rows * t.cols * 2 + 65535) / 65536 * 65536
-                                                    : t.rows * t.cols * 2 + t.rows * t.cols * 2 / 4 + 256);
+      sizes.push_back(htp_tensor_bytes(t.rows * t.cols * 2, 64 << 10));
       total += sizes.back();
     }
   }

@@ -1,6 +1,9 @@
 // The planner's model of htp (contract in the header; formulas in docs/planner.md, "The htp model").
 #include "planner/htp_model.hpp"
 
+#include "model/htp_layout.hpp"
+#include "stream/belady_min.hpp"
+
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
 
@@ -17,12 +20,6 @@ namespace {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
-/// HBM a tensor of `bytes` takes in htp: whole pages, or a size-class bin block for a small one
-/// (bins round up by at most a quarter, plus their bookkeeping).
-std::uint64_t rounded(std::uint64_t bytes, std::uint64_t page) {
-  return bytes >= page / 2 ? ceil_div(bytes, page) * page : bytes + bytes / 4 + 256;
-}
-
 /// One GPU's view of one tensor of a layer.
 struct shard {
   std::uint64_t bytes = 0;    // what moves and what a kernel reads
@@ -30,49 +27,25 @@ struct shard {
   double flops = 0;           // per token
 };
 
-/// Steady-state misses of Belady's rule (farthest next use first) on a cyclic sweep of `sizes`
-/// through `capacity` bytes: for `cycles` sweeps, whether each access missed and which tensors it
-/// evicted. The first `warm` sweeps settle the cache and are not returned.
-struct belady_walk {
-  std::vector<std::vector<bool>> miss;                            // [cycle][access]
-  std::vector<std::vector<std::vector<std::size_t>>> victims;     // [cycle][access] -> tensors
+/// Steady-state misses of Belady's rule on the cyclic sweep of `sizes` through `capacity` bytes:
+/// for `cycles` sweeps after `warm` that settle the cache, whether each access missed and which
+/// tensors it evicted (stream/belady_min.hpp's walk, kept).
+struct belady_steps {
+  std::vector<std::vector<bool>> miss;                         // [cycle][access]
+  std::vector<std::vector<std::vector<std::size_t>>> victims;  // [cycle][access] -> tensors
 };
 
-belady_walk walk_belady(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity, int warm,
-                        int cycles) {
-  const std::size_t n = sizes.size();
-  belady_walk w;
-  std::set<std::pair<std::uint64_t, std::size_t>> in_hbm;  // (next use, tensor)
-  std::vector<std::uint64_t> next(n, 0);
-  std::vector<bool> in(n, false);
-  std::uint64_t used = 0;
-  for (int c = 0; c < warm + cycles; ++c) {
-    std::vector<bool> miss(n, false);
-    std::vector<std::vector<std::size_t>> vic(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t now = static_cast<std::uint64_t>(c) * n + i;
-      if (in[i]) {
-        in_hbm.erase({next[i], i});
-      } else {
-        while (used + sizes[i] > capacity && !in_hbm.empty()) {
-          const auto v = std::prev(in_hbm.end());
-          used -= sizes[v->second];
-          in[v->second] = false;
-          vic[i].push_back(v->second);
-          in_hbm.erase(v);
-        }
-        used += sizes[i];
-        in[i] = true;
-        miss[i] = true;
-      }
-      next[i] = now + n;
-      in_hbm.insert({next[i], i});
-    }
-    if (c >= warm) {
-      w.miss.push_back(std::move(miss));
-      w.victims.push_back(std::move(vic));
-    }
-  }
+belady_steps walk_belady(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity, std::size_t warm,
+                         std::size_t cycles) {
+  belady_steps w;
+  w.miss.assign(cycles, std::vector<bool>(sizes.size(), false));
+  w.victims.assign(cycles, std::vector<std::vector<std::size_t>>(sizes.size()));
+  belady_walk(sizes, capacity, warm + cycles,
+              [&](std::size_t c, std::size_t i, const std::vector<std::size_t>& victims) {
+                if (c < warm) return;
+                w.miss[c - warm][i] = true;
+                w.victims[c - warm][i] = victims;
+              });
   return w;
 }
 
@@ -116,14 +89,14 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   std::uint64_t layer_shard_bytes = 0, layer_shard_rounded = 0, layer_full_bytes = 0;
   for (const auto& t : layer_tensors(m)) {
     const std::uint64_t b = t.rows * t.cols * bpe;
-    shard sh{ceil_div(b, N), rounded(ceil_div(b, N), s.alloc_page_bytes),
+    shard sh{ceil_div(b, N), htp_tensor_bytes(ceil_div(b, N), s.alloc_page_bytes),
              2.0 * static_cast<double>(t.rows * t.cols) / static_cast<double>(N)};
     layer_shard_bytes += sh.bytes;
     layer_shard_rounded += sh.rounded;
     layer_full_bytes += b;
     layer.push_back(sh);
   }
-  const std::uint64_t emb = s.embeddings ? rounded(ceil_div(embedding_parameters(m) * bpe, N), s.alloc_page_bytes) : 0;
+  const std::uint64_t emb = s.embeddings ? htp_tensor_bytes(ceil_div(embedding_parameters(m) * bpe, N), s.alloc_page_bytes) : 0;
   const std::uint64_t kv_dim = static_cast<std::uint64_t>(m.kv_heads) * (m.hidden / m.heads);
   const std::uint64_t kv_layer_all = 2 * kv_dim * bpe * static_cast<std::uint64_t>(in.batch) *
                                      static_cast<std::uint64_t>(in.context);
@@ -138,7 +111,7 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   const auto budget = static_cast<std::uint64_t>(std::max(0.0, p.hbm_budget_bytes));
   const std::uint64_t fixed = emb + p.kv_bytes;
   // Swap-and-shard's staging: two slots of two whole layers.
-  const std::uint64_t staging = sas ? 4 * rounded(layer_full_bytes, s.alloc_page_bytes) : 0;
+  const std::uint64_t staging = sas ? 4 * htp_tensor_bytes(layer_full_bytes, s.alloc_page_bytes) : 0;
 
   // Placement: which layers' shards stay device-resident.
   const int L = m.layers;
@@ -150,19 +123,22 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   }
   const std::uint64_t for_layers = budget - fixed - staging;
   int R = 0;
-  if (s.where == placement::resident || sas) {
-    // As the node bench sizes it: a window of three paged layers plus four slabs stays free.
+  if (sas) {
+    // Swap-and-shard: shards resident beside two layers' worth of shards being paged.
     const std::uint64_t shard_layer = layer_shard_bytes + layer.size() * s.alloc_page_bytes;
-    const std::uint64_t window = !s.paging_window ? 0 : sas ? 2 * shard_layer : 3 * shard_layer + 4 * s.slab_bytes;
+    const std::uint64_t window = s.paging_window ? 2 * shard_layer : 0;
     if (for_layers >= window) R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), (for_layers - window) / shard_layer));
+  } else if (s.where == placement::resident) {
+    // As the node bench sizes it: a window of three paged layers plus four slabs stays free.
+    R = resident_layers(for_layers, layer_shard_bytes, layer.size(), s.alloc_page_bytes, s.slab_bytes, L,
+                        s.paging_window);
   }
   if (s.how == strategy::degraded && s.where == placement::resident) {
     // Degraded: the rest is read in place from host memory; no window needed.
     R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), for_layers / layer_shard_rounded));
   }
   const int P = L - R;
-  std::vector<bool> paged_layer(static_cast<std::size_t>(L), R == 0);
-  for (int k = 0; k < P && R > 0; ++k) paged_layer[static_cast<std::size_t>((2 * k + 1) * L / (2 * P))] = true;
+  const std::vector<bool> paged_layer = paged_layers(L, R);
   p.resident_layers = R;
   p.paged_layers = P;
   p.resident_bytes = static_cast<std::uint64_t>(R) * layer_shard_rounded + emb;
@@ -194,7 +170,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
     }
   }
   const int warm = 2, cycles = std::clamp(static_cast<int>(sizes.size()) - 1, 1, 6);
-  const belady_walk walk = paging ? walk_belady(sizes, p.paging_capacity, warm, cycles) : belady_walk{};
+  const belady_steps walk = paging ? walk_belady(sizes, p.paging_capacity, warm, static_cast<std::size_t>(cycles))
+                                   : belady_steps{};
 
   // Rates, in bytes per ms.
   const double raw = in.link_gbps * 1e6;

@@ -1,6 +1,8 @@
 // htp-stream-bench --gpus N. See node_runner.hpp.
 #include "node_runner.hpp"
 
+#include "model/htp_layout.hpp"
+
 #include <htp/checksum.hpp>
 #include <htp/collectives.hpp>
 #include <htp/detail/check.hpp>
@@ -121,24 +123,13 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     return r;
   };
   // Tensor-parallel --resident: whole layers' shards stay in HBM, next to a window of three
-  // paged layers (the one computing and two prefetched) and slack for rounding.
-  int resident_layers = 0;
-  if (mode == node_mode::tensor_parallel && o.resident) {
-    const std::size_t shard_layer = static_cast<std::size_t>(layer_bytes) / N + shapes.size() * cfg.page_bytes;
-    const std::size_t window = 3 * shard_layer + 4 * cfg.slab_bytes;
-    if (cfg.hbm_budget_bytes > window) {
-      resident_layers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(cfg.layers),
-                                                               (cfg.hbm_budget_bytes - window) / shard_layer));
-    }
-  }
-  // The paged layers spread evenly among the resident ones: each is prefetched while the resident
-  // layers before it compute, instead of all of them loading in one stretch at the end.
-  std::vector<bool> paged_layer(static_cast<std::size_t>(cfg.layers), true);
-  if (resident_layers > 0) {
-    const int P = cfg.layers - resident_layers;
-    std::fill(paged_layer.begin(), paged_layer.end(), false);
-    for (int k = 0; k < P; ++k) paged_layer[static_cast<std::size_t>((2 * k + 1) * cfg.layers / (2 * P))] = true;
-  }
+  // paged layers (the one computing and two prefetched) and slack for rounding; the paged layers
+  // spread evenly among them (model/htp_layout.hpp, which the planner's htp model shares).
+  const int resident_layers = mode == node_mode::tensor_parallel && o.resident
+                                  ? bench::resident_layers(cfg.hbm_budget_bytes, layer_bytes / N, shapes.size(),
+                                                           cfg.page_bytes, cfg.slab_bytes, cfg.layers)
+                                  : 0;
+  const std::vector<bool> paged_layer = paged_layers(cfg.layers, resident_layers);
   const std::size_t paged_bytes =
       static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - resident_layers);
 

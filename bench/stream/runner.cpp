@@ -2,6 +2,7 @@
 #include "runner.hpp"
 
 #include "belady_min.hpp"
+#include "model/htp_layout.hpp"
 
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
@@ -141,7 +142,7 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   std::uint64_t rounded_model = 0;
   for (const auto& t : layer_tensors(cfg.model)) {
     const std::uint64_t b = t.rows * t.cols * bytes_per_element(cfg.type);
-    rounded_model += b >= page / 2 ? (b + page - 1) / page * page : b + b / 4 + 256;
+    rounded_model += htp_tensor_bytes(b, page);
   }
   rounded_model *= static_cast<std::uint64_t>(cfg.layers);
   const std::size_t kv_block_bytes = static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg);

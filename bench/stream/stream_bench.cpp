@@ -19,6 +19,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unistd.h>
 
@@ -332,40 +333,43 @@ int main(int argc, char** argv) {
         no.time_scale = time_scale;
         no.resident = resident;
         no.host_budget_bytes = host_budget.empty() ? 0 : parse_budget(host_budget, model_bytes);
-        std::vector<node_result> nrs;
+        // The modes asked for, then tensor-parallel again with HBM forced short when asked.
+        struct node_run {
+          node_mode mode;
+          std::size_t squeeze_leave_bytes;
+        };
+        std::vector<node_run> runs;
+        const auto asked = [&](node_mode m) {
+          return ("," + node_modes + ",").find(std::string(",") + to_string(m) + ",") != std::string::npos;
+        };
         for (node_mode m : {node_mode::data_parallel, node_mode::tensor_parallel, node_mode::swap_and_shard}) {
-          if (("," + node_modes + ",").find(std::string(",") + to_string(m) + ",") == std::string::npos) continue;
+          if (asked(m)) runs.push_back({m, 0});
+        }
+        if (squeeze_mib > 0 && asked(node_mode::tensor_parallel)) {
+          runs.push_back({node_mode::tensor_parallel, static_cast<std::size_t>(squeeze_mib * 1048576.0)});
+        }
+        // Every degraded acquire is a pager warning; the HBM-short run counts them instead.
+        struct quieter {
+          log_level was = get_log_level();
+          quieter() { set_log_level(std::max(was, log_level::error)); }
+          ~quieter() { set_log_level(was); }
+        };
+        std::vector<node_result> nrs;
+        for (const node_run& run : runs) {
+          const std::string label = std::string(to_string(run.mode)) + (run.squeeze_leave_bytes ? " with HBM short" : "");
+          no.squeeze_leave_bytes = run.squeeze_leave_bytes;
           try {
-            nrs.push_back(run_node_mode(cfg, m, no));
+            std::optional<quieter> q;
+            if (run.squeeze_leave_bytes) q.emplace();
+            nrs.push_back(run_node_mode(cfg, run.mode, no));
           } catch (const std::exception& e) {
-            std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", to_string(m), gpus, e.what());
+            std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", label.c_str(), gpus, e.what());
             exit_code = 1;
             continue;
           }
           if (nrs.back().mismatches != 0) {
-            std::fprintf(stderr, "htp-stream-bench: %s read %llu corrupt weight(s)\n", to_string(m),
+            std::fprintf(stderr, "htp-stream-bench: %s read %llu corrupt weight(s)\n", label.c_str(),
                          static_cast<unsigned long long>(nrs.back().mismatches));
-            exit_code = 1;
-          }
-        }
-        if (squeeze_mib > 0 && ("," + node_modes + ",").find(",tensor-parallel,") != std::string::npos) {
-          no.squeeze_leave_bytes = static_cast<std::size_t>(squeeze_mib * 1048576.0);
-          // Every degraded acquire is a pager warning; the run counts them instead.
-          struct quieter {
-            log_level was = get_log_level();
-            quieter() { set_log_level(std::max(was, log_level::error)); }
-            ~quieter() { set_log_level(was); }
-          };
-          try {
-            const quieter q;
-            nrs.push_back(run_node_mode(cfg, node_mode::tensor_parallel, no));
-            if (nrs.back().mismatches != 0) {
-              std::fprintf(stderr, "htp-stream-bench: tensor-parallel with HBM short read %llu corrupt weight(s)\n",
-                           static_cast<unsigned long long>(nrs.back().mismatches));
-              exit_code = 1;
-            }
-          } catch (const std::exception& e) {
-            std::fprintf(stderr, "htp-stream-bench: tensor-parallel with HBM short on %zu GPUs failed: %s\n", gpus, e.what());
             exit_code = 1;
           }
         }

@@ -124,13 +124,10 @@ class sim_device final : public device {
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
-    std::lock_guard lock(memory_mutex_);
-    const allocation* a = allocations_.find_containing(pinned_host_ptr, 1);
-    // Pinned memory is portable (as cudaHostAllocPortable makes it): any sim device's will do.
-    HTP_EXPECTS((a != nullptr && a->kind == memory_kind::pinned_host) ||
-                    registered_containing(pinned_host_ptr, 1) || sim::portable_pinned::contains(pinned_host_ptr, 1),
-                invalid_argument, "mapped_device_pointer(", pinned_host_ptr,
-                "): not inside pinned host memory allocated from (or registered with) any device");
+    // Pinned memory is portable (as cudaHostAllocPortable makes it): this device's allocations and
+    // registrations are in the process-wide set with every other sim device's.
+    HTP_EXPECTS(sim::portable_pinned::contains(pinned_host_ptr, 1), invalid_argument, "mapped_device_pointer(",
+                pinned_host_ptr, "): not inside pinned host memory allocated from (or registered with) any device");
     return pinned_host_ptr;
   }
 
@@ -414,16 +411,6 @@ class sim_device final : public device {
   std::map<void*, registration> registered_;  // caller memory given to register_host_memory
   std::mutex mapped_mutex_;
   std::set<void*> mapped_;  // timing-only allocations made with mmap (freed with munmap)
-
-  /// True when [p, p + bytes) lies inside one registered range. Call with memory_mutex_ held.
-  bool registered_containing(const void* p, std::size_t bytes) const {
-    auto it = registered_.upper_bound(const_cast<void*>(p));
-    if (it == registered_.begin()) return false;
-    --it;
-    const auto* base = static_cast<const char*>(it->first);
-    const auto* q = static_cast<const char*>(p);
-    return q >= base && q + bytes <= base + it->second.bytes;
-  }
 
   std::mutex values_mutex_;  // guards the wake-up of streams waiting on value words
   std::condition_variable values_cv_;
