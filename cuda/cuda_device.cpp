@@ -36,7 +36,12 @@ cudaMemcpyKind to_cuda(copy_direction d) {
   return cudaMemcpyDefault;
 }
 
-cudaStream_t native(stream_ref s) { return static_cast<cudaStream_t>(s.native); }
+/// The cudaStream_t of a stream_ref, refusing the special handles (detail::check_stream_handle):
+/// the legacy default stream and cudaStreamPerThread stand for several real streams.
+cudaStream_t native(stream_ref s) {
+  detail::check_stream_handle(s.native, "cuda");
+  return static_cast<cudaStream_t>(s.native);
+}
 cudaEvent_t native(event_ref e) { return static_cast<cudaEvent_t>(e.native); }
 
 class cuda_device final : public device {
@@ -126,16 +131,33 @@ class cuda_device final : public device {
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
+    bool own = false;
     {
       std::lock_guard lock(memory_mutex_);
       if (void* d = registered_.device_address(pinned_host_ptr)) return d;
       const auto* a = allocations_.find_containing(pinned_host_ptr, 1);
-      HTP_EXPECTS(a != nullptr && a->kind == memory_kind::pinned_host, invalid_argument,
-                  "mapped_device_pointer(", pinned_host_ptr,
-                  "): not inside pinned host memory allocated from or registered with this device");
+      own = a != nullptr && a->kind == memory_kind::pinned_host;
     }
+    // Not this device object's: pinned memory of another device object (a node's shared host tier,
+    // which GPU 0 allocated) or of the program is mapped for this GPU only when it was allocated or
+    // registered portable and mapped. The driver says so; neither call synchronises.
     device_guard g(ordinal_);
+    cudaPointerAttributes attr{};
     void* d = nullptr;
+    if (!own) {
+      const bool host = cudaPointerGetAttributes(&attr, pinned_host_ptr) == cudaSuccess &&
+                        attr.type == cudaMemoryTypeHost;
+      const bool mapped = host && cudaHostGetDevicePointer(&d, pinned_host_ptr, 0) == cudaSuccess;
+      if (!mapped) {
+        (void)cudaGetLastError();
+        throw invalid_argument(detail::concat(
+            "mapped_device_pointer(", pinned_host_ptr, "): not pinned host memory mapped for cuda ",
+            "device ", ordinal_, host ? " (page-locked, but not portable to this GPU)" : "",
+            "; use memory from device::allocate(pinned_host) or register_host_memory (both portable ",
+            "and mapped), or cudaHostAlloc/cudaHostRegister with the Portable and Mapped flags"));
+      }
+      return d;
+    }
     HTP_CUDA_TRY(cudaHostGetDevicePointer(&d, pinned_host_ptr, 0));
     return d;
   }
@@ -218,9 +240,9 @@ class cuda_device final : public device {
   void destroy_stream(stream_ref s) noexcept override {
     if (!s) return;
     device_guard g(ordinal_, std::nothrow);
-    (void)cudaStreamSynchronize(native(s));
-    scratch_.release(native(s));
-    (void)cudaStreamDestroy(native(s));
+    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s.native));
+    scratch_.release(static_cast<cudaStream_t>(s.native));
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(s.native));
     (void)cudaGetLastError();
   }
 

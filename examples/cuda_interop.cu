@@ -47,6 +47,16 @@ int main(int argc, char** argv) {
   if (!ok(cudaStreamCreateWithFlags(&engine_stream, cudaStreamNonBlocking), "cudaStreamCreate")) return 1;
   unsigned long long* d_sum = nullptr;
   if (!ok(cudaMalloc(&d_sum, sizeof *d_sum), "cudaMalloc")) return 1;
+  // The result lands in pinned memory: a copy into pageable memory would be synchronous, on a
+  // stream that htp may have parked on a value word.
+  unsigned long long* h_sum = nullptr;
+  if (!ok(cudaMallocHost(&h_sum, sizeof *h_sum), "cudaMallocHost")) return 1;
+  // Load the engine's kernel now, before any stream of this program waits for htp: a lazy module
+  // load (CUDA_MODULE_LOADING=LAZY, the default) may wait for the whole context, and a stream
+  // parked on a copy's value word would then never let it finish. The rule: allocate, load and
+  // pin at set-up (docs/gpu.md, "Parked streams").
+  cudaFuncAttributes attr{};
+  if (!ok(cudaFuncGetAttributes(&attr, sum_bytes), "cudaFuncGetAttributes")) return 1;
 
   int bad = 0;
   {
@@ -77,10 +87,9 @@ int main(int argc, char** argv) {
         cudaMemsetAsync(d_sum, 0, sizeof *d_sum, engine_stream);
         sum_bytes<<<64, 256, 0, htp::native_stream(compute)>>>(static_cast<const unsigned char*>(s.data), s.bytes, d_sum);
         pager.release(layers[i], compute);  // the memory is reused only after the kernel
-        unsigned long long got = 0;
-        cudaMemcpyAsync(&got, d_sum, sizeof got, cudaMemcpyDeviceToHost, engine_stream);
+        cudaMemcpyAsync(h_sum, d_sum, sizeof *h_sum, cudaMemcpyDeviceToHost, engine_stream);
         if (!ok(cudaStreamSynchronize(engine_stream), "kernel")) return 1;
-        bad += got != expected[i];
+        bad += *h_sum != expected[i];
       }
     }
     int current = -1;
@@ -94,6 +103,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(m.acquires), static_cast<unsigned long long>(m.faults),
                 bad == 0 ? "match" : "DIFFER");
   }
+  cudaFreeHost(h_sum);  // after the pager is gone: no htp stream is parked any more
   cudaFree(d_sum);
   cudaStreamDestroy(engine_stream);
   return bad == 0 ? 0 : 1;

@@ -13,3 +13,32 @@ configure_and_build() {
   cmake -S "$root" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
   cmake --build "$dir" -j "$jobs"
 }
+
+# What travels to the GPU machine: the one list that scripts/gpu-build.sh carries and that the test
+# command's dry run of scripts/gpu-check.sh checks (so the dry run sees exactly what the GPU gets).
+# Paths are relative to a build folder; globs are expanded there.
+gpu_tree_files=(
+  tests/test_device tests/test_pager_backends tests/test_collectives tests/test_cuda_interop
+  'bench/htp-*' 'examples/htp-example-*'
+)
+
+# assemble_gpu_tree BUILD OUT: copies gpu_tree_files from BUILD into a fresh OUT (stripped), plus
+# lib/ with the one shared library the binaries need that a GPU machine without a package registry
+# lacks (Google Benchmark's). Fails naming any file of the list that BUILD lacks.
+assemble_gpu_tree() {
+  local build=$1 out=$2 f p found
+  rm -rf "$out"
+  mkdir -p "$out/lib"
+  for p in "${gpu_tree_files[@]}"; do
+    found=0
+    for f in "$build"/$p; do
+      [[ -f $f ]] || continue
+      mkdir -p "$out/$(dirname "${f#"$build"/}")"
+      cp "$f" "$out/${f#"$build"/}"
+      found=1
+    done
+    (( found )) || { echo "assemble_gpu_tree: $build has no $p" >&2; return 1; }
+  done
+  strip --strip-unneeded "$out"/tests/* "$out"/bench/* "$out"/examples/*
+  cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$out/lib/"
+}

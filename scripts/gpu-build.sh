@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, what scripts/gpu-check.sh runs on the GPU machine: a Release
-# build with the CUDA backend, reduced to a small folder build-gpu/ (stripped test, bench and
-# example binaries, plus lib/ with the one shared library they need that a GPU machine without a
-# package registry lacks: Google Benchmark's). Carry build-gpu with the device tool's `carry` (the
+# build with the CUDA backend, reduced to a small folder build-gpu/ by assemble_gpu_tree
+# (scripts/common.sh: the one copy list, which the test command's dry run checks too). Carry build-gpu with the device tool's `carry` (the
 # working tree and carried paths must stay under 64 MiB together; this script fails above 56 MiB).
 # cudart is linked statically; cuBLAS (libcublas.so.13, hundreds of MiB) is not carried: gpu-check
 # takes it from the GPU machine's CUDA 13 toolkit or Python wheels.
@@ -14,17 +13,7 @@ cd "$root"
 out=${HTP_GPU_BUILD_DIR:-build-gpu}
 full=$out-full
 configure_and_build "$full" -DCMAKE_BUILD_TYPE=Release -DHTP_WITH_CUDA=ON -DHTP_WERROR=ON
-rm -rf "$out"
-mkdir -p "$out/tests" "$out/bench" "$out/examples" "$out/lib"
-# Only the test binaries gpu-check.sh runs on the GPU (the CPU-only suites run in CI): the typed
-# device conformance suite, the pager end to end on each backend, and NCCL collectives (one rank).
-for t in test_device test_pager_backends test_collectives; do
-  cp "$full/tests/$t" "$out/tests/"
-done
-cp "$full"/bench/htp-* "$out/bench/"
-cp "$full"/examples/htp-example-* "$out/examples/"
-strip --strip-unneeded "$out"/tests/* "$out"/bench/* "$out"/examples/*
-cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$out/lib/"
+assemble_gpu_tree "$full" "$out"  # the copy list in common.sh, shared with the test command's dry run
 
 # The GPU machine has a driver, the CUDA 13 toolkit and Python, nothing else: no binary may need a
 # shared CUDA runtime, and nothing but the C/C++ runtime, cuBLAS and lib/ may be left to resolve.

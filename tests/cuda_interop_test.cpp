@@ -10,11 +10,12 @@
 namespace htp::test {
 namespace {
 
-TEST(cuda_interop, handles_round_trip_and_the_legacy_default_stream_is_refused) {
+TEST(cuda_interop, handles_round_trip_and_the_default_and_per_thread_streams_are_refused) {
   auto fake_stream = reinterpret_cast<cudaStream_t>(std::uintptr_t{0x1234});
   EXPECT_EQ(native_stream(wrap_stream(fake_stream)), fake_stream);
-  EXPECT_EQ(native_stream(wrap_stream(cudaStreamPerThread)), cudaStreamPerThread);
   EXPECT_THROW(wrap_stream(nullptr), invalid_argument);
+  EXPECT_THROW(wrap_stream(cudaStreamLegacy), invalid_argument);
+  EXPECT_THROW(wrap_stream(cudaStreamPerThread), invalid_argument);
   auto fake_event = reinterpret_cast<cudaEvent_t>(std::uintptr_t{0x5678});
   EXPECT_EQ(native_event(wrap_event(fake_event)), fake_event);
   EXPECT_THROW(wrap_event(nullptr), invalid_argument);

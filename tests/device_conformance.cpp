@@ -273,6 +273,44 @@ TYPED_TEST(device_conformance, pinned_memory_has_a_device_address) {
   EXPECT_THROW(this->dev->mapped_device_pointer(foreign.data()), invalid_argument);
 }
 
+TYPED_TEST(device_conformance, another_device_objects_pinned_memory_is_mapped_and_plain_memory_is_not) {
+  // A node's GPUs share one host tier that the first device object allocated: pinned memory is
+  // allocated portable, so every device object maps it; plain host memory is refused by both
+  // backends, registered memory is mapped by every device object too.
+  std::string why;
+  auto other = TypeParam::make(&why);
+  ASSERT_NE(other, nullptr) << why;
+  buffer h(*this->dev, memory_kind::pinned_host, 4096);
+  EXPECT_NE(other->mapped_device_pointer(h.bytes_at(100)), nullptr);
+  std::vector<unsigned char> plain(1 << 16);
+  EXPECT_THROW(other->mapped_device_pointer(plain.data()), invalid_argument);
+  this->dev->register_host_memory(plain.data(), plain.size(), /*read_only=*/false);
+  EXPECT_NE(other->mapped_device_pointer(plain.data() + 8), nullptr);
+  this->dev->unregister_host_memory(plain.data());
+  EXPECT_THROW(other->mapped_device_pointer(plain.data()), invalid_argument);
+}
+
+TYPED_TEST(device_conformance, the_legacy_and_per_thread_stream_handles_are_refused) {
+  // 1 is cudaStreamLegacy and 2 cudaStreamPerThread: handles that name no single stream.
+  auto& d = *this->dev;
+  event e(d);
+  buffer word(d, memory_kind::pinned_host, sizeof(std::uint32_t));
+  for (std::uintptr_t v : {std::uintptr_t{1}, std::uintptr_t{2}}) {
+    const stream_ref s{reinterpret_cast<void*>(v)};
+    EXPECT_THROW(d.synchronize(s), invalid_argument);
+    EXPECT_THROW(d.record(e, s), invalid_argument);
+    EXPECT_THROW(d.wait(e, s), invalid_argument);
+    EXPECT_THROW(d.write_value_async(static_cast<std::uint32_t*>(word.ptr), 1, s), invalid_argument);
+    try {
+      d.launch_host_func([] {}, s);
+      ADD_FAILURE() << "a host function was queued on handle " << v;
+    } catch (const invalid_argument& err) {
+      EXPECT_NE(std::string(err.what()).find(v == 1 ? "cudaStreamLegacy" : "cudaStreamPerThread"),
+                std::string::npos) << err.what();
+    }
+  }
+}
+
 TYPED_TEST(device_conformance, a_stream_waits_on_a_value_written_later_by_another_stream) {
   auto& d = *this->dev;
   stream writer(d), waiter(d);

@@ -16,6 +16,34 @@
 namespace htp::test {
 namespace {
 
+TEST(pager_scale, a_host_budget_above_memtotal_is_not_refused) {
+  // A microVM's MemTotal can read far below the RAM it can use, so physical memory is no bound on
+  // the host budget (the address space is): the pager starts, and what the host cannot pin fails
+  // typed, when it is pinned (the first slab here; the sim's capacity stands for the host's).
+  const auto phys = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  ASSERT_GT(phys, 0u);
+  auto c = small_pager_config(4);
+  c.host_budget_bytes = (2 * phys / slab + 1) * slab;
+  sim_config roomy;
+  roomy.device_memory_bytes = 64 << 20;
+  roomy.pinned_memory_bytes = 0;  // no limit: the host's own (mapped lazily, never touched here)
+  auto dev = make_sim_device(roomy);
+  {
+    pager p(*dev, c);
+    EXPECT_EQ(p.config().host_budget_bytes, c.host_budget_bytes);
+    const auto h = p.register_tensor("w", 2 * slab, tensor_kind::weight);
+    EXPECT_EQ(p.metrics().host.used_bytes, 2 * slab);
+    p.unregister_tensor(h);
+  }
+  auto tight = small_sim_device();  // 128 MiB of pinned memory: less than the first slab
+  try {
+    pager p(*tight, c);
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(std::string(e.what()).find("pager_config.host_budget_bytes"), std::string::npos)
+        << "refused by the budget check, not by the pin: " << e.what();
+  }
+}
+
 TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
   auto dev = small_sim_device();
   auto c = small_pager_config(4);

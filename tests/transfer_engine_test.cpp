@@ -92,7 +92,7 @@ class transfer_test : public ::testing::Test {
     c.h2d.unlimited = true;
     c.d2h.unlimited = true;
     c.device_memory = {hbm->region()};
-    c.host_memory = {back->region()};
+    c.host_memory = {host->region(), back->region()};  // the pinned sources and destinations
     c.on_chunk_issued = [this](const transfer_chunk_info& i) { log.add(i); };
     return c;
   }
@@ -426,7 +426,17 @@ TEST_F(transfer_test, bad_requests_are_typed_errors_and_issue_nothing) {
   // Destinations outside the memory the engine was given.
   EXPECT_THROW(eng.submit(hbm->ptr + arena - 8, host->ptr, 16, h2d, pf), invalid_argument);  // overruns
   EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, h2d, pf), invalid_argument);  // host as device
-  EXPECT_THROW(eng.submit(host->ptr, hbm->ptr, 16, copy_direction::device_to_host, pf), invalid_argument);
+  std::vector<unsigned char> plain(64);  // pageable: on cuda its copy would be synchronous
+  EXPECT_THROW(eng.submit(plain.data(), hbm->ptr, 16, copy_direction::device_to_host, pf), invalid_argument);
+  // Sources outside it: a pageable host source, host memory as a device source.
+  try {
+    eng.submit(hbm->ptr, plain.data(), 16, h2d, pf);
+    ADD_FAILURE() << "a pageable source was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("source"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pinned host"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, copy_direction::device_to_host, pf), invalid_argument);
   EXPECT_THROW(eng.submit(hbm->ptr, host->ptr, 16, h2d, static_cast<transfer_priority>(9)), invalid_argument);
   EXPECT_THROW(eng.set_rate(h2d, 0), invalid_argument);
   EXPECT_THROW(eng.set_rate(copy_direction::device_to_device, 1000), invalid_argument);

@@ -130,9 +130,39 @@ void undilate(policy_result& r, double scale) {
   r.meets_budget = r.step.p99 <= r.latency_budget_ms;
 }
 
+host_weights::host_weights(device& dev, const bench_config& cfg) : dev_(dev) {
+  const auto shapes = layer_tensors(cfg.model);
+  per_layer_ = shapes.size();
+  const bool timing_only = dev.properties().timing_only;
+  const std::size_t align = std::size_t{64} << 10;  // each tensor on its own pages
+  std::vector<std::size_t> offsets;
+  for (int l = 0; l < cfg.layers; ++l) {
+    for (const auto& t : shapes) {
+      const std::size_t bytes = t.rows * t.cols * bytes_per_element(cfg.type);
+      offsets.push_back(bytes_);
+      entries_.push_back({nullptr, bytes, {}});
+      bytes_ += (bytes + align - 1) / align * align;
+    }
+  }
+  if (timing_only || bytes_ == 0) return;
+  block_ = dev.allocate(memory_kind::pinned_host, bytes_);
+  for (std::size_t k = 0; k < entries_.size(); ++k) {
+    entry& e = entries_[k];
+    const std::size_t l = k / per_layer_, i = k % per_layer_;
+    const std::uint64_t seed = cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i;
+    e.data = static_cast<unsigned char*>(block_) + offsets[k];
+    fill_pattern(e.data, e.bytes, seed);
+    e.sums = sums_of(e.data, e.bytes);
+  }
+}
+
+host_weights::~host_weights() {
+  if (block_ != nullptr) dev_.deallocate(memory_kind::pinned_host, block_, bytes_);
+}
+
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
-                         layer_compute& compute, const std::string& trace_path,
-                         const progress_fn& progress) {
+                         layer_compute& compute, const host_weights& weights,
+                         const std::string& trace_path, const progress_fn& progress) {
   policy_result r;
   r.name = pol.name;
   const std::uint64_t kv_end = kv_bytes_at_end(cfg);
@@ -159,7 +189,9 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       return r;
     }
   }
-  pc.host_budget_bytes = round_slabs(rounded_model + kv_end * 2 + 4 * slab);
+  // The weights live in `weights` (lent below); the host tier holds what the KV cache writes back.
+  pc.host_budget_bytes = round_slabs(kv_end * 2 + 4 * slab);
+  if (weights.block() == nullptr) pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only
   pc.slab_bytes = slab;
   pc.page_bytes = page;
   pc.chunk_bytes = cfg.chunk_bytes;
@@ -179,30 +211,24 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   pc.trace = !trace_path.empty();
   pager p(dev, pc);
   stream compute_stream(dev);
+  if (weights.block() != nullptr) p.add_host_region(weights.block(), weights.block_bytes(), host_region_kind::pinned);
 
   // Register the model: payloads from a seed, so the compute can verify every byte it reads.
   model_instance inst;
   const auto shapes = layer_tensors(cfg.model);
-  std::uint64_t largest = 0;
-  for (const auto& t : shapes) largest = std::max(largest, t.rows * t.cols * bytes_per_element(cfg.type));
   // A timing-only device stores no bytes: no payloads, nothing verified.
   const bool timing_only = dev.properties().timing_only;
-  std::vector<unsigned char> staging(timing_only ? 0 : largest);
   std::vector<tensor_handle> order;
   for (int l = 0; l < cfg.layers; ++l) {
     model_instance::layer layer;
     layer.experts.resize(static_cast<std::size_t>(std::max(1, cfg.model.experts)));
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       const auto& t = shapes[i];
-      const std::size_t bytes = t.rows * t.cols * bytes_per_element(cfg.type);
-      const std::uint64_t seed = cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i;
-      weight_sums ws;
-      if (!timing_only) {
-        fill_pattern(staging.data(), bytes, seed);
-        ws = sums_of(staging.data(), bytes);
-      }
-      const auto h = p.register_tensor("L" + std::to_string(l) + "." + t.name, bytes,
-                                       tensor_kind::weight, timing_only ? nullptr : staging.data());
+      const host_weights::entry& w = weights.at(l, i);
+      const weight_sums ws = w.sums;
+      const std::string name = "L" + std::to_string(l) + "." + t.name;
+      const auto h = w.data != nullptr ? p.register_tensor_at(name, w.bytes, tensor_kind::weight, w.data)
+                                       : p.register_tensor(name, w.bytes, tensor_kind::weight, nullptr);
       model_instance::tensor rec{h, t.rows, t.cols, ws.sum, ws.head, ws.tail};
       const int e = expert_of(t.name);
       if (e < 0) {

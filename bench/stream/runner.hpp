@@ -97,9 +97,43 @@ using progress_fn = std::function<void(const std::string&, int, int)>;
 /// p50 / p99 (nearest rank) / max / mean of a sample, in its unit.
 summary_ms summarize(std::vector<double> v);
 
+/// The model's weights in pinned host memory of `dev`, filled from their seeds and summed once per
+/// run, then lent to each policy's pager (add_host_region, register_tensor_at) instead of being
+/// pinned, filled and summed again for every policy (about 7 GB and 8-12 s each on a GPU machine).
+/// Empty on a timing-only device (no bytes). Not thread-safe; lives longer than every pager using it.
+class host_weights {
+ public:
+  /// One tensor: where its bytes are and what they sum to.
+  struct entry {
+    unsigned char* data = nullptr;
+    std::size_t bytes = 0;
+    weight_sums sums;
+  };
+  /// Allocates and fills every layer's tensors (layer-major, in layer_tensors order).
+  /// @throws htp::out_of_memory when the host cannot pin them.
+  host_weights(device& dev, const bench_config& cfg);
+  ~host_weights();
+  host_weights(const host_weights&) = delete;
+  host_weights& operator=(const host_weights&) = delete;
+
+  /// Tensor `i` of layer `l`; null data on a timing-only device.
+  const entry& at(int l, std::size_t i) const { return entries_[static_cast<std::size_t>(l) * per_layer_ + i]; }
+  /// The pinned block (null on a timing-only device) and its size, to lend to a pager.
+  void* block() const noexcept { return block_; }
+  std::size_t block_bytes() const noexcept { return bytes_; }
+
+ private:
+  device& dev_;
+  void* block_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t per_layer_ = 0;
+  std::vector<entry> entries_;
+};
+
+/// Runs one policy over `weights` (made once for the run with this cfg's model and layers).
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
-                         layer_compute& compute, const std::string& trace_path,
-                         const progress_fn& progress);
+                         layer_compute& compute, const host_weights& weights,
+                         const std::string& trace_path, const progress_fn& progress);
 
 /// Undoes sim time dilation (a run made `scale` times slower than modelled): times / scale, rates
 /// per unit time x scale, the budget verdict taken again. Shares and byte counts are unchanged;

@@ -8,9 +8,11 @@
 //    destroy it while htp still uses it (e.g. until pager.release(h, stream) has been followed by
 //    the stream's work completing, or the pager is synchronised).
 //  - Streams are per device: pass a stream of the GPU the htp::device was made for.
-//  - The legacy default stream (0) cannot be wrapped (its implicit synchronisation with every
-//    blocking stream would serialise htp's copy streams); use a created stream or
-//    cudaStreamPerThread.
+//  - The legacy default stream (0 or cudaStreamLegacy) cannot be wrapped (its implicit
+//    synchronisation with every blocking stream would serialise htp's copy streams), nor can
+//    cudaStreamPerThread (one handle for a different real stream on every host thread: htp's
+//    per-stream state would mix up threads, and HBM could be reused while another thread's kernels
+//    still read it). Use a created stream.
 //  - htp restores the calling thread's current device on return from every call (a scoped guard
 //    around each CUDA call), so the program's cudaSetDevice state is never changed by htp.
 //  - htp uses the device's primary context (the CUDA runtime's), the one the program's runtime
@@ -27,12 +29,17 @@
 namespace htp {
 
 /// The program's stream as a stream_ref (non-owning). Thread-safe, no CUDA call.
-/// @throws htp::invalid_argument for the legacy default stream (0).
+/// @throws htp::invalid_argument for the legacy default stream (0, cudaStreamLegacy) and for
+/// cudaStreamPerThread; the devices refuse them too.
 inline stream_ref wrap_stream(cudaStream_t s) {
-  if (s == nullptr) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) {
     throw invalid_argument(
-        "wrap_stream: the legacy default stream (0) cannot be used with htp; create a stream "
-        "(cudaStreamCreateWithFlags(..., cudaStreamNonBlocking)) or pass cudaStreamPerThread");
+        s == cudaStreamPerThread
+            ? "wrap_stream: cudaStreamPerThread is one handle for a different real stream on every "
+              "host thread, so htp cannot order its memory by it; create a stream "
+              "(cudaStreamCreateWithFlags(..., cudaStreamNonBlocking)) and wrap that"
+            : "wrap_stream: the legacy default stream cannot be used with htp; create a stream "
+              "(cudaStreamCreateWithFlags(..., cudaStreamNonBlocking)) and wrap that");
   }
   return stream_ref{static_cast<void*>(s)};
 }

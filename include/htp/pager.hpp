@@ -208,8 +208,11 @@ class pager {
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
   /// the runner's own pinned buffers. `pageable` kinds are registered with the driver here (slow,
   /// like pinning: call at set-up). The memory stays the caller's and must outlive the region.
-  /// @throws htp::invalid_argument for a null or empty range or one overlapping another region;
-  /// htp::cuda_error if the driver refuses to register it.
+  /// A `pinned` region must be mapped for this pager's GPU (device::mapped_device_pointer accepts
+  /// its first and last byte): page-locked memory that is not, or plain memory called pinned, would
+  /// make its copies synchronous; both backends refuse it.
+  /// @throws htp::invalid_argument for a null or empty range, one overlapping another region, or a
+  /// `pinned` one that is not; htp::cuda_error if the driver refuses to register it.
   void add_host_region(void* ptr, std::size_t bytes, host_region_kind kind);
   /// Takes a region back (unregistering it from the driver when htp registered it).
   /// @throws htp::invalid_argument if `ptr` does not start a lent region or tensors still live in it.
@@ -260,7 +263,9 @@ class pager {
   /// Runs a full compaction of HBM now, blocking until the moves are done; returns moves made.
   std::size_t compact();
   /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
-  /// (`bytes` of host memory), blocking. For verification and checkpoints.
+  /// (`bytes` of host memory, pageable or pinned), blocking. For verification and checkpoints. A
+  /// copy out of HBM runs without the pager's lock, with the tensor pinned meanwhile (an unregister
+  /// or evict of it then is refused as for an acquired tensor).
   /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
   /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device.
   void copy_to_host(tensor_handle h, void* dst);

@@ -188,7 +188,8 @@ class transfer_engine {
   /// prefetch stream; D2H and D2D on the reduction stream. Both ranges must stay valid until the
   /// request completes. Nothing is issued when it throws.
   /// @throws htp::invalid_argument on a null pointer, zero bytes, overlapping ranges, direction
-  /// H2H, or a destination not inside one region the engine was given.
+  /// H2H, or a source or destination not inside one region the engine was given (the host end
+  /// must be pinned memory the engine knows: a pageable one would make the copy synchronous).
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority);
   /// As submit, but the request's first chunk is ordered on the device after each event in

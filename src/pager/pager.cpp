@@ -63,12 +63,11 @@ std::vector<memory_region> regions_of(slab_allocator& a) {
   return out;
 }
 
-/// Physical memory of this host, in bytes (0 if unknown).
-std::size_t host_physical_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
-}
+/// What a host budget can never exceed: the 47-bit user address space of x86-64 and arm64 Linux
+/// (128 TiB), in which every pinned slab must be mapped. Physical memory is no bound: a microVM's
+/// MemTotal can read far below the RAM it can use (it grows as the guest touches memory), so a
+/// budget above it is allowed and a slab the host cannot pin fails then, as out_of_memory.
+constexpr std::size_t host_address_space_bytes = std::size_t{1} << 47;
 
 /// A budget larger than the memory behind it fails here, with the field's name, before any
 /// bookkeeping is sized by it.
@@ -86,9 +85,8 @@ pager::impl::impl(device& d, pager_config c)
   validate(config);
   check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
              "the device's memory");
-  // A timing-only device's pinned memory is address space only: no physical memory behind it.
-  check_fits("host_budget_bytes", config.host_budget_bytes,
-             dev.properties().timing_only ? 0 : host_physical_bytes(), "this host's physical memory");
+  check_fits("host_budget_bytes", config.host_budget_bytes, host_address_space_bytes,
+             "the user address space of this host");
   slab_allocator_config hc;
   hc.t = tier::hbm;
   hc.budget_bytes = config.hbm_budget_bytes;
@@ -299,6 +297,10 @@ void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind)
   // Registering pins pages: slow, so outside the lock (acquires go on meanwhile).
   if (kind != host_region_kind::pinned) {
     p.dev.register_host_memory(ptr, bytes, kind == host_region_kind::pageable_read_only);
+  } else {
+    // "Pinned" is checked, not trusted: both ends must be mapped for this GPU (throws otherwise).
+    (void)p.dev.mapped_device_pointer(ptr);
+    (void)p.dev.mapped_device_pointer(static_cast<char*>(ptr) + bytes - 1);
   }
   try {
     p.engine->add_host_memory({ptr, bytes});
@@ -469,8 +471,22 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
                 "written; release it first");
   });
   if (t.hbm && (t.dirty || t.device_resident)) {
-    p.dev.copy_async(dst, t.hbm->ptr, t.bytes, copy_direction::device_to_host, p.private_stream);
-    p.private_stream.synchronize();
+    // HBM is authoritative. Pinned meanwhile (nothing evicts or moves it), the copy and its wait
+    // run without the lock: `dst` may be pageable, which makes the copy synchronous.
+    ++t.pins;
+    p.reindex(h.index);
+    const extent from = *t.hbm;
+    std::string failure;
+    lock.unlock();
+    try {
+      p.dev.copy_async(dst, from.ptr, from.bytes, copy_direction::device_to_host, p.private_stream);
+      p.private_stream.synchronize();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    lock.lock();
+    p.unpin(h);
+    if (!failure.empty()) impl::throw_copy_failed("copy_to_host", failure);
   } else if (t.file) {
     // A weight's file is authoritative; read it without the lock (a read may take milliseconds).
     const std::shared_ptr<const tensor_file> f = t.file;

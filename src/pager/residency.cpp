@@ -468,16 +468,27 @@ void pager::impl::throw_copy_failed(const std::string& what, const std::string& 
 void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
   if (config.checked) {
     // Poison after the last reader, so a stale read fails its checksum instead of passing by luck.
-    // Best effort: a (non-sticky) failure to queue the poison leaves the bytes as they are, which
-    // loses nothing; the memory is freed either way.
+    // Stream-ordered, with no host wait under the lock: the poison's event fences the extent, so
+    // its next user's copy starts after it (as it would after the readers). Best effort: a
+    // (non-sticky) failure to queue the poison leaves the bytes as they are, which loses nothing;
+    // the memory is freed either way.
+    event_ref poisoned{};
+    bool queued = false;
     try {
+      poisoned = events.take();
       for (event_ref r : readers) dev.wait(r, private_stream);
       for (event_ref f : fence_events(e)) dev.wait(f, private_stream);
       dev.fill_pattern_async(e.ptr, e.bytes, 0xDBDBDBDBull, private_stream);
+      queued = true;
+      dev.record(poisoned, private_stream);
+      readers.push_back(poisoned);  // fences the extent with its readers (and releases with them)
     } catch (const cuda_error& err) {
+      if (poisoned && (readers.empty() || readers.back() != poisoned)) events.release(poisoned);
       if (err.is_sticky()) throw;
+      // A poison queued without its event would be unfenced: wait for it here, on this error path
+      // only, so that it cannot overwrite the next tenant's bytes.
+      if (queued) private_stream.synchronize();
     }
-    private_stream.synchronize();
   }
   if (!readers.empty()) {
     const auto* b = static_cast<const char*>(e.ptr);

@@ -127,7 +127,10 @@ struct transfer_engine::impl {
   lane& lane_of(copy_direction d) { return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1]; }
   lane& link_lane(copy_direction d, const char* what);
   transfer_status status_locked(std::uint64_t id) const;
-  void check_destination(const void* dst, std::size_t bytes, copy_direction d) const;
+  /// Refuses a copy end outside the memory the engine was given: device memory for the device
+  /// side, pinned host memory (transfer_config::host_memory, add_host_memory) for the host side, so
+  /// no cudaMemcpyAsync the dispatcher issues under the lock can turn synchronous on pageable memory.
+  void check_region(const void* ptr, std::size_t bytes, copy_direction d, bool source) const;
 
   // Memory copies may write into, by start address (O(log n) lookups; host regions come and go
   // as callers lend memory). Guarded by regions_mutex_, never held with mutex_.

@@ -122,23 +122,29 @@ transfer_engine::impl::~impl() {
 // events have not completed is issued only once every older request on its lane has been fully
 // issued; priorities still order everything else. The oldest pending request is never blocked,
 // so the dispatcher always makes progress.
-void transfer_engine::impl::check_destination(const void* dst, std::size_t bytes,
-                                              copy_direction d) const {
-  const bool to_device = d != copy_direction::device_to_host;
-  const auto* p = static_cast<const char*>(dst);
+void transfer_engine::impl::check_region(const void* ptr, std::size_t bytes, copy_direction d,
+                                         bool source) const {
+  // H2D: the source is host memory and the destination device memory; D2H the other way round;
+  // D2D both are device memory.
+  const bool device_side = d == copy_direction::device_to_device ||
+                           (d == copy_direction::host_to_device) != source;
+  const auto* p = static_cast<const char*>(ptr);
   std::lock_guard lock(regions_mutex_);
-  const auto& regions = to_device ? device_regions_ : host_regions_;
+  const auto& regions = device_side ? device_regions_ : host_regions_;
   auto it = regions.upper_bound(p);
   if (it != regions.begin()) {
     --it;
     const char* base = it->first;
     if (p >= base && bytes <= it->second && static_cast<std::size_t>(p - base) <= it->second - bytes) return;
   }
+  // A source outside the engine's host memory may be pageable: its cudaMemcpyAsync would then be
+  // synchronous, under the engine's lock, while a stream may be parked on a later copy.
   throw invalid_argument(detail::concat(
-      "transfer_engine::submit: destination [", dst, ", +", bytes, ") (", to_string(d),
-      ") is not inside the ", to_device ? "device" : "host", " memory the engine was given (",
-      regions.size(), " regions in transfer_config::", to_device ? "device_memory" : "host_memory",
-      " and add_host_memory)"));
+      "transfer_engine::submit: ", source ? "source" : "destination", " [", ptr, ", +", bytes, ") (",
+      to_string(d), ") is not inside the ", device_side ? "device" : "pinned host",
+      " memory the engine was given (", regions.size(), " regions in transfer_config::",
+      device_side ? "device_memory" : "host_memory", " and add_host_memory)",
+      device_side ? "" : "; pin or register the host memory and give it to the engine first"));
 }
 
 void transfer_engine::add_host_memory(memory_region r) {
@@ -204,7 +210,8 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   const auto* b = static_cast<const char*>(src);
   HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "transfer_engine::submit(", dst,
               ", ", src, ", ", bytes, "): source and destination overlap");
-  impl_->check_destination(dst, bytes, direction);
+  impl_->check_region(dst, bytes, direction, /*source=*/false);
+  impl_->check_region(src, bytes, direction, /*source=*/true);
 
   auto r = std::make_shared<request>();
   r->dst = static_cast<char*>(dst);
@@ -218,8 +225,17 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
 }
 
 transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   HTP_EXPECTS(!stopping, logic_error, "transfer_engine::", call, " during destruction");
+  while (!words.has_free()) {
+    // More requests live than reserved: pin another block of words without the lock
+    // (cudaHostAlloc may synchronise the device, and streams may be parked on words meanwhile).
+    lock.unlock();
+    std::uint32_t* block = words.allocate_block();
+    lock.lock();
+    words.add_block(block);  // another submitter may have grown it too: the words are kept
+    HTP_EXPECTS(!stopping, logic_error, "transfer_engine::", call, " during destruction");
+  }
   r->word = words.acquire();
   r->id = next_id++;
   r->submit_ns = now_ns();
@@ -241,7 +257,7 @@ transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<con
                             "transfer_engine::submit_from_file");
   const auto pi = static_cast<std::size_t>(priority);
   HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit_from_file: unknown priority ", pi);
-  impl_->check_destination(dst, bytes, copy_direction::host_to_device);
+  impl_->check_region(dst, bytes, copy_direction::host_to_device, /*source=*/false);
   prepare_file_reads();
   auto r = std::make_shared<request>();
   r->dst = static_cast<char*>(dst);

@@ -33,15 +33,20 @@ class value_word_pool {
   /// Allocates pinned blocks until `words` words exist. Pinning is slow and may synchronize the
   /// device, so the engine does this at construction, not under its lock on a request path.
   void reserve(std::size_t words);
-  /// A free word with its next generation; allocates another pinned block when none is free
-  /// (only past the reserve: more requests live at once than reserved).
+  /// True when acquire() has a word to give without allocating.
+  bool has_free() const noexcept { return !free_.empty(); }
+  /// A new pinned block of block_words zeroed words, for add_block. Touches no pool state, so the
+  /// engine calls it without its lock (pinning is slow and may synchronise the device).
+  /// @throws htp::out_of_memory / htp::cuda_error from the device.
+  std::uint32_t* allocate_block() const;
+  /// Adds a block from allocate_block (under the engine's lock).
+  void add_block(std::uint32_t* block);
+  /// A free word with its next generation. @pre has_free() (the engine grows the pool first).
   value_word acquire();
   /// Returns a word whose generation has been written.
   void release(const value_word& w) { free_.push_back(w.slot); }
 
  private:
-  void grow();
-
   device& dev_;
   std::vector<std::uint32_t*> blocks_;
   std::vector<std::uint32_t> generation_;  // per slot: last generation handed out

@@ -40,6 +40,13 @@ std::string concat(const Parts&... parts) {
 [[noreturn]] void throw_cuda_error(int code, const char* name, const char* description,
                                    const char* call, const char* file, int line);
 
+/// Refuses the stream handles that name no single stream: null, the legacy default stream (1) and
+/// cudaStreamPerThread (2), which is a different real stream on every host thread, so htp's
+/// per-stream state (checksum slots, "a later release on the same stream supersedes") would mix up
+/// threads. Both backends call it, so sim refuses what cuda refuses. `backend` names the caller.
+/// @throws htp::invalid_argument naming the handle and what to pass instead.
+void check_stream_handle(const void* native, const char* backend);
+
 }  // namespace htp::detail
 
 /// Throws exception_type (an htp error) with the concatenated message when cond is false.
