@@ -39,7 +39,7 @@ cudaMemcpyKind to_cuda(copy_direction d) {
 /// The cudaStream_t of a stream_ref, refusing the special handles (detail::check_stream_handle):
 /// the legacy default stream and cudaStreamPerThread stand for several real streams.
 cudaStream_t native(stream_ref s) {
-  detail::check_stream_handle(s.native, "cuda");
+  detail::check_stream_handle(s.native, "cuda device");
   return static_cast<cudaStream_t>(s.native);
 }
 cudaEvent_t native(event_ref e) { return static_cast<cudaEvent_t>(e.native); }

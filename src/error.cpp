@@ -51,14 +51,14 @@ void throw_cuda_error(int code, const char* name, const char* description, const
   throw cuda_error(code, name, call, file, line, description);
 }
 
-void check_stream_handle(const void* native, const char* backend) {
+void check_stream_handle(const void* native, const char* who) {
   const auto v = reinterpret_cast<std::uintptr_t>(native);
   if (v > 2) return;
   const char* what = v == 0   ? "a null stream_ref"
                      : v == 1 ? "cudaStreamLegacy (the legacy default stream)"
                               : "cudaStreamPerThread (a different real stream on every host thread)";
   throw invalid_argument(concat(
-      backend, " device: ", what, " cannot be used as an htp stream: htp keys per-stream state by "
+      who, ": ", what, " cannot be used as an htp stream: htp keys per-stream state by "
       "the handle and orders work on one real stream. Create a stream (device::create_stream, or "
       "cudaStreamCreateWithFlags(..., cudaStreamNonBlocking) and htp::wrap_stream) and pass it"));
 }

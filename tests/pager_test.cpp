@@ -78,6 +78,39 @@ TEST_F(pager_test, release_errors_leave_state_unchanged) {
   EXPECT_THROW(p.acquire(w, stream_ref{}), invalid_argument);
 }
 
+TEST_F(pager_test, a_per_thread_stream_handle_is_refused_and_changes_nothing) {
+  // cudaStreamPerThread (2) is one handle for a stream per host thread: the release events and
+  // checksum slots keyed by it would mix up threads, so sim refuses it as cuda does.
+  pager p(*dev, small_pager_config(8));
+  const auto bytes = payload(2 * slab, 4);
+  auto w = p.register_tensor("w", bytes.size(), tensor_kind::weight, bytes.data());
+  const stream_ref per_thread{reinterpret_cast<void*>(std::uintptr_t{2})};
+  EXPECT_THROW(p.acquire(w, per_thread), invalid_argument);
+  EXPECT_EQ(p.info(w).pins, 0);
+  p.acquire(w, compute);
+  EXPECT_THROW(p.release(w, per_thread), invalid_argument);
+  EXPECT_EQ(p.info(w).pins, 1);
+  p.release(w, compute);
+  EXPECT_EQ(device_checksum(p, *dev, w, compute, slot), checksum(bytes.data(), bytes.size()));
+}
+
+TEST_F(pager_test, a_host_region_lent_as_pinned_must_be_pinned) {
+  // Plain memory called pinned would make its copies synchronous on cuda (pageable); both
+  // backends refuse it, and take pinned memory of the device (or of another device object).
+  pager p(*dev, small_pager_config(8));
+  std::vector<unsigned char> plain(4 * slab);
+  EXPECT_THROW(p.add_host_region(plain.data(), plain.size(), host_region_kind::pinned), invalid_argument);
+  void* pinned = dev->allocate(memory_kind::pinned_host, 4 * slab);
+  p.add_host_region(pinned, 4 * slab, host_region_kind::pinned);
+  const auto bytes = payload(3 * slab, 5);
+  std::memcpy(pinned, bytes.data(), bytes.size());
+  auto h = p.register_tensor_at("lent", bytes.size(), tensor_kind::weight, pinned);
+  EXPECT_EQ(device_checksum(p, *dev, h, compute, slot), checksum(bytes.data(), bytes.size()));
+  p.unregister_tensor(h);
+  p.remove_host_region(pinned);
+  dev->deallocate(memory_kind::pinned_host, pinned, 4 * slab);
+}
+
 TEST_F(pager_test, bad_config_and_impossible_tensors_are_rejected) {
   auto c = small_pager_config(8);
   c.hbm_budget_bytes = slab - 1;

@@ -487,6 +487,23 @@ TEST_F(transfer_test, a_chunk_the_device_rejects_fails_the_request_and_releases_
   EXPECT_EQ(eng.status(ok), transfer_status::complete);
 }
 
+TEST_F(transfer_test, more_requests_live_than_reserved_words_grow_the_pool_and_all_complete) {
+  // The engine reserves 4 blocks of value words; past them it pins another block with its lock
+  // dropped. 5,000 requests held behind a gate are live at once, then all complete.
+  transfer_engine eng(*dev, base_config());
+  std::vector<transfer_ticket> ts;
+  {
+    gate g;
+    g.hold(*dev, eng.prefetch_stream());
+    for (std::size_t i = 0; i < 5000; ++i) {
+      ts.push_back(eng.submit(hbm->ptr + (i % 64) * 64, host->ptr + (i % 64) * 64, 64,
+                              copy_direction::host_to_device, transfer_priority::prefetch));
+    }
+  }
+  for (const auto& t : ts) eng.wait(t);
+  EXPECT_EQ(eng.metrics().classes[static_cast<std::size_t>(transfer_priority::prefetch)].completed, 5000u);
+}
+
 TEST_F(transfer_test, destruction_cancels_queued_requests_and_finishes_issued_ones) {
   std::memset(hbm->ptr, 0x22, arena);
   fill_pattern(host->ptr, 32 * chunk, 11);

@@ -127,7 +127,7 @@ void pager::impl::unpin(tensor_handle h) {
 
 void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
                             device_span* out) {
-  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "acquire: null compute stream");
+  detail::check_stream_handle(compute.native, "acquire: the compute stream");
   const auto called = std::chrono::steady_clock::now();  // a fault's wait starts here
   std::unique_lock lock(mutex);
   // Check every handle before anything changes.
@@ -212,7 +212,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
 }
 
 void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty) {
-  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "release: null compute stream");
+  detail::check_stream_handle(compute.native, "release: the compute stream");
   std::unique_lock lock(mutex);
   const auto check = [&] {  // everything, before anything changes
     const std::uint64_t epoch = ++list_epoch;

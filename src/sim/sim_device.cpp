@@ -338,7 +338,7 @@ class sim_device final : public device {
   }
 
   sim::stream& get(stream_ref s) {
-    detail::check_stream_handle(s.native, "sim");  // what cuda refuses, refused the same way
+    detail::check_stream_handle(s.native, "sim device");  // what cuda refuses, refused the same way
     std::lock_guard lock(objects_mutex_);
     auto it = streams_.find(s.native);
     HTP_EXPECTS(it != streams_.end(), invalid_argument, "stream ", s.native,

@@ -43,9 +43,10 @@ std::string concat(const Parts&... parts) {
 /// Refuses the stream handles that name no single stream: null, the legacy default stream (1) and
 /// cudaStreamPerThread (2), which is a different real stream on every host thread, so htp's
 /// per-stream state (checksum slots, "a later release on the same stream supersedes") would mix up
-/// threads. Both backends call it, so sim refuses what cuda refuses. `backend` names the caller.
+/// threads. Both backends and the pager's acquire and release call it, so sim refuses what cuda
+/// refuses, before anything changes. `who` names the caller in the message.
 /// @throws htp::invalid_argument naming the handle and what to pass instead.
-void check_stream_handle(const void* native, const char* backend);
+void check_stream_handle(const void* native, const char* who);
 
 }  // namespace htp::detail
 
