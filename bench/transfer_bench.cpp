@@ -183,7 +183,9 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"htp transfer engine benchmark"};
   std::string backend_name = "auto";
   std::string json_path;
@@ -234,4 +236,15 @@ int main(int argc, char** argv) {
     fmt::print("wrote {}\n", json_path);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a typed htp error: say it, do not abort
+    std::fprintf(stderr, "htp-transfer-bench: %s\n", e.what());
+    return 2;
+  }
 }
