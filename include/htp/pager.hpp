@@ -109,7 +109,9 @@ enum class host_region_kind {
 struct pager_config {
   std::size_t hbm_budget_bytes = 0;   ///< HBM the pager reserves; at least one slab.
   /// Pinned host memory it reserves for the tensors it copies in (register_tensor). 0 = none: every
-  /// tensor lives in caller memory (register_tensor_at).
+  /// tensor lives in caller memory (register_tensor_at). Bounded by the address space (128 TiB), not
+  /// by MemTotal, which a microVM reports far below the RAM it can pin: memory the host cannot pin
+  /// fails where it is pinned, as htp::out_of_memory naming the host's free memory.
   std::size_t host_budget_bytes = 0;
   std::size_t slab_bytes = std::size_t{64} << 20;  ///< reservation unit; power of two from 64 KiB.
   /// Allocation unit of both tiers: a tensor wastes less than one page to rounding. A power of two
