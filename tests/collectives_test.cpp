@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -123,6 +127,109 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
   EXPECT_THROW(c->all_reduce_sum(0, nullptr, recv, 2, element_type::float32, s), invalid_argument);
   d.deallocate(memory_kind::device, send, bytes);
   d.deallocate(memory_kind::device, recv, bytes);
+}
+
+/// Waits for streams `ranks` of `g` on another thread, with a deadline: a stream that never
+/// drains is a hang, reported and ended (the waiting threads cannot be joined).
+void drain_or_die(sim_gpus& g, const std::vector<std::size_t>& ranks, const char* what) {
+  auto drained = std::async(std::launch::async, [&] {
+    for (std::size_t r : ranks) g.streams[r]->synchronize();
+  });
+  if (drained.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << what << ": the streams did not drain within 60 s";
+    std::abort();
+  }
+  drained.get();
+}
+
+/// The message of the htp::logic_error `f` throws ("" and a failure if it throws none).
+template <class F>
+std::string logic_error_of(F&& f) {
+  try {
+    f();
+  } catch (const logic_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no htp::logic_error";
+  return "";
+}
+
+// Ranks 0 and 1 wait in an all-gather rank 2 never joins (its thread "failed"); abort() from
+// another thread releases them without copying, and every later call says why.
+TEST(collectives, sim_abort_releases_ranks_waiting_for_one_that_never_calls) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs);
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 7)), recv(3, std::vector<unsigned char>(192, 0));
+  c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]);
+  c->all_gather(1, send[1].data(), recv[1].data(), 64, *g.streams[1]);
+  EXPECT_FALSE(c->aborted());
+  std::thread([&] { c->abort("rank 2's thread failed (test)"); }).join();
+  EXPECT_TRUE(c->aborted());
+  drain_or_die(g, {0, 1}, "after abort()");
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r << ": nothing is copied after an abort";
+  }
+  for (std::size_t r = 0; r < 3; ++r) {
+    const std::string msg = logic_error_of([&] { c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]); });
+    EXPECT_NE(msg.find("rank 2's thread failed (test)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("make new collectives"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(c->all_reduce_sum(0, send[0].data(), send[0].data(), 32, element_type::bfloat16, *g.streams[0]), logic_error);
+  EXPECT_THROW(c->group_start(), logic_error);
+  c->abort("a second reason");  // idempotent: the first reason stays
+  EXPECT_EQ(logic_error_of([&] { c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]); }).find("second"),
+            std::string::npos);
+}
+
+// A collective every rank enqueued, but whose last rank's stream is held back until after the
+// abort: when that rank gets there, nothing is copied, and every stream goes on.
+TEST(collectives, sim_collectives_enqueued_before_an_abort_complete_without_copying) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs);
+  std::promise<void> open;
+  std::shared_future<void> opened = open.get_future().share();
+  g.devs[2]->launch_host_func([opened] { (void)opened.wait_for(std::chrono::seconds(60)); }, *g.streams[2]);
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 9)), recv(3, std::vector<unsigned char>(192, 0));
+  for (std::size_t r = 0; r < 3; ++r) c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]);
+  c->abort("test");
+  open.set_value();
+  drain_or_die(g, {0, 1, 2}, "after abort() and the gate");
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r;
+}
+
+// Nobody calls abort: the ranks waiting at the rendezvous give up after its timeout, abort the
+// object, and the reason names the rank that never came.
+TEST(collectives, sim_rendezvous_timeout_aborts_and_names_the_ranks_that_did_not_arrive) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs, 0, std::chrono::milliseconds(20));
+  std::vector<float> a(16, 1.0f), b(16, 1.0f);
+  c->all_reduce_sum(0, a.data(), a.data(), 16, element_type::float32, *g.streams[0]);
+  c->all_reduce_sum(1, b.data(), b.data(), 16, element_type::float32, *g.streams[1]);
+  drain_or_die(g, {0, 1}, "the rendezvous timeout");
+  EXPECT_TRUE(c->aborted());
+  EXPECT_EQ(a, std::vector<float>(16, 1.0f)) << "nothing summed";
+  const std::string msg = logic_error_of([&] { c->all_reduce_sum(2, a.data(), a.data(), 16, element_type::float32, *g.streams[2]); });
+  EXPECT_NE(msg.find("for rank(s) 2 that did not arrive"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("never called: 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rendezvous timeout"), std::string::npos) << msg;
+  EXPECT_THROW(make_sim_collectives(g.ptrs, 0, std::chrono::milliseconds(0)), invalid_argument);
+}
+
+// Collectives that complete are untouched by a long timeout, and one rank's collectives abort too.
+TEST(collectives, a_completed_collective_needs_no_timeout_and_one_rank_collectives_abort) {
+  sim_gpus g(2);
+  auto c = make_sim_collectives(g.ptrs, 0, std::chrono::hours(1));
+  std::vector<unsigned char> s0(8, 1), s1(8, 2), r0(16, 0), r1(16, 0);
+  c->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]);
+  c->all_gather(1, s1.data(), r1.data(), 8, *g.streams[1]);
+  drain_or_die(g, {0, 1}, "a matched all-gather");
+  EXPECT_FALSE(c->aborted());
+  EXPECT_EQ(r0[0], 1);
+  EXPECT_EQ(r1[8], 2);
+  auto one = make_one_rank_collectives(*g.devs[0]);
+  one->abort("test");
+  EXPECT_TRUE(one->aborted());
+  EXPECT_NE(logic_error_of([&] { one->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]); }).find("test"), std::string::npos);
 }
 
 TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {
