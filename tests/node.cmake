@@ -17,3 +17,17 @@ if(HTP_BUILD_BENCH)
       ENVIRONMENT HTP_STREAM_BENCH_FAIL=1:1)
   endforeach()
 endif()
+
+# htp's NCCL collectives against a stand-in libnccl.so.2 (collectives_test.cpp built as a module
+# with HTP_FAKE_NCCL_LIBRARY): abort, the pins that keep a communicator alive while a thread is
+# inside it, deferred aborts. Needs no GPU and no NCCL.
+add_library(htp_fake_nccl MODULE collectives_test.cpp)
+target_compile_definitions(htp_fake_nccl PRIVATE HTP_FAKE_NCCL_LIBRARY)
+htp_target_warnings(htp_fake_nccl)
+add_executable(test_nccl_abort collectives_test.cpp)
+target_compile_definitions(test_nccl_abort PRIVATE HTP_FAKE_NCCL_TEST)
+target_link_libraries(test_nccl_abort PRIVATE htp::htp GTest::gtest GTest::gtest_main htp_logging ${CMAKE_DL_LIBS})
+htp_target_warnings(test_nccl_abort)
+add_dependencies(test_nccl_abort htp_fake_nccl)
+gtest_discover_tests(test_nccl_abort DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 120 ENVIRONMENT "HTP_NCCL_LIBRARY=$<TARGET_FILE:htp_fake_nccl>")
