@@ -1,12 +1,289 @@
-// Collectives: the sim implementation across N sim devices (exact results, stream order, errors),
-// and the NCCL one where a GPU and libnccl exist (skipped with a message otherwise).
+// Collectives: the sim implementation across N sim devices (exact results, stream order, errors,
+// abort and the rendezvous timeout), and the NCCL one where a GPU and libnccl exist (skipped with
+// a message otherwise).
+//
+// The same file, built with HTP_FAKE_NCCL_LIBRARY, is a stand-in libnccl.so.2 (no GPU: it records
+// what htp asks of it), and built with HTP_FAKE_NCCL_TEST, the tests of htp's NCCL collectives
+// against that stand-in (HTP_NCCL_LIBRARY names it): abort, its pins and deferred aborts.
+#if defined(HTP_FAKE_NCCL_LIBRARY) || defined(HTP_FAKE_NCCL_TEST)
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+/// What the stand-in NCCL saw, per communicator (communicator r is the pointer value r + 1).
+struct htp_fake_nccl_state {
+  static constexpr int max_comms = 8;
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls[max_comms] = {};          // all-gathers and all-reduces
+  int aborts[max_comms] = {};         // ncclCommAbort
+  int destroys[max_comms] = {};       // ncclCommDestroy
+  int async_error[max_comms] = {};    // what ncclCommGetAsyncError reports
+  int enqueue_error[max_comms] = {};  // what a collective returns
+  bool block[max_comms] = {};         // a collective blocks until release
+  int inside[max_comms] = {};         // threads blocked in a collective now
+  bool release = false;
+  int open_groups = 0;
+  int aborted_while_inside = 0;       // a communicator freed under a thread: must stay 0
+  int aborted_in_open_group = 0;      // freed while a group could still launch on it: must stay 0
+};
+#endif
+
+#if defined(HTP_FAKE_NCCL_LIBRARY)
+// The stand-in libnccl.so.2: the symbols htp's dlopen looks for, with NCCL's C signatures
+// (ncclComm_t and cudaStream_t as pointers, the enums as int).
+namespace {
+htp_fake_nccl_state state;
+int index_of(void* comm) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(comm)) - 1; }
+int collective(void* comm) {
+  const int r = index_of(comm);
+  std::unique_lock lock(state.mu);
+  ++state.calls[r];
+  if (state.enqueue_error[r] != 0) return state.enqueue_error[r];
+  if (state.block[r]) {
+    ++state.inside[r];
+    state.cv.notify_all();
+    state.cv.wait_for(lock, std::chrono::seconds(60), [] { return state.release; });
+    --state.inside[r];
+  }
+  return 0;
+}
+}  // namespace
+
+extern "C" {
+htp_fake_nccl_state* htp_fake_nccl(int reset);
+int ncclCommInitAll(void**, int, const int*);
+int ncclCommDestroy(void*);
+int ncclCommAbort(void*);
+int ncclCommGetAsyncError(void*, int*);
+int ncclAllGather(const void*, void*, std::size_t, int, void*, void*);
+int ncclAllReduce(const void*, void*, std::size_t, int, int, void*, void*);
+int ncclGroupStart();
+int ncclGroupEnd();
+const char* ncclGetErrorString(int);
+
+/// The state, emptied first when `reset` is non-zero.
+htp_fake_nccl_state* htp_fake_nccl(int reset) {
+  if (reset != 0) {
+    std::lock_guard lock(state.mu);
+    for (int r = 0; r < htp_fake_nccl_state::max_comms; ++r) {
+      state.calls[r] = state.aborts[r] = state.destroys[r] = state.async_error[r] = state.enqueue_error[r] = 0;
+      state.block[r] = false;
+    }
+    state.release = false;
+    state.open_groups = state.aborted_while_inside = state.aborted_in_open_group = 0;
+  }
+  return &state;
+}
+int ncclCommInitAll(void**, int, const int*) { return 5; }  // ncclInvalidUsage: no GPUs here
+int ncclCommDestroy(void* comm) {
+  std::lock_guard lock(state.mu);
+  ++state.destroys[index_of(comm)];
+  return 0;
+}
+int ncclCommAbort(void* comm) {
+  std::lock_guard lock(state.mu);
+  const int r = index_of(comm);
+  ++state.aborts[r];
+  if (state.inside[r] > 0) ++state.aborted_while_inside;
+  if (state.open_groups > 0) ++state.aborted_in_open_group;
+  return 0;
+}
+int ncclCommGetAsyncError(void* comm, int* result) {
+  std::lock_guard lock(state.mu);
+  *result = state.async_error[index_of(comm)];
+  return 0;
+}
+int ncclAllGather(const void*, void*, std::size_t, int, void* comm, void*) { return collective(comm); }
+int ncclAllReduce(const void*, void*, std::size_t, int, int, void* comm, void*) { return collective(comm); }
+int ncclGroupStart() {
+  std::lock_guard lock(state.mu);
+  ++state.open_groups;
+  return 0;
+}
+int ncclGroupEnd() {
+  std::lock_guard lock(state.mu);
+  if (state.open_groups == 0) return 5;
+  --state.open_groups;
+  return 0;
+}
+const char* ncclGetErrorString(int) { return "fake NCCL error"; }
+}  // extern "C"
+
+#elif defined(HTP_FAKE_NCCL_TEST)
+#include <htp/collectives.hpp>
+#include <htp/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace htp::test {
+namespace {
+
+/// The stand-in's state, reset; null (and the test skipped) when htp did not load the stand-in.
+htp_fake_nccl_state* fake() {
+  std::string why;
+  if (!nccl_available(&why)) return nullptr;
+  const char* path = std::getenv("HTP_NCCL_LIBRARY");
+  void* lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;  // the library htp loaded
+  auto* get = lib ? reinterpret_cast<htp_fake_nccl_state* (*)(int)>(dlsym(lib, "htp_fake_nccl")) : nullptr;
+  return get ? get(1) : nullptr;
+}
+#define HTP_FAKE_OR_SKIP(f)                                                                       \
+  htp_fake_nccl_state* f = fake();                                                                \
+  if (f == nullptr) GTEST_SKIP() << "HTP_NCCL_LIBRARY does not name the stand-in NCCL (ctest sets it)"
+
+std::vector<void*> comms(int n) {
+  std::vector<void*> v;
+  for (int r = 0; r < n; ++r) v.push_back(reinterpret_cast<void*>(static_cast<std::uintptr_t>(r + 1)));
+  return v;
+}
+
+/// Runs `f` on another thread with a deadline; a call that never returns is a hang (ended).
+template <class F>
+void returns_or_die(F&& f, const char* what) {
+  auto done = std::async(std::launch::async, std::forward<F>(f));
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << what << " did not return within 60 s";
+    std::abort();
+  }
+  done.get();
+}
+
+int locked(htp_fake_nccl_state* f, const int& v) {
+  std::lock_guard lock(f->mu);
+  return v;
+}
+
+TEST(nccl_abort, aborts_every_communicator_once_never_destroys_them_and_later_calls_throw) {
+  HTP_FAKE_OR_SKIP(f);
+  auto c = wrap_nccl_comms(comms(3));
+  char buf[64] = {};
+  c->all_gather(0, buf, buf, 64, stream_ref{});
+  EXPECT_EQ(locked(f, f->calls[0]), 1);
+  EXPECT_FALSE(c->aborted());
+  returns_or_die([&] { c->abort("rank 2's thread failed (test)"); }, "abort()");
+  EXPECT_TRUE(c->aborted());
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(locked(f, f->aborts[r]), 1) << "communicator " << r;
+  try {
+    c->all_reduce_sum(1, buf, buf, 16, element_type::float32, stream_ref{});
+    ADD_FAILURE() << "a call after abort() was accepted";
+  } catch (const logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2's thread failed (test)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(locked(f, f->calls[1]), 0) << "nothing reached NCCL";
+  EXPECT_THROW(c->group_start(), logic_error);
+  EXPECT_THROW(c->group_end(), logic_error);
+  c->abort("again");
+  c.reset();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(locked(f, f->aborts[r]), 1) << "communicator " << r << " aborted once";
+    EXPECT_EQ(locked(f, f->destroys[r]), 0) << "communicator " << r << ": an aborted one is never destroyed";
+  }
+}
+
+// A thread blocked inside NCCL on communicator 1 (waiting for a peer that failed): abort() does
+// not wait for it and does not free communicator 1 under it; the thread's return aborts it.
+TEST(nccl_abort, a_communicator_a_thread_is_inside_is_aborted_when_the_call_returns) {
+  HTP_FAKE_OR_SKIP(f);
+  auto c = wrap_nccl_comms(comms(3));
+  {
+    std::lock_guard lock(f->mu);
+    f->block[1] = true;
+  }
+  char buf[64] = {};
+  std::thread inside([&] { c->all_gather(1, buf, buf, 64, stream_ref{}); });
+  {
+    std::unique_lock lock(f->mu);
+    ASSERT_TRUE(f->cv.wait_for(lock, std::chrono::seconds(60), [&] { return f->inside[1] == 1; }));
+  }
+  returns_or_die([&] { c->abort("test"); }, "abort() with a thread inside NCCL");
+  EXPECT_EQ(locked(f, f->aborts[0]), 1);
+  EXPECT_EQ(locked(f, f->aborts[1]), 0) << "a thread is inside communicator 1";
+  EXPECT_EQ(locked(f, f->aborts[2]), 1);
+  {
+    std::lock_guard lock(f->mu);
+    f->release = true;
+  }
+  f->cv.notify_all();
+  inside.join();
+  EXPECT_EQ(locked(f, f->aborts[1]), 1) << "aborted once the call returned";
+  EXPECT_EQ(locked(f, f->aborted_while_inside), 0);
+}
+
+// An open group may still launch its calls at group_end: the abort waits for group_end.
+TEST(nccl_abort, an_open_group_defers_the_abort_until_group_end) {
+  HTP_FAKE_OR_SKIP(f);
+  auto c = wrap_nccl_comms(comms(2));
+  char buf[64] = {};
+  c->group_start();
+  c->all_gather(0, buf, buf, 32, stream_ref{});
+  c->abort("test");
+  EXPECT_THROW(c->all_gather(1, buf, buf, 32, stream_ref{}), logic_error);
+  EXPECT_EQ(locked(f, f->aborts[0]) + locked(f, f->aborts[1]), 0) << "the group is open";
+  c->group_end();
+  EXPECT_EQ(locked(f, f->aborts[0]), 1);
+  EXPECT_EQ(locked(f, f->aborts[1]), 1);
+  EXPECT_EQ(locked(f, f->aborted_in_open_group), 0);
+  EXPECT_EQ(locked(f, f->open_groups), 0) << "NCCL's group was closed";
+}
+
+// A communicator with an asynchronous error, or a call NCCL refuses: the other ranks' calls
+// could never complete, so the object aborts itself and the call throws cuda_error.
+TEST(nccl_abort, an_asynchronous_error_or_a_refused_call_aborts_the_object) {
+  HTP_FAKE_OR_SKIP(f);
+  char buf[64] = {};
+  {
+    auto c = wrap_nccl_comms(comms(3));
+    {
+      std::lock_guard lock(f->mu);
+      f->async_error[2] = 6;  // ncclRemoteError
+    }
+    EXPECT_THROW(c->all_gather(2, buf, buf, 64, stream_ref{}), cuda_error);
+    EXPECT_TRUE(c->aborted());
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(locked(f, f->aborts[r]), 1) << "communicator " << r;
+    EXPECT_EQ(locked(f, f->calls[2]), 0) << "not enqueued on a failed communicator";
+  }
+  f = fake();
+  auto c = wrap_nccl_comms(comms(2));
+  {
+    std::lock_guard lock(f->mu);
+    f->enqueue_error[0] = 4;  // ncclInvalidArgument
+  }
+  try {
+    c->all_reduce_sum(0, buf, buf, 16, element_type::bfloat16, stream_ref{});
+    ADD_FAILURE() << "a refused call did not throw";
+  } catch (const cuda_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fake NCCL error"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(c->aborted());
+  EXPECT_EQ(locked(f, f->aborts[0]), 1);
+  EXPECT_EQ(locked(f, f->aborts[1]), 1);
+}
+
+}  // namespace
+}  // namespace htp::test
+
+#else
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -125,6 +402,109 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
   d.deallocate(memory_kind::device, recv, bytes);
 }
 
+/// Waits for streams `ranks` of `g` on another thread, with a deadline: a stream that never
+/// drains is a hang, reported and ended (the waiting threads cannot be joined).
+void drain_or_die(sim_gpus& g, const std::vector<std::size_t>& ranks, const char* what) {
+  auto drained = std::async(std::launch::async, [&] {
+    for (std::size_t r : ranks) g.streams[r]->synchronize();
+  });
+  if (drained.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << what << ": the streams did not drain within 60 s";
+    std::abort();
+  }
+  drained.get();
+}
+
+/// The message of the htp::logic_error `f` throws ("" and a failure if it throws none).
+template <class F>
+std::string logic_error_of(F&& f) {
+  try {
+    f();
+  } catch (const logic_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no htp::logic_error";
+  return "";
+}
+
+// Ranks 0 and 1 wait in an all-gather rank 2 never joins (its thread "failed"); abort() from
+// another thread releases them without copying, and every later call says why.
+TEST(collectives, sim_abort_releases_ranks_waiting_for_one_that_never_calls) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs);
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 7)), recv(3, std::vector<unsigned char>(192, 0));
+  c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]);
+  c->all_gather(1, send[1].data(), recv[1].data(), 64, *g.streams[1]);
+  EXPECT_FALSE(c->aborted());
+  std::thread([&] { c->abort("rank 2's thread failed (test)"); }).join();
+  EXPECT_TRUE(c->aborted());
+  drain_or_die(g, {0, 1}, "after abort()");
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r << ": nothing is copied after an abort";
+  }
+  for (std::size_t r = 0; r < 3; ++r) {
+    const std::string msg = logic_error_of([&] { c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]); });
+    EXPECT_NE(msg.find("rank 2's thread failed (test)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("make new collectives"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(c->all_reduce_sum(0, send[0].data(), send[0].data(), 32, element_type::bfloat16, *g.streams[0]), logic_error);
+  EXPECT_THROW(c->group_start(), logic_error);
+  c->abort("a second reason");  // idempotent: the first reason stays
+  EXPECT_EQ(logic_error_of([&] { c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]); }).find("second"),
+            std::string::npos);
+}
+
+// A collective every rank enqueued, but whose last rank's stream is held back until after the
+// abort: when that rank gets there, nothing is copied, and every stream goes on.
+TEST(collectives, sim_collectives_enqueued_before_an_abort_complete_without_copying) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs);
+  std::promise<void> open;
+  std::shared_future<void> opened = open.get_future().share();
+  g.devs[2]->launch_host_func([opened] { (void)opened.wait_for(std::chrono::seconds(60)); }, *g.streams[2]);
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 9)), recv(3, std::vector<unsigned char>(192, 0));
+  for (std::size_t r = 0; r < 3; ++r) c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]);
+  c->abort("test");
+  open.set_value();
+  drain_or_die(g, {0, 1, 2}, "after abort() and the gate");
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r;
+}
+
+// Nobody calls abort: the ranks waiting at the rendezvous give up after its timeout, abort the
+// object, and the reason names the rank that never came.
+TEST(collectives, sim_rendezvous_timeout_aborts_and_names_the_ranks_that_did_not_arrive) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs, 0, std::chrono::milliseconds(20));
+  std::vector<float> a(16, 1.0f), b(16, 1.0f);
+  c->all_reduce_sum(0, a.data(), a.data(), 16, element_type::float32, *g.streams[0]);
+  c->all_reduce_sum(1, b.data(), b.data(), 16, element_type::float32, *g.streams[1]);
+  drain_or_die(g, {0, 1}, "the rendezvous timeout");
+  EXPECT_TRUE(c->aborted());
+  EXPECT_EQ(a, std::vector<float>(16, 1.0f)) << "nothing summed";
+  const std::string msg = logic_error_of([&] { c->all_reduce_sum(2, a.data(), a.data(), 16, element_type::float32, *g.streams[2]); });
+  EXPECT_NE(msg.find("for rank(s) 2 that did not arrive"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("never called: 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rendezvous timeout"), std::string::npos) << msg;
+  EXPECT_THROW(make_sim_collectives(g.ptrs, 0, std::chrono::milliseconds(0)), invalid_argument);
+}
+
+// Collectives that complete are untouched by a long timeout, and one rank's collectives abort too.
+TEST(collectives, a_completed_collective_needs_no_timeout_and_one_rank_collectives_abort) {
+  sim_gpus g(2);
+  auto c = make_sim_collectives(g.ptrs, 0, std::chrono::hours(1));
+  std::vector<unsigned char> s0(8, 1), s1(8, 2), r0(16, 0), r1(16, 0);
+  c->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]);
+  c->all_gather(1, s1.data(), r1.data(), 8, *g.streams[1]);
+  drain_or_die(g, {0, 1}, "a matched all-gather");
+  EXPECT_FALSE(c->aborted());
+  EXPECT_EQ(r0[0], 1);
+  EXPECT_EQ(r1[8], 2);
+  auto one = make_one_rank_collectives(*g.devs[0]);
+  one->abort("test");
+  EXPECT_TRUE(one->aborted());
+  EXPECT_NE(logic_error_of([&] { one->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]); }).find("test"), std::string::npos);
+}
+
 TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {
   std::string why;
   if (!nccl_available(&why)) {
@@ -149,3 +529,5 @@ TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {
 
 }  // namespace
 }  // namespace htp::test
+
+#endif  // the sim and real-NCCL tests

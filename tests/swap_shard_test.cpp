@@ -10,7 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -219,6 +223,97 @@ TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
     ss.release(1, l, s1);
   }
   s1.synchronize();
+}
+
+/// Runs `f` on another thread and waits for it with a deadline: a call that never returns is a
+/// hang, reported and ended (its thread cannot be joined).
+void returns_or_die(const std::function<void()>& f, const char* what) {
+  auto done = std::async(std::launch::async, f);
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << what << " did not return within 60 s: a stream is still parked";
+    std::abort();
+  }
+  done.get();
+}
+
+/// A host-path swap_shard whose engines have (almost) stopped issuing: 16 layers of 200 KiB on 2
+/// GPUs (100 KiB shards, one chunk each) do not fit 2 MiB of HBM next to the staging buffers, and
+/// the slow interconnect sends them over the host link, now capped at 1 byte/s. The buckets'
+/// burst lets two loads per GPU through; the others stay queued, never issued.
+struct parked_rig {
+  rig r{2, 2 * MiB};
+  std::vector<std::vector<unsigned char>> layers = make_layers(16, 200 * KiB);
+  std::unique_ptr<swap_shard> ss;
+  std::vector<std::unique_ptr<stream>> compute;
+  parked_rig() {
+    const auto [sizes, srcs] = sizes_and_sources(layers);
+    swap_shard_config cfg;
+    cfg.interconnect_bytes_per_second = 1'000'000'000;  // slower than the 4 GB/s host link
+    cfg.host_bytes_per_second = 4'000'000'000;
+    ss = std::make_unique<swap_shard>(*r.n, *r.coll, sizes, srcs, cfg);
+    for (std::size_t g = 0; g < 2; ++g) {
+      r.n->gpu(g).engine().set_rate(copy_direction::host_to_device, 1);
+      compute.push_back(std::make_unique<stream>(*r.devs[g]));
+    }
+  }
+  /// Host loads cancelled on GPU g's engine so far.
+  std::uint64_t cancelled(std::size_t g) {
+    return r.n->gpu(g).engine().metrics().classes[static_cast<std::size_t>(transfer_priority::prefetch)].cancelled;
+  }
+};
+
+// Acquiring layer 0 issues groups 0 and 1 (look-ahead): the gather streams wait on loads the
+// engines' dispatchers have yet to issue, and each compute stream waits on its gather stream.
+// Destroying the object must not wait for those loads (at 1 byte/s, never): it cancels them,
+// which releases the gather streams and, through them, the compute streams.
+TEST(swap_shard, destruction_releases_gathers_parked_on_loads_the_engine_has_not_issued) {
+  parked_rig p;
+  for (std::size_t l = 0; l < 16; ++l) ASSERT_EQ(p.ss->source(l), layer_source::host);
+  for (std::size_t g = 0; g < 2; ++g) {
+    (void)p.ss->acquire(g, 0, *p.compute[g]);
+    p.ss->release(g, 0, *p.compute[g]);
+  }
+  EXPECT_EQ(p.cancelled(0) + p.cancelled(1), 0u);
+  returns_or_die([&] { p.ss.reset(); }, "~swap_shard");
+  returns_or_die([&] {
+    for (auto& c : p.compute) c->synchronize();
+  }, "the compute streams' wait for the gathers");
+  for (std::size_t g = 0; g < 2; ++g) EXPECT_GT(p.cancelled(g), 0u) << "GPU " << g << ": loads were parked";
+}
+
+// stop(g) does the same for one GPU while the object lives (before its thread frees memory):
+// GPU 0 stops, its compute stream is released, and it acquires nothing more; GPU 1 goes on.
+TEST(swap_shard, stop_cancels_one_gpus_look_ahead_loads_and_ends_its_acquires) {
+  parked_rig p;
+  for (std::size_t g = 0; g < 2; ++g) {
+    (void)p.ss->acquire(g, 0, *p.compute[g]);
+    p.ss->release(g, 0, *p.compute[g]);
+  }
+  returns_or_die([&] { p.ss->stop(0); }, "swap_shard::stop(0)");
+  returns_or_die([&] { p.compute[0]->synchronize(); }, "GPU 0's compute stream");
+  EXPECT_GT(p.cancelled(0), 0u);
+  EXPECT_EQ(p.cancelled(1), 0u) << "GPU 1's loads are its own";
+  EXPECT_THROW((void)p.ss->acquire(0, 1, *p.compute[0]), logic_error);
+  returns_or_die([&] { p.ss->stop(0); }, "a second stop(0)");  // idempotent
+  EXPECT_THROW(p.ss->stop(2), invalid_argument);
+  returns_or_die([&] { p.ss.reset(); }, "~swap_shard");
+}
+
+// GPU 0 acquires a layer (its peer all-gathers are enqueued), GPU 1 never does (its thread
+// failed, say): those gathers have no match, so the destructor aborts the collectives rather than
+// wait for them, and every stream drains.
+TEST(swap_shard, destruction_with_gathers_no_other_gpu_matches_aborts_the_collectives) {
+  rig r(2, 4 * MiB);
+  const auto layers = make_layers(4, 300 * KiB);
+  const auto [sizes, srcs] = sizes_and_sources(layers);
+  auto ss = std::make_unique<swap_shard>(*r.n, *r.coll, sizes, srcs);
+  ASSERT_EQ(ss->source(0), layer_source::peers);
+  stream compute(*r.devs[0]);
+  (void)ss->acquire(0, 0, compute);
+  ss->release(0, 0, compute);
+  returns_or_die([&] { ss.reset(); }, "~swap_shard with unmatched gathers");
+  EXPECT_TRUE(r.coll->aborted());
+  returns_or_die([&] { compute.synchronize(); }, "GPU 0's compute stream");
 }
 
 }  // namespace

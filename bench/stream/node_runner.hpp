@@ -46,6 +46,12 @@ struct node_options {
   /// what no longer fits from mapped host memory (oom_policy::allow_degraded; the sim compute reads
   /// those weights at the link's rate). 0: off.
   std::size_t squeeze_leave_bytes = 0;
+  /// For tests: GPU `fail_gpu`'s thread throws htp::logic_error ("injected failure ...") at step
+  /// `fail_at_step` (warm-up steps count), between its first and second layer, so the run's failure
+  /// path (collectives aborted, every GPU thread returns, the error rethrown) can be exercised.
+  /// -1 (both): from $HTP_STREAM_BENCH_FAIL as "GPU:STEP" (e.g. "1:1"), else off.
+  int fail_gpu = -1;
+  int fail_at_step = -1;
 };
 
 struct node_result {
@@ -87,8 +93,13 @@ struct node_result {
 };
 
 /// Runs one mode: a fresh node of N devices (sim, or the first N cuda GPUs), cfg's model and
-/// per-GPU HBM budget, warm-up steps, then timed steps. @throws htp::invalid_argument for
-/// gpus < 1 or more cuda GPUs than are visible.
+/// per-GPU HBM budget, warm-up steps, then timed steps, one thread per GPU. When a GPU's thread
+/// fails, the run does not wait for it: the collectives are aborted (the other GPUs' pending
+/// collectives complete, their next calls throw), each GPU stops its swap-and-shard gathers and
+/// drains its stream before its memory is freed, and once every thread has returned the first
+/// GPU's error is rethrown (each GPU's error is also printed to stderr as it happens).
+/// @throws htp::invalid_argument for gpus < 1, more cuda GPUs than are visible or a malformed
+/// $HTP_STREAM_BENCH_FAIL; the first failing GPU thread's error.
 node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o);
 
 }  // namespace htp::bench

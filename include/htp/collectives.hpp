@@ -14,10 +14,19 @@
 // rank makes the same calls in the same order with the same sizes. When one thread issues the calls
 // of several ranks, it brackets them with group_start() / group_end() (NCCL's rule; a no-op on sim).
 // Thread safety: different ranks may call from different threads concurrently.
+//
+// Failure: a collective completes only when every rank makes its call, so a rank that fails (its
+// thread threw, its GPU died) would leave the others waiting forever. Whoever sees the failure
+// calls abort(reason): every rank's collective already enqueued then completes without its result
+// (its stream goes on), and every later call throws htp::logic_error naming the reason. An aborted
+// object stays aborted; make a new one to run collectives again. The sim also aborts by itself
+// when a rank waits at a collective longer than its rendezvous timeout (make_sim_collectives).
+// See docs/gpu.md, "Collectives: abort, not hang".
 #pragma once
 
 #include <htp/device.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,39 +48,64 @@ class collectives {
   virtual std::string backend_name() const = 0;
   /// Rank r's `bytes` at `send` land at recv + r * bytes on every rank (recv holds size() * bytes).
   /// @throws htp::invalid_argument for a bad rank, null buffers or a size mismatch between ranks;
-  /// htp::cuda_error from NCCL.
+  /// htp::logic_error once aborted (nothing enqueued); htp::cuda_error from NCCL (a call NCCL
+  /// refuses, or a communicator with an asynchronous error, aborts the object first: the other
+  /// ranks' matching calls could never complete).
   virtual void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
                           stream_ref s) = 0;
   /// Element-wise sum of every rank's `count` elements at `send`, into `recv` on every rank
   /// (send == recv is allowed). @throws as all_gather.
   virtual void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
                               element_type type, stream_ref s) = 0;
-  /// Brackets calls of several ranks issued by one thread.
+  /// Brackets calls of several ranks issued by one thread. Call group_end after a successful
+  /// group_start even when a call in between threw (NCCL keeps the group open otherwise, and an
+  /// abort waits for open groups before it tears the communicators down).
+  /// @throws group_start: htp::logic_error once aborted; both: htp::cuda_error from NCCL.
   virtual void group_start() = 0;
   virtual void group_end() = 0;
+
+  /// Aborts every rank's collectives, for good, after a failure; `reason` says what failed and is
+  /// quoted by every later call's error. Collectives already enqueued complete without copying
+  /// (sim: their waits return; NCCL: ncclCommAbort on every communicator, the caller's too for
+  /// wrap_nccl_comms, which must then not be destroyed by the caller), so the ranks' streams go
+  /// on; later calls throw htp::logic_error. Idempotent: the first reason is kept. Never blocks
+  /// on another rank: a communicator a thread is inside an NCCL call on (or in an open group) is
+  /// aborted when that call (or group_end) returns. Thread-safe; any thread may call it.
+  virtual void abort(const std::string& reason) noexcept = 0;
+  /// Whether abort() ran (called, or by the sim's rendezvous timeout, or after an NCCL failure).
+  /// Thread-safe.
+  virtual bool aborted() const noexcept = 0;
 };
 
 /// Collectives across sim devices (rank r = devices[r]). `interconnect_bytes_per_second` > 0
 /// models each collective's time as (N - 1) / N x bytes per rank / rate, as a ring does; 0 = free.
 /// On timing-only devices (sim_config::timing_only) nothing is copied or summed: only the modelled
-/// time passes. @throws htp::invalid_argument if devices is empty, holds a null or non-sim
-/// device, or mixes timing-only devices with ones that store bytes.
-std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& devices,
-                                                  std::uint64_t interconnect_bytes_per_second = 0);
+/// time passes. `rendezvous_timeout`: a rank whose stream has waited this long at a collective for
+/// ranks that have not arrived aborts the object, with a reason naming those ranks, so nothing
+/// waits forever even when no one calls abort(); keep it well above the longest skew between the
+/// ranks' streams. @throws htp::invalid_argument if devices is empty, holds a null or non-sim
+/// device, or mixes timing-only devices with ones that store bytes, or the timeout is not > 0.
+std::unique_ptr<collectives> make_sim_collectives(
+    const std::vector<device*>& devices, std::uint64_t interconnect_bytes_per_second = 0,
+    std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(120));
 
 /// Collectives of one rank on `dev` (cuda or sim), which must outlive the result: an all-gather
 /// or all-reduce is a device-to-device copy on the caller's stream (nothing when in place). For a
-/// node of one GPU, so N-GPU code runs on one GPU without NCCL.
+/// node of one GPU, so N-GPU code runs on one GPU without NCCL. No call waits for another rank,
+/// so abort() only makes later calls throw (queued copies complete).
 std::unique_ptr<collectives> make_one_rank_collectives(device& dev);
 
 /// Whether libnccl.so.2 can be loaded here; `why` (if given) says why not.
 bool nccl_available(std::string* why = nullptr);
 /// NCCL communicators for these cuda devices of this process (ncclCommInitAll), owned by the
-/// result. @throws htp::cuda_error if NCCL cannot be loaded or fails (the message says which);
+/// result: destroyed with it, or aborted by abort() (then never destroyed). abort() needs
+/// ncclCommAbort (NCCL 2.4 or later); without it, later calls still throw but work already
+/// enqueued is not interrupted, and the communicators are left to the process's exit. @throws htp::cuda_error if NCCL cannot be loaded or fails (the message says which);
 /// htp::invalid_argument for a non-cuda device.
 std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& devices);
 /// The caller's own communicators (ncclComm_t, one per rank, in rank order), not owned: they must
-/// outlive the result. @throws htp::cuda_error if NCCL cannot be loaded; invalid_argument for a
+/// outlive the result. abort() aborts them (ncclCommAbort frees them: the caller must not destroy
+/// them afterwards; aborted() says whether it happened). @throws htp::cuda_error if NCCL cannot be loaded; invalid_argument for a
 /// null communicator.
 std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comms);
 

@@ -33,8 +33,15 @@
 //   from its own thread, never inside collectives::group_start/group_end (a grouped all-gather is
 //   enqueued only at group_end, after the buffer's ready event). Every GPU makes the same number of
 //   acquires before the object is destroyed: the gathers they start are collectives, and one no
-//   other rank matches never completes (the destructor would wait for it forever). Destroy it only
-//   after every acquired layer is released.
+//   other rank matches never completes (the destructor finds such gathers and aborts the
+//   collectives, see collectives::abort). Destroy it only after every acquired layer is released.
+// - Look-ahead leaves work parked: after the last acquire, GPU g's gather stream still waits for
+//   the next groups' host loads, which the transfer engine's dispatcher (a host thread) has yet to
+//   issue, or for peers' all-gathers. A call that synchronises the whole device (cudaFree,
+//   cudaFreeHost, cublasDestroy, ...) must not run while a stream waits for host-issued work, so
+//   stop(g) comes first: it cancels the loads not yet issued (which releases their waits) and
+//   drains the gather stream. The destructor does the same for every GPU before it frees or
+//   releases anything.
 #pragma once
 
 #include <htp/collectives.hpp>
@@ -89,7 +96,10 @@ class swap_shard {
   /// GPU's HBM cannot hold its staging buffers.
   swap_shard(node& n, collectives& c, const std::vector<std::size_t>& layer_bytes,
              const std::vector<const void*>& layer_sources = {}, swap_shard_config config = {});
-  /// Waits for every gather, releases the staging buffers, unregisters the layers. Never throws.
+  /// Aborts the collectives if the GPUs' all-gathers do not match (one GPU acquired more than
+  /// another), cancels the host loads not yet issued and waits for every gather stream (stop(g)
+  /// for every GPU), and only then waits for the compute streams' releases, releases the staging
+  /// buffers and unregisters the layers. Never throws. No other call may run concurrently.
   ~swap_shard();
   swap_shard(const swap_shard&) = delete;
   swap_shard& operator=(const swap_shard&) = delete;
@@ -97,13 +107,28 @@ class swap_shard {
   std::size_t layers() const noexcept;
   layer_source source(std::size_t layer) const;
   /// GPU g's full copy of `layer` (its first layer_bytes bytes), usable on `compute` until release.
+  /// Stream order: work queued on `compute` after it runs once the layer's group is gathered.
+  /// Thread safety: calls for one GPU from one thread at a time; GPUs may call concurrently.
   /// @throws htp::invalid_argument for g or layer out of range, a layer out of order on GPU g, or a
-  /// group's later layer on another compute stream than its first.
+  /// group's later layer on another compute stream than its first; htp::logic_error after
+  /// stop(g), and what the collectives throw (e.g. once aborted).
   device_span acquire(std::size_t g, std::size_t layer, stream_ref compute);
   /// Ends GPU g's use of `layer`: its buffer is reused once `compute` passes the release of the
   /// group's last layer.
   /// @throws htp::invalid_argument if `layer` is not GPU g's acquired layer.
   void release(std::size_t g, std::size_t layer, stream_ref compute);
+  /// Ends GPU g's gathering, for good: the host loads of GPU g not yet issued are cancelled
+  /// (nothing copied; the streams waiting on them go on), then the host blocks until GPU g's
+  /// gather stream is idle. Call it before a call that synchronises GPU g's device (freeing device
+  /// or pinned memory, destroying a cuBLAS handle) while the object lives, and on a failure path
+  /// after collectives::abort (a peer gather waits for the other ranks until they gather too or
+  /// the collectives are aborted). Afterwards GPU g's staging buffers hold no usable layer:
+  /// acquire(g, ...) throws htp::logic_error, release() of the layer GPU g holds still works, and
+  /// compute streams that waited for a group whose loads were cancelled read undefined bytes.
+  /// Idempotent. Thread safety: as acquire for GPU g. @throws htp::invalid_argument for g out of
+  /// range; htp::cuda_error if the device fails while draining.
+  void stop(std::size_t g);
+  /// Thread-safe.
   swap_shard_metrics metrics() const;
 
   struct impl;

@@ -6,15 +6,18 @@
 #include <htp/detail/check.hpp>
 #include <htp/detail/cuda_backend.hpp>
 
+#include "log.hpp"
 #include "nvtx_range.hpp"
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
-#include <mutex>
 
 namespace htp {
 
@@ -33,6 +36,9 @@ struct nccl_api {
   nccl_result (*group_start)() = nullptr;
   nccl_result (*group_end)() = nullptr;
   const char* (*error_string)(nccl_result) = nullptr;
+  // Optional (absent from old NCCL): abort() and asynchronous error checks need them.
+  nccl_result (*comm_abort)(nccl_comm) = nullptr;                               // NCCL >= 2.4
+  nccl_result (*comm_get_async_error)(nccl_comm, nccl_result*) = nullptr;       // NCCL >= 2.4
   std::string why;  // empty when loaded
 };
 
@@ -66,6 +72,11 @@ const nccl_api& api() {
     sym(r.group_start, "ncclGroupStart");
     sym(r.group_end, "ncclGroupEnd");
     sym(r.error_string, "ncclGetErrorString");
+    const auto optional = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    };
+    optional(r.comm_abort, "ncclCommAbort");
+    optional(r.comm_get_async_error, "ncclCommGetAsyncError");
     return r;  // the library stays loaded for the life of the process
   }();
   return a;
@@ -86,10 +97,25 @@ void check(nccl_result r, const char* what) {
   if (r != 0) throw_nccl(r, what, detail::concat("NCCL ", what, " failed: ", api().error_string(r)));
 }
 
+constexpr nccl_result nccl_in_progress = 7;  // ncclInProgress: not an error
+
+/// Note [Aborting NCCL communicators]
+/// ncclCommAbort frees a communicator, so it must not run while a thread is inside an NCCL call on
+/// it, or while a group holding calls on it is open (ncclGroupEnd would launch them on freed
+/// state). Each call pins its rank's communicator (pins_) and an open group pins them all
+/// (open_groups_), under mu_, which is never held across an NCCL call. abort() marks the object
+/// aborted (no new pins) and aborts the communicators nobody pins; the last unpin of each of the
+/// others aborts it. So abort never waits for a thread blocked in NCCL (it would wait for the rank
+/// that failed), and a blocked thread that NCCL releases (a peer's abort closes its connections)
+/// aborts its own communicator on the way out.
 class nccl_collectives final : public collectives {
  public:
-  nccl_collectives(std::vector<nccl_comm> comms, bool owned) : comms_(std::move(comms)), owned_(owned) {}
+  nccl_collectives(std::vector<nccl_comm> comms, bool owned)
+      : comms_(std::move(comms)), owned_(owned), pins_(comms_.size(), 0), gone_(comms_.size(), false) {}
   ~nccl_collectives() override {
+    // No call is in flight now (the caller's contract): what an abort left pinned goes now.
+    abort_comms(abortable());
+    if (aborted_) return;  // aborted communicators are freed by ncclCommAbort: never destroyed
     if (!owned_) return;
     // One group: newer NCCL finalizes inside destroy, which waits for the other ranks.
     api().group_start();
@@ -100,22 +126,156 @@ class nccl_collectives final : public collectives {
   std::string backend_name() const override { return "nccl"; }
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
     const detail::nvtx_range range("htp all_gather");
-    const detail::restore_current_device keep;
     check_args(rank, send, recv, bytes, "all_gather");
-    check(api().all_gather(send, recv, bytes, nccl_uint8, comms_[rank], s.native), "ncclAllGather");
+    call(rank, "ncclAllGather", [&](nccl_comm c) { return api().all_gather(send, recv, bytes, nccl_uint8, c, s.native); });
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
                       stream_ref s) override {
     const detail::nvtx_range range("htp all_reduce_sum");
-    const detail::restore_current_device keep;
     check_args(rank, send, recv, count, "all_reduce_sum");
     const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
-    check(api().all_reduce(send, recv, count, t, nccl_sum, comms_[rank], s.native), "ncclAllReduce");
+    call(rank, "ncclAllReduce", [&](nccl_comm c) { return api().all_reduce(send, recv, count, t, nccl_sum, c, s.native); });
   }
-  void group_start() override { check(api().group_start(), "ncclGroupStart"); }
-  void group_end() override { check(api().group_end(), "ncclGroupEnd"); }
+  void group_start() override {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_) throw aborted_error_locked("group_start()");
+      ++open_groups_;
+    }
+    const nccl_result r = api().group_start();
+    if (r != 0) {
+      close_group();
+      check(r, "ncclGroupStart");
+    }
+    ++thread_groups()[this];
+  }
+  void group_end() override {
+    auto& mine = thread_groups();
+    const auto it = mine.find(this);
+    if (it == mine.end()) {  // no group of this thread is open here (its group_start threw, or none)
+      if (aborted_) {
+        std::lock_guard lock(mu_);
+        throw aborted_error_locked("group_end()");
+      }
+      check(api().group_end(), "ncclGroupEnd");  // NCCL's own answer to an unmatched end
+      return;
+    }
+    if (--it->second == 0) mine.erase(it);
+    const nccl_result r = api().group_end();  // closes NCCL's group even after an abort
+    close_group();
+    if (r != 0 && r != nccl_in_progress) fail(r, "ncclGroupEnd", "group_end()");
+  }
+  void abort(const std::string& reason) noexcept override {
+    {
+      std::lock_guard lock(mu_);
+      if (!aborted_) {
+        aborted_ = true;
+        try {
+          reason_ = reason;
+          detail::logger().error("NCCL collectives aborted: {}", reason);
+        } catch (...) {  // out of memory for the message: the flag is what matters
+        }
+      }
+    }
+    abort_comms(abortable());
+  }
+  bool aborted() const noexcept override { return aborted_; }
 
  private:
+  /// Rank `rank`'s communicator, held for one NCCL call (see Note [Aborting NCCL communicators]).
+  class pin {
+   public:
+    pin(nccl_collectives& c, std::size_t rank, const char* call) : c_(c), rank_(rank) {
+      std::lock_guard lock(c_.mu_);
+      if (c_.aborted_) throw c_.aborted_error_locked(detail::concat(call, "(rank ", rank, ")"));
+      ++c_.pins_[rank_];
+    }
+    ~pin() {
+      {
+        std::lock_guard lock(c_.mu_);
+        --c_.pins_[rank_];
+      }
+      c_.abort_comms(c_.abortable());
+    }
+    pin(const pin&) = delete;
+    pin& operator=(const pin&) = delete;
+
+   private:
+    nccl_collectives& c_;
+    std::size_t rank_;
+  };
+
+  /// One NCCL enqueue on rank's communicator, pinned; a communicator with an asynchronous error
+  /// or a refused call aborts the object (the other ranks' calls could never complete), then throws.
+  template <class F>
+  void call(std::size_t rank, const char* what, F&& enqueue) {
+    const detail::restore_current_device keep;
+    const pin held(*this, rank, what);
+    if (api().comm_get_async_error) {
+      nccl_result async = 0;
+      if (api().comm_get_async_error(comms_[rank], &async) == 0 && async != 0 && async != nccl_in_progress) {
+        fail(async, what, detail::concat("rank ", rank, "'s communicator (an asynchronous error)"));
+      }
+    }
+    const nccl_result r = enqueue(comms_[rank]);
+    if (r != 0 && r != nccl_in_progress) fail(r, what, detail::concat("rank ", rank));
+  }
+
+  /// Aborts the object for NCCL's error `r` of `what` on `where`, then throws it as cuda_error.
+  [[noreturn]] void fail(nccl_result r, const char* what, const std::string& where) {
+    const std::string msg = detail::concat("NCCL ", what, " failed on ", where, ": ", api().error_string(r));
+    abort(msg + "; the other ranks' collectives could not complete");
+    throw_nccl(r, what, msg + "; the collectives are aborted: make new ones");
+  }
+
+  /// This thread's open groups, per object (NCCL's groups are per thread).
+  static std::map<const nccl_collectives*, std::size_t>& thread_groups() {
+    thread_local std::map<const nccl_collectives*, std::size_t> open;
+    return open;
+  }
+
+  void close_group() noexcept {
+    {
+      std::lock_guard lock(mu_);
+      if (open_groups_ > 0) --open_groups_;
+    }
+    abort_comms(abortable());
+  }
+
+  /// Once aborted: the ranks whose communicators nobody pins and that are not aborted yet, marked
+  /// as aborted (the caller aborts them). Empty otherwise.
+  std::vector<std::size_t> abortable() noexcept {
+    std::vector<std::size_t> out;
+    std::lock_guard lock(mu_);
+    if (!aborted_ || open_groups_ > 0) return out;
+    try {
+      for (std::size_t r = 0; r < comms_.size(); ++r) {
+        if (!gone_[r] && pins_[r] == 0) {
+          out.push_back(r);
+          gone_[r] = true;
+        }
+      }
+    } catch (...) {  // out of memory: the ranks not listed stay unmarked, for the next unpin
+      for (std::size_t r : out) gone_[r] = false;
+      out.clear();
+    }
+    return out;
+  }
+
+  /// ncclCommAbort on these ranks' communicators, outside mu_. Errors are ignored: the
+  /// communicator is gone either way. Without ncclCommAbort (old NCCL) they are left alone.
+  void abort_comms(const std::vector<std::size_t>& ranks) const noexcept {
+    if (ranks.empty() || api().comm_abort == nullptr) return;
+    const detail::restore_current_device keep;  // NCCL switches to each communicator's device
+    for (std::size_t r : ranks) api().comm_abort(comms_[r]);
+  }
+
+  /// The error of a call after an abort. Called with mu_ held.
+  logic_error aborted_error_locked(const std::string& call) const {
+    return logic_error(detail::concat("collectives::", call, ": the NCCL collectives were aborted (", reason_,
+                                      "); no collective runs after an abort: make new collectives"));
+  }
+
   void check_args(std::size_t rank, const void* send, const void* recv, std::size_t n, const char* what) const {
     HTP_EXPECTS(rank < comms_.size(), invalid_argument, "collectives::", what, ": rank ", rank, " of ", comms_.size());
     HTP_EXPECTS(send && recv && n > 0, invalid_argument, "collectives::", what, "(rank ", rank,
@@ -123,6 +283,13 @@ class nccl_collectives final : public collectives {
   }
   std::vector<nccl_comm> comms_;
   bool owned_;
+  mutable std::mutex mu_;            // everything below
+  std::vector<std::size_t> pins_;    // per rank: NCCL calls in flight on its communicator
+  std::vector<bool> gone_;           // per rank: its communicator is aborted (or being aborted)
+  std::size_t open_groups_ = 0;      // group_start()s not yet ended, over all threads (each
+                                     // thread's own count is in thread_groups())
+  std::string reason_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

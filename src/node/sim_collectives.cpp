@@ -1,20 +1,23 @@
 // Collectives across sim devices: each rank's call enqueues a host function on its stream; the
 // functions of one collective meet at a rendezvous, the last to arrive does every rank's copies
-// (and sleeps the modelled interconnect time), then all of them return. Each sim stream is its own
-// worker thread, so the waiting is on those threads, never on the caller's.
+// (and waits the modelled interconnect time), then all of them return. Each sim stream is its own
+// worker thread, so the waiting is on those threads, never on the caller's. An abort (called, or
+// a rank's wait past the rendezvous timeout) wakes every waiting function: they return without
+// copying, and later calls throw.
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
 
+#include "log.hpp"
 #include "nvtx_range.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 namespace htp {
 
@@ -41,91 +44,148 @@ struct op {
   element_type type = element_type::float32;
   std::vector<const void*> send;
   std::vector<void*> recv;
+  std::vector<bool> here;  // per rank: its host function has arrived
   std::size_t enqueued = 0, arrived = 0, left = 0;
+  bool running = false;  // the last to arrive is copying, unlocked: waiters stay until it is done
   bool done = false;
 };
+
+using clock_type = std::chrono::steady_clock;
 
 /// What the ranks' host functions share. Held by shared_ptr from each queued function, so a
 /// function that runs after the collectives object is gone still finds it (and does nothing).
 struct rendezvous {
   std::size_t ranks;
   std::uint64_t rate;
+  clock_type::duration timeout;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::uint64_t> calls;   // per rank: collectives issued so far
   std::map<std::uint64_t, op> ops;    // by collective index, until every rank has left
   bool closing = false;               // the object is gone: waiting ranks return, nothing copied
+  bool aborted = false;               // abort(): waiting ranks return, nothing copied, calls throw
+  std::atomic<bool> aborted_flag{false};  // aborted, readable without the lock
+  std::string reason;                 // the first abort's
 
   bool timing_only = false;  // the devices hold no bytes: only the modelled time passes
-  rendezvous(std::size_t n, std::uint64_t r, bool t) : ranks(n), rate(r), calls(n, 0), timing_only(t) {}
+  rendezvous(std::size_t n, std::uint64_t r, clock_type::duration t, bool only)
+      : ranks(n), rate(r), timeout(t), calls(n, 0), timing_only(only) {}
 
-  void arrive(std::uint64_t id) {
+  bool stopped() const { return closing || aborted; }
+
+  void abort_locked(const std::string& why) noexcept {
+    if (!aborted) {
+      aborted = true;
+      aborted_flag = true;
+      try {
+        reason = why;
+        detail::logger().error("sim collectives aborted: {}", why);
+      } catch (...) {  // out of memory for the message: the flag is what matters
+      }
+    }
+    cv.notify_all();
+  }
+
+  /// Rank `rank`'s host function of collective `id`, on its stream's thread.
+  void arrive(std::uint64_t id, std::size_t rank) {
     std::unique_lock lock(mu);
     auto it = ops.find(id);
     if (it == ops.end()) return;
     op& o = it->second;
-    if (++o.arrived == ranks && !closing) {
+    o.here[rank] = true;
+    if (++o.arrived == ranks && !stopped()) {
+      o.running = true;
       lock.unlock();
-      run(o);  // every rank is here: nobody touches o but this thread until done
+      copy(o);  // every rank is here: nobody touches o's buffers but this thread until done
       lock.lock();
+      // The modelled interconnect time passes here, cut short by an abort.
+      cv.wait_for(lock, modelled_time(o), [&] { return stopped(); });
+      o.running = false;
       o.done = true;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return o.done || closing; });
+      const auto deadline = clock_type::now() + timeout;
+      while (!o.done && !(stopped() && !o.running)) {
+        if (o.arrived == ranks || stopped()) {
+          cv.wait(lock);  // all here: the copy is under way and bounded
+        } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && o.arrived < ranks && !stopped()) {
+          abort_locked(late_ranks(id, o, rank));
+        }
+      }
     }
     if (++o.left == ranks) ops.erase(id);
   }
 
-  void run(op& o) const {
+  /// Why rank `waiter` gave up on collective `id`: the ranks that did not arrive, and why not.
+  std::string late_ranks(std::uint64_t id, const op& o, std::size_t waiter) const {
+    std::string never, behind;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      if (o.here[r]) continue;
+      std::string& list = o.send[r] == nullptr ? never : behind;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
+    }
+    const double secs = std::chrono::duration<double>(timeout).count();
+    return detail::concat("rank ", waiter, " waited ", secs, " s at collective ", id, " (an ",
+                          o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes, " bytes) for rank(s) ",
+                          never, never.empty() || behind.empty() ? "" : ", ", behind, " that did not arrive",
+                          never.empty() ? "" : detail::concat(" (never called: ", never, ")"),
+                          behind.empty() ? "" : detail::concat(" (called, but their streams did not get there: ", behind, ")"),
+                          "; the rendezvous timeout of make_sim_collectives ran out");
+  }
+
+  void copy(op& o) const {
     const std::size_t n = ranks;
-    if (timing_only) {
-    } else if (!o.reduce) {
+    if (timing_only) return;
+    if (!o.reduce) {
       for (std::size_t r = 0; r < n; ++r) {
         for (std::size_t k = 0; k < n; ++k) {
           char* dst = static_cast<char*>(o.recv[r]) + k * o.bytes;
           if (dst != o.send[k]) std::memcpy(dst, o.send[k], o.bytes);  // in place: already there
         }
       }
-    } else {
-      std::vector<float> sum(o.count, 0.0f);
-      for (std::size_t k = 0; k < n; ++k) {
-        for (std::size_t i = 0; i < o.count; ++i) {
-          if (o.type == element_type::float32) {
-            float v;
-            std::memcpy(&v, static_cast<const char*>(o.send[k]) + 4 * i, 4);
-            sum[i] += v;
-          } else {
-            std::uint16_t v;
-            std::memcpy(&v, static_cast<const char*>(o.send[k]) + 2 * i, 2);
-            sum[i] += bf16_to_float(v);
-          }
-        }
-      }
-      for (std::size_t r = 0; r < n; ++r) {
-        for (std::size_t i = 0; i < o.count; ++i) {
-          if (o.type == element_type::float32) {
-            std::memcpy(static_cast<char*>(o.recv[r]) + 4 * i, &sum[i], 4);
-          } else {
-            const std::uint16_t v = float_to_bf16(sum[i]);
-            std::memcpy(static_cast<char*>(o.recv[r]) + 2 * i, &v, 2);
-          }
+      return;
+    }
+    std::vector<float> sum(o.count, 0.0f);
+    for (std::size_t k = 0; k < n; ++k) {
+      for (std::size_t i = 0; i < o.count; ++i) {
+        if (o.type == element_type::float32) {
+          float v;
+          std::memcpy(&v, static_cast<const char*>(o.send[k]) + 4 * i, 4);
+          sum[i] += v;
+        } else {
+          std::uint16_t v;
+          std::memcpy(&v, static_cast<const char*>(o.send[k]) + 2 * i, 2);
+          sum[i] += bf16_to_float(v);
         }
       }
     }
-    if (rate > 0 && n > 1) {
-      // The modelled interconnect (the sim's clock, as its copy engine models PCIe): a ring moves
-      // (N - 1) / N of the data per rank, twice for an all-reduce.
-      const double per_rank = static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
-      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<std::int64_t>(per_rank / double(rate) * 1e9)));
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < o.count; ++i) {
+        if (o.type == element_type::float32) {
+          std::memcpy(static_cast<char*>(o.recv[r]) + 4 * i, &sum[i], 4);
+        } else {
+          const std::uint16_t v = float_to_bf16(sum[i]);
+          std::memcpy(static_cast<char*>(o.recv[r]) + 2 * i, &v, 2);
+        }
+      }
     }
+  }
+
+  /// The modelled interconnect (the sim's clock, as its copy engine models PCIe): a ring moves
+  /// (N - 1) / N of the data per rank, twice for an all-reduce.
+  std::chrono::nanoseconds modelled_time(const op& o) const {
+    const std::size_t n = ranks;
+    if (rate == 0 || n < 2) return std::chrono::nanoseconds(0);
+    const double per_rank = static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(per_rank / double(rate) * 1e9));
   }
 };
 
 class sim_collectives final : public collectives {
  public:
-  sim_collectives(std::vector<device*> devs, std::uint64_t rate)
+  sim_collectives(std::vector<device*> devs, std::uint64_t rate, clock_type::duration timeout)
       : devs_(std::move(devs)),
-        rv_(std::make_shared<rendezvous>(devs_.size(), rate, devs_.front()->properties().timing_only)) {}
+        rv_(std::make_shared<rendezvous>(devs_.size(), rate, timeout, devs_.front()->properties().timing_only)) {}
   /// Ranks still waiting in a collective no other rank will complete return (nothing copied).
   ~sim_collectives() override {
     std::lock_guard lock(rv_->mu);
@@ -144,10 +204,25 @@ class sim_collectives final : public collectives {
     const detail::nvtx_range range("htp all_reduce_sum");
     enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
   }
-  void group_start() override {}
+  void group_start() override {
+    std::lock_guard lock(rv_->mu);
+    if (rv_->aborted) throw aborted_error_locked("group_start()");
+  }
   void group_end() override {}
+  void abort(const std::string& reason) noexcept override {
+    std::lock_guard lock(rv_->mu);
+    rv_->abort_locked(reason);
+  }
+  bool aborted() const noexcept override { return rv_->aborted_flag; }
 
  private:
+  /// The error of a call after an abort. Called with rv_->mu held.
+  /// `call` names the call, e.g. "all_gather(rank 1)".
+  logic_error aborted_error_locked(const std::string& call) const {
+    return logic_error(detail::concat("collectives::", call, ": the sim collectives were aborted (", rv_->reason,
+                                      "); no collective runs after an abort: make new collectives"));
+  }
+
   void enqueue(std::size_t rank, const char* what, const void* send, void* recv, std::size_t bytes,
                std::size_t count, element_type type, bool reduce, stream_ref s) {
     HTP_EXPECTS(rank < devs_.size(), invalid_argument, "collectives::", what, ": rank ", rank, " of ",
@@ -158,6 +233,7 @@ class sim_collectives final : public collectives {
     std::uint64_t id;
     {
       std::lock_guard lock(rv.mu);
+      if (rv.aborted) throw aborted_error_locked(detail::concat(what, "(rank ", rank, ")"));
       id = rv.calls[rank];
       op& o = rv.ops[id];
       if (o.enqueued == 0) {
@@ -167,6 +243,7 @@ class sim_collectives final : public collectives {
         o.type = type;
         o.send.assign(devs_.size(), nullptr);
         o.recv.assign(devs_.size(), nullptr);
+        o.here.assign(devs_.size(), false);
       } else {
         HTP_EXPECTS(o.reduce == reduce && o.bytes == bytes && o.type == type, invalid_argument,
                     "collectives::", what, "(rank ", rank, "): collective ", id, " is a ",
@@ -179,7 +256,7 @@ class sim_collectives final : public collectives {
       ++rv.calls[rank];
     }
     try {
-      devs_[rank]->launch_host_func([rv = rv_, id] { rv->arrive(id); }, s);
+      devs_[rank]->launch_host_func([rv = rv_, id, rank] { rv->arrive(id, rank); }, s);
     } catch (...) {
       std::lock_guard lock(rv.mu);  // not queued: as if never called
       --rv.calls[rank];
@@ -198,8 +275,11 @@ class sim_collectives final : public collectives {
 }  // namespace
 
 std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& devices,
-                                                  std::uint64_t interconnect_bytes_per_second) {
+                                                  std::uint64_t interconnect_bytes_per_second,
+                                                  std::chrono::milliseconds rendezvous_timeout) {
   HTP_EXPECTS(!devices.empty(), invalid_argument, "make_sim_collectives: no devices");
+  HTP_EXPECTS(rendezvous_timeout.count() > 0, invalid_argument, "make_sim_collectives: a rendezvous timeout of ",
+              rendezvous_timeout.count(), " ms; give a positive one (the default is 120 s)");
   for (std::size_t r = 0; r < devices.size(); ++r) {
     HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::sim, invalid_argument,
                 "make_sim_collectives: device ", r, " is ", devices[r] ? "not a sim device" : "null",
@@ -211,7 +291,7 @@ std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& de
                 "timing-only and device 0 is ", devices[0]->properties().timing_only ? "" : "not",
                 "; make every rank's device the same way");
   }
-  return std::make_unique<sim_collectives>(devices, interconnect_bytes_per_second);
+  return std::make_unique<sim_collectives>(devices, interconnect_bytes_per_second, rendezvous_timeout);
 }
 
 }  // namespace htp

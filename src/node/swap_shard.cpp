@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 namespace htp {
 
@@ -25,6 +26,8 @@ struct gpu_state {
   bool holding = false;    // visit next - 1 acquired and not released
   stream_ref waited_on;    // the compute stream that waited for the current group's event
   std::size_t pinned = 0;  // buffers acquired (for teardown after a partial construction)
+  std::uint64_t gathers = 0;  // all-gathers enqueued (probe included): every rank's must match
+  bool stopped = false;       // stop(): nothing more is gathered, the buffers hold no usable layer
   /// Host path: events recorded on the gather stream once a buffer is free, handed to the engine as
   /// the loads' `after` fence. An engine fence must not be re-recorded before its requests finish,
   /// so each is reused only when they have (a pool, not one event per buffer).
@@ -57,6 +60,12 @@ struct swap_shard::impl {
   /// Waits for every gather, releases and drops the buffers, unregisters the layers; copes with a
   /// partly built object. Never throws.
   void teardown() noexcept;
+  /// GPU g: cancels the host loads not yet issued (their value words are written, so the gather
+  /// stream's waits on them pass), then waits on the host until the gather stream is idle.
+  void stop(std::size_t g);
+  /// Aborts the collectives if the ranks' all-gathers do not match (a rank issued more than
+  /// another: its extra gathers would wait forever). Never throws.
+  void abort_unmatched_gathers() noexcept;
 
   /// A gate event of GPU g whose earlier loads have all finished (or a new one).
   gpu_state::gate& free_gate(std::size_t g) {
@@ -93,6 +102,7 @@ struct swap_shard::impl {
         const device_span own = p.acquire(h, gs);  // pages the shard in if it is not in HBM
         try {
           coll.all_gather(g, own.data, at, shard, gs);
+          ++st.gathers;
         } catch (...) {
           p.release(h, gs);  // the shard is not left pinned
           throw;
@@ -209,12 +219,30 @@ std::uint64_t swap_shard::impl::measure_interconnect() {
   double best_s = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    coll.group_start();
-    for (std::size_t g = 0; g < N; ++g) {
-      char* recv = static_cast<char*>(gpus[g].buffer[0]);
-      coll.all_gather(g, recv + g * probe, recv, probe, gpus[g].gather->ref());
+    {
+      coll.group_start();
+      // group_end even when a call throws: NCCL keeps the group open otherwise, and an abort of
+      // the collectives waits for open groups.
+      struct group_guard {
+        collectives& c;
+        bool ended = false;
+        ~group_guard() {
+          if (!ended) {
+            try {
+              c.group_end();
+            } catch (...) {  // already failing: the first error is the one thrown
+            }
+          }
+        }
+      } guard{coll};
+      for (std::size_t g = 0; g < N; ++g) {
+        char* recv = static_cast<char*>(gpus[g].buffer[0]);
+        coll.all_gather(g, recv + g * probe, recv, probe, gpus[g].gather->ref());
+        ++gpus[g].gathers;
+      }
+      guard.ended = true;
+      coll.group_end();
     }
-    coll.group_end();
     for (std::size_t g = 0; g < N; ++g) gpus[g].gather->synchronize();
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep == 0 || sec < best_s) best_s = sec;
@@ -225,13 +253,54 @@ std::uint64_t swap_shard::impl::measure_interconnect() {
 
 swap_shard::~swap_shard() { p_->teardown(); }
 
+void swap_shard::impl::stop(std::size_t g) {
+  gpu_state& st = gpus[g];
+  st.stopped = true;
+  if (!st.gather) return;
+  transfer_engine& e = n.gpu(g).engine();
+  for (const gpu_state::gate& gt : st.gates) {
+    for (transfer_ticket t : gt.loads) e.cancel(t);  // false for loads already issued: they complete
+  }
+  st.gather->synchronize();
+}
+
+void swap_shard::impl::abort_unmatched_gathers() noexcept {
+  if (gpus.empty() || coll.aborted()) return;
+  std::uint64_t least = UINT64_MAX, most = 0;
+  for (const gpu_state& st : gpus) {
+    least = std::min(least, st.gathers);
+    most = std::max(most, st.gathers);
+  }
+  if (least == most) return;
+  try {
+    std::string counts;
+    for (std::size_t g = 0; g < gpus.size(); ++g) {
+      counts += detail::concat(g == 0 ? "" : ", ", "GPU ", g, ": ", gpus[g].gathers);
+    }
+    coll.abort(detail::concat("swap_shard destroyed with all-gathers no other rank matches (", counts,
+                              "); every GPU must make the same acquires before it is destroyed"));
+  } catch (...) {
+    coll.abort("swap_shard destroyed with all-gathers no other rank matches");
+  }
+}
+
 void swap_shard::impl::teardown() noexcept {
   impl& s = *this;
+  // Before anything is freed or released on any GPU (a free may synchronise the device), no
+  // gather stream may still wait for work a host thread has yet to issue: unmatched gathers are
+  // aborted, queued host loads cancelled, every gather stream drained.
+  s.abort_unmatched_gathers();
+  for (std::size_t g = 0; g < s.gpus.size(); ++g) {
+    try {
+      s.stop(g);
+    } catch (...) {
+      // A device error at teardown: the node drops what is left when it goes.
+    }
+  }
   for (std::size_t g = 0; g < s.gpus.size(); ++g) {
     gpu_state& st = s.gpus[g];
     try {
       if (st.gather) {
-        st.gather->synchronize();
         // The compute streams' last uses of the buffers end before their memory goes back.
         for (event_ref e : st.released) s.n.device_of(g).synchronize(e);
         for (std::size_t b = 0; b < st.pinned; ++b) s.n.gpu(g).release(st.buffer_tensor[b], *st.gather);
@@ -256,6 +325,12 @@ void swap_shard::impl::teardown() noexcept {
   s.layer.clear();
 }
 
+void swap_shard::stop(std::size_t g) {
+  impl& s = *p_;
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::stop: GPU ", g, " of ", s.gpus.size());
+  s.stop(g);
+}
+
 std::size_t swap_shard::layers() const noexcept { return p_->layer.size(); }
 
 layer_source swap_shard::source(std::size_t layer) const {
@@ -267,6 +342,8 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
   impl& s = *p_;
   HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::acquire: GPU ", g, " of ", s.gpus.size());
   gpu_state& st = s.gpus[g];
+  HTP_EXPECTS(!st.stopped, logic_error, "swap_shard::acquire(GPU ", g, ", layer ", layer,
+              "): GPU ", g, " was stopped (swap_shard::stop); its staging buffers hold no usable layer");
   const std::size_t expected = st.next % s.layer.size();
   HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
               "): ", st.holding ? "the previous layer is not released yet"
