@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--sim-compute-gbps", sim_compute_gbps,
                  "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s over 55 GB/s)");
   app.add_option("--seed", seed, "payload and routing seed");
+  int fail_gpu = -1, fail_at_step = -1;
+  app.add_option("--fail-gpu", fail_gpu, "for tests: this GPU's thread of a --gpus run throws at --fail-at-step "
+                 "(the run must end with its error, every other rank released; also HTP_STREAM_BENCH_FAIL=GPU:STEP)");
+  app.add_option("--fail-at-step", fail_at_step, "for tests: the step (warm-up included) at which --fail-gpu throws");
   app.add_option("--gpus", gpus, "also run on a node of N GPUs (sim: N sim devices; cuda: the first N GPUs) in "
                                  "--node-modes, after the single-GPU policies, at the same per-GPU HBM budgets");
   app.add_option("--node-modes", node_modes, "comma-separated: data-parallel, tensor-parallel, swap-and-shard");
@@ -334,6 +338,8 @@ int main(int argc, char** argv) {
         no.sim_latency_us = sim_latency_us;
         no.compute_gbps = sim_compute_gbps;
         no.interconnect_gbps = interconnect_gbps;
+        no.fail_gpu = fail_gpu;
+        no.fail_at_step = fail_at_step;
         no.shared_link_gbps = shared_link_gbps;
         no.timing_only = timing_only;
         no.time_scale = time_scale;
