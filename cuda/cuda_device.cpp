@@ -152,7 +152,7 @@ class cuda_device final : public device {
         (void)cudaGetLastError();
         throw invalid_argument(detail::concat(
             "mapped_device_pointer(", pinned_host_ptr, "): not pinned host memory mapped for cuda ",
-            "device ", ordinal_, host ? " (page-locked, but not portable to this GPU)" : "",
+            "device ", ordinal_, host ? " (page-locked, but not mapped for this GPU)" : "",
             "; use memory from device::allocate(pinned_host) or register_host_memory (both portable ",
             "and mapped), or cudaHostAlloc/cudaHostRegister with the Portable and Mapped flags"));
       }

@@ -17,7 +17,8 @@ assemble_gpu_tree "$full" "$out"  # the copy list in common.sh, shared with the 
 
 # The GPU machine has a driver, the CUDA 13 toolkit and Python, nothing else: no binary may need a
 # shared CUDA runtime, and nothing but the C/C++ runtime, cuBLAS and lib/ may be left to resolve.
-if ldd "$out"/tests/* "$out"/bench/* "$out"/examples/* | grep -q 'libcudart\.so'; then
+# (grep reads a string, not a pipe: with pipefail, `ldd | grep -q` fails when grep exits first)
+if grep -q 'libcudart\.so' <<<"$(ldd "$out"/tests/* "$out"/bench/* "$out"/examples/*)"; then
   echo "gpu-build: a binary links the shared CUDA runtime; it must be static (CUDA::cudart_static)" >&2
   exit 1
 fi

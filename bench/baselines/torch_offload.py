@@ -37,12 +37,15 @@ def parse():
 
 def main():
     args = parse()
+    # Exit 77 (skipped, with the reason last) when this machine cannot run it: gpu-check reports SKIP.
     try:
         import torch
-    except ImportError:
-        sys.exit("torch_offload.py: PyTorch is not installed; run it on the GPU machine")
+    except ImportError as e:
+        print(f"torch_offload.py: cannot import torch ({e}); run it where PyTorch with CUDA is installed")
+        sys.exit(77)
     if not torch.cuda.is_available():
-        sys.exit("torch_offload.py: no CUDA device; this baseline only means something on a GPU")
+        print("torch_offload.py: torch sees no CUDA device; this baseline only means something on a GPU")
+        sys.exit(77)
     hidden, inter, heads, kv_heads = PRESETS[args.model]
     kv = kv_heads * hidden // heads
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16

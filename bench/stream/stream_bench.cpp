@@ -294,7 +294,12 @@ int main(int argc, char** argv) {
 
   // The weights are pinned, filled and summed once; every policy's pager borrows them.
   std::unique_ptr<host_weights> weights;
-  if (!node_only) weights = std::make_unique<host_weights>(*dev, cfg);
+  try {
+    if (!node_only) weights = std::make_unique<host_weights>(*dev, cfg);
+  } catch (const std::exception& e) {  // the host cannot pin the weights: say so, exit 2
+    std::fprintf(stderr, "htp-stream-bench: pinning the weights of %d layers: %s\n", layers, e.what());
+    return 2;
+  }
   nlohmann::json sweep_json = nlohmann::json::array();
   std::vector<policy_result> last;
   int exit_code = 0;

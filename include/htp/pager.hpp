@@ -267,7 +267,8 @@ class pager {
   /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
   /// (`bytes` of host memory, pageable or pinned), blocking. For verification and checkpoints. A
   /// copy out of HBM runs without the pager's lock, with the tensor pinned meanwhile (an unregister
-  /// or evict of it then is refused as for an acquired tensor).
+  /// or evict of it then is refused as for an acquired tensor). Do not acquire a mutable tensor
+  /// while its copy_to_host runs: the copy would race with the writes, as any read with a write.
   /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
   /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device.
   void copy_to_host(tensor_handle h, void* dst);

@@ -69,6 +69,20 @@ std::vector<memory_region> regions_of(slab_allocator& a) {
 /// budget above it is allowed and a slab the host cannot pin fails then, as out_of_memory.
 constexpr std::size_t host_address_space_bytes = std::size_t{1} << 47;
 
+/// A note, not a refusal, when the host budget is over twice what MemTotal reads: a typo'd budget
+/// shows in the log before the pins fail (or, in a VM whose RAM grows as it is used, before the
+/// out-of-memory killer acts). A timing-only device's pinned memory is address space only.
+void warn_if_far_above_ram(std::size_t budget, bool timing_only) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (timing_only || pages <= 0 || page <= 0) return;
+  const auto ram = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+  if (budget / 2 > ram) {
+    detail::logger().warn("pager_config.host_budget_bytes is {} bytes, over twice the {} bytes MemTotal "
+                          "reports; pinning it may fail or exhaust the host (lower it unless this VM's "
+                          "memory grows on use)", budget, ram);
+  }
+}
+
 /// A budget larger than the memory behind it fails here, with the field's name, before any
 /// bookkeeping is sized by it.
 void check_fits(const char* field, std::size_t budget, std::size_t available, const char* what) {
@@ -87,6 +101,7 @@ pager::impl::impl(device& d, pager_config c)
              "the device's memory");
   check_fits("host_budget_bytes", config.host_budget_bytes, host_address_space_bytes,
              "the user address space of this host");
+  warn_if_far_above_ram(config.host_budget_bytes, dev.properties().timing_only);
   slab_allocator_config hc;
   hc.t = tier::hbm;
   hc.budget_bytes = config.hbm_budget_bytes;

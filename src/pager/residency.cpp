@@ -487,7 +487,12 @@ void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
       if (err.is_sticky()) throw;
       // A poison queued without its event would be unfenced: wait for it here, on this error path
       // only, so that it cannot overwrite the next tenant's bytes.
-      if (queued) private_stream.synchronize();
+      if (queued) {
+        try {
+          private_stream.synchronize();
+        } catch (...) {  // the stream's own failure is reported by whoever waits on it next
+        }
+      }
     }
   }
   if (!readers.empty()) {

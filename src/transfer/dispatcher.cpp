@@ -155,9 +155,27 @@ bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::
   return true;
 }
 
+void transfer_engine::impl::grow_words(std::unique_lock<std::mutex>& lock) {
+  growing_words = true;
+  lock.unlock();
+  std::uint32_t* block = nullptr;
+  try {
+    block = words.allocate_block();
+  } catch (...) {  // no pinned memory: a submitter that finds none free tries (and throws) itself
+  }
+  lock.lock();
+  words_growth_failed = block == nullptr;
+  if (block != nullptr) words.add_block(block);
+  growing_words = false;
+}
+
 void transfer_engine::impl::dispatch_loop(lane& l) {
   std::unique_lock lock(mutex_);
   for (;;) {
+    if (!stopping && !growing_words && !words_growth_failed && words.free_count() < words_low_water) {
+      grow_words(lock);  // many requests live: more words before a submitter runs out
+      continue;
+    }
     request* next = pick(l);
     if (!next) {
       if (l.upstream) l.upstream->withdraw(l.upstream_waiter);  // idle: not waiting on the link

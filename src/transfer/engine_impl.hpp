@@ -145,6 +145,14 @@ struct transfer_engine::impl {
   mutable std::mutex mutex_;
   std::condition_variable finished_cv;
   bool stopping = false;
+  bool growing_words = false;  ///< a dispatcher is pinning another block of value words
+  bool words_growth_failed = false;  ///< a dispatcher could not: it stops trying (no busy retry)
+  /// Below this many free value words a dispatcher pins another block, with the lock dropped and
+  /// outside every caller's lock, so that a submitter (which may hold the pager's lock) almost
+  /// never has to.
+  static constexpr std::size_t words_low_water = transfer::value_word_pool::block_words / 4;
+  /// Pins and adds a block of value words with `lock` dropped meanwhile (a dispatcher's job).
+  void grow_words(std::unique_lock<std::mutex>& lock);
   std::uint64_t next_id = 1;
   std::unordered_map<std::uint64_t, request_ptr> live;
   std::map<std::uint64_t, finished_record> history;

@@ -228,8 +228,10 @@ transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) 
   std::unique_lock lock(mutex_);
   HTP_EXPECTS(!stopping, logic_error, "transfer_engine::", call, " during destruction");
   while (!words.has_free()) {
-    // More requests live than reserved: pin another block of words without the lock
-    // (cudaHostAlloc may synchronise the device, and streams may be parked on words meanwhile).
+    // Rare: the dispatchers pin more words ahead (grow_words) once fewer than words_low_water are
+    // free. Here every word is live: pin another block without the engine's lock (cudaHostAlloc
+    // may synchronise the device, and streams may be parked on words meanwhile). The caller's own
+    // lock (the pager's) is still held: the reason the dispatchers grow the pool first.
     lock.unlock();
     std::uint32_t* block = words.allocate_block();
     lock.lock();

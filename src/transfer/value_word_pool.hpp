@@ -35,6 +35,8 @@ class value_word_pool {
   void reserve(std::size_t words);
   /// True when acquire() has a word to give without allocating.
   bool has_free() const noexcept { return !free_.empty(); }
+  /// Words acquire() can give without allocating.
+  std::size_t free_count() const noexcept { return free_.size(); }
   /// A new pinned block of block_words zeroed words, for add_block. Touches no pool state, so the
   /// engine calls it without its lock (pinning is slow and may synchronise the device).
   /// @throws htp::out_of_memory / htp::cuda_error from the device.
