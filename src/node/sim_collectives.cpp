@@ -63,8 +63,9 @@ struct rendezvous {
   std::vector<std::uint64_t> calls;   // per rank: collectives issued so far
   std::map<std::uint64_t, op> ops;    // by collective index, until every rank has left
   bool closing = false;               // the object is gone: waiting ranks return, nothing copied
-  bool aborted = false;               // abort(): waiting ranks return, nothing copied, calls throw
-  std::atomic<bool> aborted_flag{false};  // aborted, readable without the lock
+  // abort(): waiting ranks return, nothing copied, calls throw. Set under `mu`; atomic so that
+  // aborted() reads it without the lock.
+  std::atomic<bool> aborted{false};
   std::string reason;                 // the first abort's
 
   bool timing_only = false;  // the devices hold no bytes: only the modelled time passes
@@ -76,7 +77,6 @@ struct rendezvous {
   void abort_locked(const std::string& why) noexcept {
     if (!aborted) {
       aborted = true;
-      aborted_flag = true;
       try {
         reason = why;
         detail::logger().error("sim collectives aborted: {}", why);
@@ -213,7 +213,7 @@ class sim_collectives final : public collectives {
     std::lock_guard lock(rv_->mu);
     rv_->abort_locked(reason);
   }
-  bool aborted() const noexcept override { return rv_->aborted_flag; }
+  bool aborted() const noexcept override { return rv_->aborted; }
 
  private:
   /// The error of a call after an abort. Called with rv_->mu held.

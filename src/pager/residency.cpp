@@ -483,7 +483,7 @@ void pager::impl::free_hbm(const extent& e, std::vector<event_ref> readers) {
       dev.record(poisoned, private_stream);
       readers.push_back(poisoned);  // fences the extent with its readers (and releases with them)
     } catch (const cuda_error& err) {
-      if (poisoned && (readers.empty() || readers.back() != poisoned)) events.release(poisoned);
+      if (poisoned) events.release(poisoned);  // never recorded: nothing fences on it
       if (err.is_sticky()) throw;
       // A poison queued without its event would be unfenced: wait for it here, on this error path
       // only, so that it cannot overwrite the next tenant's bytes.

@@ -155,25 +155,29 @@ bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::
   return true;
 }
 
-void transfer_engine::impl::grow_words(std::unique_lock<std::mutex>& lock) {
+std::exception_ptr transfer_engine::impl::grow_words(std::unique_lock<std::mutex>& lock) {
   growing_words = true;
   lock.unlock();
   std::uint32_t* block = nullptr;
+  std::exception_ptr error;
   try {
     block = words.allocate_block();
-  } catch (...) {  // no pinned memory: a submitter that finds none free tries (and throws) itself
+  } catch (...) {
+    error = std::current_exception();
   }
   lock.lock();
-  words_growth_failed = block == nullptr;
-  if (block != nullptr) words.add_block(block);
+  if (block != nullptr) words.add_block(block);  // another thread may have grown it too: kept
   growing_words = false;
+  return error;
 }
 
 void transfer_engine::impl::dispatch_loop(lane& l) {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (!stopping && !growing_words && !words_growth_failed && words.free_count() < words_low_water) {
-      grow_words(lock);  // many requests live: more words before a submitter runs out
+      // Many requests live: more words before a submitter runs out. Without pinned memory the
+      // dispatchers stop trying (no busy retry); a submitter that finds none free throws.
+      words_growth_failed = grow_words(lock) != nullptr;
       continue;
     }
     request* next = pick(l);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <exception>
 #include <limits>
 #include <deque>
 #include <set>
@@ -151,8 +152,10 @@ struct transfer_engine::impl {
   /// outside every caller's lock, so that a submitter (which may hold the pager's lock) almost
   /// never has to.
   static constexpr std::size_t words_low_water = transfer::value_word_pool::block_words / 4;
-  /// Pins and adds a block of value words with `lock` dropped meanwhile (a dispatcher's job).
-  void grow_words(std::unique_lock<std::mutex>& lock);
+  /// Pins and adds a block of value words with `lock` dropped meanwhile; returns the device's
+  /// error (nothing added) or null. The dispatchers call it ahead of need, enqueue when every word
+  /// is live.
+  std::exception_ptr grow_words(std::unique_lock<std::mutex>& lock);
   std::uint64_t next_id = 1;
   std::unordered_map<std::uint64_t, request_ptr> live;
   std::map<std::uint64_t, finished_record> history;

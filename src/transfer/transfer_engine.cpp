@@ -232,10 +232,7 @@ transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) 
     // free. Here every word is live: pin another block without the engine's lock (cudaHostAlloc
     // may synchronise the device, and streams may be parked on words meanwhile). The caller's own
     // lock (the pager's) is still held: the reason the dispatchers grow the pool first.
-    lock.unlock();
-    std::uint32_t* block = words.allocate_block();
-    lock.lock();
-    words.add_block(block);  // another submitter may have grown it too: the words are kept
+    if (std::exception_ptr error = grow_words(lock)) std::rethrow_exception(error);
     HTP_EXPECTS(!stopping, logic_error, "transfer_engine::", call, " during destruction");
   }
   r->word = words.acquire();
