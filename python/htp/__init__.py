@@ -1,0 +1,37 @@
+"""htp, the hierarchical tensor pager, from Python.
+
+Tensors registered with a :class:`Pager` live in pinned host memory (or caller memory, or a
+safetensors file) and are paged into GPU memory on demand or ahead of use; :meth:`Pager.acquire`
+hands out zero-copy DLPack views. :mod:`htp.torch` pages a whole ``torch.nn.Module``. See
+docs/python.md.
+"""
+from ._htp import (
+    CudaError,
+    Device,
+    Error,
+    EvictionRule,
+    HostRegionKind,
+    InvalidArgumentError,
+    LinkConfig,
+    LogicError,
+    NodeConfig,
+    NodeTensor,
+    OomPolicy,
+    OutOfMemoryError,
+    PagerConfig,
+    PrefetchMode,
+    SimConfig,
+    Tensor,
+    TensorKind,
+    __version__,
+    cuda_device_count,
+)
+from ._config import make_device, node_config, pager_config, parse_bytes
+from ._pager import Node, Pager
+
+__all__ = [
+    "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
+    "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy", "OutOfMemoryError",
+    "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "__version__",
+    "cuda_device_count", "make_device", "node_config", "pager_config", "parse_bytes",
+]

@@ -1,0 +1,114 @@
+// What the binding's files share: the Python-side objects that own a device and a pager, and the
+// per-file bind functions module.cpp calls. See docs/python.md.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/pager.hpp>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace htp::python {
+
+namespace nb = nanobind;
+
+/// A device as Python holds it: shared, so that pagers and the views they hand out keep it alive.
+struct py_device {
+  std::unique_ptr<htp::device> dev;
+  std::string backend;  ///< "cuda" or "sim"
+  int ordinal = 0;
+  bool is_cuda() const noexcept { return backend == "cuda"; }
+};
+
+/// A registered tensor as Python sees it: the pager's handle plus the dtype and shape it was
+/// registered with (the pager itself knows bytes only). A value, like the handle.
+struct py_tensor {
+  htp::tensor_handle handle;
+  std::string name;
+  nb::dlpack::dtype dtype{};
+  std::vector<std::size_t> shape;
+  std::size_t nbytes = 0;
+  htp::tensor_kind kind = htp::tensor_kind::weight;
+};
+
+class stream_binder;
+
+/// What one Python Pager owns: the pager (or, for a node's GPU, a reference to the node's), the
+/// stream policy, the caller objects kept alive for zero-copy registrations and the caller regions
+/// lent on its behalf. Views hold a shared_ptr to it, so the memory they point into outlives them.
+struct pager_state : std::enable_shared_from_this<pager_state> {
+  std::shared_ptr<py_device> device;
+  std::shared_ptr<void> owner;          ///< the node, for a node's pager; null otherwise
+  std::unique_ptr<htp::pager> owned;    ///< null for a node's pager
+  htp::pager* pager = nullptr;
+  std::unique_ptr<stream_binder> streams;
+
+  std::mutex mutex;  ///< guards the two maps below
+  /// Caller objects whose memory a tensor registered without a copy lives in, by handle.
+  std::unordered_map<std::uint64_t, nb::object> keep_alive;
+  /// Regions lent with add_host_region for one tensor (removed when it is unregistered), by handle.
+  std::unordered_map<std::uint64_t, void*> own_regions;
+
+  pager_state(std::shared_ptr<py_device> d, std::unique_ptr<htp::pager> p);
+  pager_state(std::shared_ptr<py_device> d, std::shared_ptr<void> node_owner, htp::pager& p);
+  ~pager_state();
+};
+
+inline std::uint64_t key_of(htp::tensor_handle h) noexcept {
+  return (std::uint64_t{h.generation} << 32) | h.index;
+}
+
+// dtypes.cpp
+/// "float32", "bfloat16", ... for a DLPack dtype. @throws htp::invalid_argument for one htp's
+/// views cannot describe (lanes != 1, or an unknown code).
+std::string dtype_name(nb::dlpack::dtype d);
+/// The DLPack dtype for a name above, or for a safetensors name ("BF16", "F32", ...).
+nb::dlpack::dtype dtype_from_name(const std::string& name);
+
+// The bind functions, one per file.
+void bind_errors(nb::module_& m);
+void bind_device(nb::module_& m);
+void bind_pager_config(nb::module_& m);
+void bind_pager(nb::module_& m);
+void bind_node(nb::module_& m);
+
+}  // namespace htp::python
+
+namespace htp::python {
+
+// pager_views.cpp
+/// What acquire returns per tensor: the span, the dtype and shape, and the pager's state, kept alive
+/// so that the memory the view points into outlives it.
+class view {
+ public:
+  view(std::shared_ptr<pager_state> owner, const py_tensor& t, const device_span& span);
+  /// A fresh DLPack capsule; `self` (this view's Python object) is its owner.
+  nb::object dlpack(nb::handle self) const;
+  /// (kDLCUDA, ordinal) or (kDLCPU, 0).
+  nb::tuple dlpack_device() const;
+  const py_tensor& tensor() const noexcept { return tensor_; }
+  const device_span& span() const noexcept { return span_; }
+
+ private:
+  std::shared_ptr<pager_state> owner_;
+  py_tensor tensor_;
+  device_span span_;
+};
+void bind_view(nb::module_& m);
+/// Acquires `ts` (one lock, all or nothing) on the stream `raw` names (streams.hpp) and returns
+/// one DLPack view per tensor, in order, each keeping `self` alive. The GIL is released meanwhile.
+nb::list acquire_views(pager_state& self, const std::vector<py_tensor>& ts,
+                       std::optional<std::uintptr_t> raw, bool wait);
+/// Releases `ts` on the stream `raw` names (one event). The GIL is released meanwhile.
+void release_views(pager_state& self, const std::vector<py_tensor>& ts,
+                   std::optional<std::uintptr_t> raw, bool dirty);
+
+}  // namespace htp::python

@@ -1,0 +1,137 @@
+// htp._htp.Node: N GPUs over one pinned host tier (node.hpp). Each GPU's pager is an htp Pager
+// from Python (gpu(g)); tensors are registered once for the node and named per GPU with on(t, g).
+#include "bindings.hpp"
+
+#include <htp/error.hpp>
+#include <htp/node.hpp>
+#include <htp/prometheus.hpp>
+
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace htp::python {
+namespace {
+
+struct py_node {
+  std::vector<std::shared_ptr<py_device>> devices;
+  std::unique_ptr<htp::node> node;
+  std::mutex mutex;
+  std::vector<std::weak_ptr<pager_state>> pagers;  ///< gpu(g)'s wrappers, made on first use
+  ~py_node() {
+    nb::gil_scoped_release unlocked;
+    node.reset();
+  }
+};
+
+/// A node tensor with the dtype and shape of each shard (one for replicated and local tensors).
+struct py_node_tensor {
+  node_tensor t;
+  std::vector<py_tensor> shards;  ///< handle fields unset; on() fills them per GPU
+  std::size_t local_gpu = 0;
+};
+
+struct shard_source {
+  const void* data;
+  py_tensor meta;
+};
+
+shard_source source_of(const nb::ndarray<nb::ro>& a, const std::string& name, tensor_kind kind) {
+  if (a.device_type() != nb::device::cpu::value) {
+    throw htp::invalid_argument("Node register '" + name + "': the source is not CPU memory");
+  }
+  py_tensor meta{{}, name, a.dtype(), {}, a.nbytes(), kind};
+  for (std::size_t i = 0; i < a.ndim(); ++i) meta.shape.push_back(a.shape(i));
+  dtype_name(meta.dtype);
+  return {a.data(), meta};
+}
+
+std::shared_ptr<pager_state> gpu_of(const std::shared_ptr<py_node>& n, std::size_t g) {
+  htp::pager& p = n->node->gpu(g);  // checks g
+  std::lock_guard<std::mutex> lock(n->mutex);
+  if (auto s = n->pagers[g].lock()) return s;
+  auto s = std::make_shared<pager_state>(n->devices[g], n, p);
+  n->pagers[g] = s;
+  return s;
+}
+
+py_tensor on_gpu(const py_node& n, const py_node_tensor& t, std::size_t g) {
+  const tensor_handle h = n.node->on(t.t, g);
+  py_tensor out = t.shards[n.node->layout(t.t) == node_layout::sharded ? g : 0];
+  out.handle = h;
+  return out;
+}
+
+std::shared_ptr<py_node> make_node(const std::vector<std::shared_ptr<py_device>>& devices,
+                                   const node_config& config) {
+  auto n = std::make_shared<py_node>();
+  n->devices = devices;
+  std::vector<device*> raw;
+  for (const auto& d : devices) {
+    if (!d) throw htp::invalid_argument("Node: a device is None");
+    raw.push_back(d->dev.get());
+  }
+  {
+    nb::gil_scoped_release unlocked;
+    n->node = std::make_unique<htp::node>(raw, config);
+  }
+  n->pagers.resize(devices.size());
+  return n;
+}
+
+void bind_node_config(nb::module_& m) {
+  nb::class_<node_config>(m, "NodeConfig", "A node's configuration (node.hpp, node_config).")
+      .def(nb::init<>())
+      .def_rw("host_budget_bytes", &node_config::host_budget_bytes)
+      .def_rw("host_slab_bytes", &node_config::host_slab_bytes)
+      .def_rw("host_page_bytes", &node_config::host_page_bytes)
+      .def_rw("gpu", &node_config::gpu)
+      .def_rw("discover_shared_links", &node_config::discover_shared_links)
+      .def_rw("link_share", &node_config::link_share)
+      .def_rw("numa_bytes_per_second", &node_config::numa_bytes_per_second)
+      .def_rw("numa_placement", &node_config::numa_placement);
+}
+
+}  // namespace
+
+void bind_node(nb::module_& m) {
+  bind_node_config(m);
+  nb::class_<py_node_tensor>(m, "NodeTensor", "A tensor registered with a node.")
+      .def_prop_ro("name", [](const py_node_tensor& t) { return t.shards.front().name; });
+  nb::class_<py_node>(m, "Node", "N GPUs over one pinned host tier (node.hpp).")
+      .def(nb::new_(&make_node), nb::arg("devices"), nb::arg("config"))
+      .def_prop_ro("gpu_count", [](const py_node& n) { return n.node->gpu_count(); })
+      .def("gpu", &gpu_of, nb::arg("g"), "GPU g's pager (the C++ object; htp.Node wraps it).")
+      .def("register_replicated", [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a) {
+             const shard_source s = source_of(a, name, tensor_kind::weight);
+             nb::gil_scoped_release unlocked;
+             return py_node_tensor{n.node->register_replicated(name, s.meta.nbytes, s.data), {s.meta}, 0};
+           }, nb::arg("name"), nb::arg("source"))
+      .def("register_sharded", [](py_node& n, std::string name, const std::vector<nb::ndarray<nb::ro>>& parts,
+                                  tensor_kind kind) {
+             py_node_tensor out;
+             std::vector<std::size_t> bytes;
+             std::vector<const void*> sources;
+             for (const auto& a : parts) {
+               const shard_source s = source_of(a, name, kind);
+               out.shards.push_back(s.meta);
+               bytes.push_back(s.meta.nbytes);
+               sources.push_back(s.data);
+             }
+             nb::gil_scoped_release unlocked;
+             out.t = n.node->register_sharded(name, bytes, kind, sources);
+             return out;
+           }, nb::arg("name"), nb::arg("shards"), nb::arg("kind"))
+      .def("register_local", [](py_node& n, std::size_t g, std::string name,
+                                const nb::ndarray<nb::ro>& a, tensor_kind kind) {
+             const shard_source s = source_of(a, name, kind);
+             nb::gil_scoped_release unlocked;
+             return py_node_tensor{n.node->register_local(g, name, s.meta.nbytes, kind, s.data), {s.meta}, g};
+           }, nb::arg("g"), nb::arg("name"), nb::arg("source"), nb::arg("kind"))
+      .def("on", &on_gpu, nb::arg("tensor"), nb::arg("g"), "The tensor as GPU g's pager names it.")
+      .def("unregister", [](py_node& n, const py_node_tensor& t) { n.node->unregister(t.t); },
+           nb::call_guard<nb::gil_scoped_release>(), nb::arg("tensor"))
+      .def("prometheus", [](const py_node& n) { return to_prometheus(n.node->metrics()); });
+}
+
+}  // namespace htp::python
