@@ -2,6 +2,7 @@
 # The test command: installs what is missing, builds htp (with the CUDA backend when the toolkit is
 # present, warnings as errors) and runs every test; then builds the CPU-only suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer and runs it.
+# Then the Python package (scripts/python.sh): pip install ., pytest, the bench's dry run.
 # Then runs each libFuzzer target for HTP_FUZZ_SECONDS (60) s (scripts/fuzz.sh). The stress test runs
 # HTP_STRESS_OPS=2000 operations per thread under the sanitizers (10,000 in the normal build).
 # HTP_TEST_QUICK=1 skips the sanitizer builds and fuzzing (for local iteration; CI runs everything).
@@ -23,6 +24,8 @@ HTP_GPU_CHECK_BUILD=build/gpu-tree bash "$root/scripts/gpu-check.sh" --dry-run b
   { cat build/gpu-check-dry-run.log; echo "gpu-check dry run FAILED"; exit 1; }
 grep -E "^(SKIP|dry run)" build/gpu-check-dry-run.log
 bash "$root/scripts/gpu-check-selftest.sh" build/gpu-tree  # and it fails where the GPU run would
+# The Python package: venv, pip install . (on this build), pytest, the H200 comparison's dry run.
+bash "$root/scripts/python.sh" build
 
 if [[ ${HTP_TEST_QUICK:-0} != 1 ]]; then
   for san in address,undefined thread; do

@@ -55,7 +55,7 @@ def _pager_options(hbm_budget: int, host_bytes: int, config: dict[str, Any]) -> 
     opts.update(config)
     page = parse_bytes(opts.get("page_bytes") or 65536)
     slab = parse_bytes(opts.get("slab_bytes", 64 << 20))
-    opts.setdefault("host_budget", host_bytes * 5 // 4 + 2 * page + slab)
+    opts.setdefault("host_budget", host_bytes * 5 // 4 + 2 * page + slab if host_bytes else 0)
     return opts
 
 
@@ -173,6 +173,17 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _check_units_fit(raw_units, budget: int) -> None:
+    """Every unit is acquired whole, so each must fit the budget with room to spare for the
+    allocator's rounding and the next unit's prefetch; say which one does not, and what to do."""
+    for name, _, own in raw_units:
+        need = sum(p.numel() * p.element_size() for _, p in own)
+        if need > budget * 3 // 4:
+            raise InvalidArgumentError(
+                f"offload: module {name!r} needs {need} bytes at once, over 3/4 of hbm_budget "
+                f"({budget}); raise hbm_budget or name it in keep= to hold it resident")
+
+
 def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.Tensor]) -> list[_Unit]:
     registered: dict[int, Tensor] = {}
     units = []
@@ -216,6 +227,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     host_bytes = 0 if not copy else sum(((p.numel() * p.element_size() + 4095) // 4096) * 4096
                                         for p in unique.values())
     budget = parse_bytes(hbm_budget, "hbm_budget")
+    _check_units_fit(raw_units, budget)
     pager = Pager(dev, budget, **_pager_options(budget, host_bytes, config))
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts)

@@ -58,6 +58,8 @@ void bind_device(nb::module_& m) {
                    "Bytes of device memory.")
       .def_prop_ro("timing_only", [](const py_device& d) { return d.dev->properties().timing_only; },
                    "A sim device that stores no bytes (see SimConfig.timing_only).")
+      .def_prop_ro("sim_pinned_bytes", [](const py_device& d) { return sim_pinned_bytes_in_use(*d.dev); },
+                   "sim only: bytes of pinned host memory allocated now (tests of what htp holds).")
       .def("synchronize", [](py_device& d) { d.dev->synchronize_all(); },
            nb::call_guard<nb::gil_scoped_release>(),
            "Blocks until all work on every stream of this device has completed.")
