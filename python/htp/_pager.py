@@ -159,7 +159,7 @@ class Pager:
         torch's current stream on cuda (the host waits for the bytes when torch is not in use; on
         sim always). Turn a view into a tensor with torch.from_dlpack(view) or
         numpy.from_dlpack(view). A view used after its release reads whatever the pager put there
-        next (in checked mode, 0xDB once its extent is freed): keep views inside acquire/release,
+        next (in checked mode, htp's poison pattern once its extent is freed): keep views inside acquire/release,
         or use ``acquired``."""
         ts, single = _as_list(tensors)
         views = self._p.acquire(ts, stream_handle(stream, self.device), wait)
@@ -174,7 +174,16 @@ class Pager:
     @contextlib.contextmanager
     def acquired(self, tensors: Tensor | Sequence[Tensor], stream: Any = None,
                  dirty: bool = False) -> Iterator[Any]:
-        """``with pager.acquired(ts) as views:`` acquire on entry, release on exit (also on error)."""
+        """``with pager.acquired(ts) as views:`` acquire on entry, release on exit (also on error).
+        ``dirty`` is checked before the acquire (weights cannot be dirty), so the exit's release
+        cannot fail on it and leave the tensors pinned."""
+        if dirty:
+            ts, _ = _as_list(tensors)
+            weights = [t.name for t in ts if t.kind == _htp.TensorKind.weight]
+            if weights:
+                raise InvalidArgumentError(
+                    f"acquired({weights[0]!r}, dirty=True): a weight is never dirty; register "
+                    "kernel-written tensors with kind='mutable'")
         views = self.acquire(tensors, stream)
         try:
             yield views

@@ -1,0 +1,215 @@
+"""htp's Python API on sim: registration forms, views, streams, config by name, reports, and
+misuse that must raise typed exceptions and leave nothing behind."""
+from __future__ import annotations
+
+import json
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import htp
+
+
+def test_errors_are_typed_and_derive_from_the_builtins():
+    assert issubclass(htp.OutOfMemoryError, MemoryError) and issubclass(htp.OutOfMemoryError, htp.Error)
+    assert issubclass(htp.InvalidArgumentError, ValueError)
+    assert issubclass(htp.CudaError, RuntimeError)
+    with pytest.raises(htp.InvalidArgumentError, match="backend"):
+        htp.make_device("tpu")
+
+
+def test_cuda_without_a_gpu_says_why():
+    if htp.cuda_device_count() > 0:
+        pytest.skip("a GPU is present")
+    with pytest.raises(htp.CudaError):
+        htp.make_device("cuda")
+    assert htp.make_device("auto").backend == "sim"
+
+
+def test_every_config_field_is_settable_by_name(sim):
+    fields = [n for n in dir(htp.PagerConfig) if not n.startswith("_")]
+    assert {"hbm_budget_bytes", "prefetch_lookahead", "eviction", "checked", "h2d"} <= set(fields)
+    cfg = htp.pager_config(hbm_budget="2MiB", host_budget=4 << 20, slab_bytes="1MiB",
+                           page_bytes=4096, eviction="belady", prefetch="pipeline",
+                           on_oom="allow_degraded", latency_budget_ms=50, trace=True,
+                           h2d={"rate_bytes_per_second": "1GB"}, prefetch_lookahead=4)
+    assert cfg.hbm_budget_bytes == 2 << 20 and cfg.eviction == htp.EvictionRule.belady
+    assert cfg.h2d.rate_bytes_per_second == 10**9 and cfg.latency_budget_ms == 50
+    with pytest.raises(htp.InvalidArgumentError, match="no option 'hbm'"):
+        htp.pager_config(hbm=1)
+    with pytest.raises(htp.InvalidArgumentError, match="none of"):
+        htp.pager_config(eviction="fifo")
+    with pytest.raises(htp.InvalidArgumentError, match="not a size"):
+        htp.pager_config(hbm_budget="lots")
+    with pytest.raises(htp.InvalidArgumentError):  # C++ checks the values: slab below 64 KiB
+        htp.Pager(sim, hbm_budget="1MiB", slab_bytes=1000)
+
+
+def test_register_from_numpy_buffer_and_torch_keeps_dtype_and_shape(pager):
+    a = np.arange(24, dtype=np.float16).reshape(2, 3, 4)
+    t = pager.register("a", a)
+    assert (t.dtype, t.shape, t.nbytes) == ("float16", (2, 3, 4), 48)
+    with pager.acquired(t) as v:
+        assert np.array_equal(np.from_dlpack(v), a)
+        assert v.__dlpack_device__() == (1, 0)  # kDLCPU on sim
+    b = pager.register("b", bytearray(b"0123456789"))
+    assert (b.dtype, b.shape) == ("uint8", (10,))
+    torch = pytest.importorskip("torch")
+    x = torch.randn(5, 7, dtype=torch.bfloat16)
+    tx = pager.register("x", x)
+    assert tx.dtype == "bfloat16" and tx.shape == (5, 7)
+    with pager.acquired(tx) as v:
+        assert torch.equal(torch.from_dlpack(v), x)
+    assert torch.equal(pager.copy_to_host(tx), x)
+
+
+def test_zero_copy_registration_uses_the_callers_memory(pager, tmp_path):
+    torch = pytest.importorskip("torch")  # numpy's from_dlpack views are read-only
+    a = np.arange(4096, dtype=np.int32)
+    t = pager.register("a", a, kind="mutable", copy=False)
+    with pager.acquired(t, dirty=True) as v:
+        torch.from_dlpack(v).fill_(-1)  # a kernel writing the tensor
+    pager.evict(t)  # written back into the caller's array
+    assert (a == -1).all()
+    pager.unregister(t)
+    path = tmp_path / "weights.bin"
+    np.arange(8192, dtype=np.float32).tofile(path)
+    mm = np.memmap(path, dtype=np.float32, mode="r")
+    pager.lend(mm, read_only=True)
+    first, second = pager.register("m0", mm[:4096], copy=False), pager.register("m1", mm[4096:], copy=False)
+    with pager.acquired([first, second]) as (v0, v1):
+        assert np.from_dlpack(v1)[0] == 4096.0 and np.from_dlpack(v0)[-1] == 4095.0
+    with pytest.raises(htp.InvalidArgumentError):  # a read-only region holds weights only
+        pager.register("m2", mm[:16], kind="mutable", copy=False)
+    pager.unregister(first)
+    pager.unregister(second)
+    pager.unlend(mm)
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        raw = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_safetensors_tensors_are_file_backed(pager, tmp_path):
+    path = tmp_path / "model.safetensors"
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    bias = np.arange(32, dtype=np.int64)
+    write_safetensors(path, {"w": ("F32", w), "b": ("I64", bias)})
+    ts = pager.register_safetensors(str(path))
+    assert ts["w"].shape == (64, 32) and ts["b"].dtype == "int64"
+    with pager.acquired([ts["w"], ts["b"]]) as (vw, vb):
+        assert np.array_equal(np.from_dlpack(vw), w) and np.array_equal(np.from_dlpack(vb), bias)
+    assert pager.metrics()["file_backed_tensors"] == 2
+    with pytest.raises(htp.InvalidArgumentError, match="no tensor named"):
+        pager.register_safetensors(str(path), ["missing"])
+
+
+def test_misuse_raises_typed_errors_and_leaks_nothing(sim):
+    before = sim.sim_pinned_bytes
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="2MiB", slab_bytes="1MiB", page_bytes=4096)
+    t = p.register("t", np.zeros(1024, dtype=np.float32))
+    with pytest.raises(htp.InvalidArgumentError, match="without a matching acquire"):
+        p.release(t)
+    with pytest.raises(htp.InvalidArgumentError):  # larger than the HBM budget
+        p.register("big", np.zeros(2 << 20, dtype=np.uint8))
+    fills = []
+    with pytest.raises(htp.OutOfMemoryError):  # more than the host tier holds
+        for i in range(3):
+            fills.append(p.register(f"fill{i}", np.zeros(900 << 10, dtype=np.uint8)))
+    assert len(fills) == 2 and p.metrics()["registered_tensors"] == 3
+    for f in fills:
+        p.unregister(f)
+    with pytest.raises(htp.InvalidArgumentError, match="not C-contiguous"):
+        p.register("strided", np.zeros((8, 8), dtype=np.float32)[:, ::2])
+    with pytest.raises(htp.InvalidArgumentError, match="unsupported dtype"):
+        p.register("c", np.zeros(4, dtype=np.complex64))
+    with pytest.raises(htp.InvalidArgumentError, match="kind"):
+        p.register("k", np.zeros(4), kind="kv")
+    with pytest.raises(htp.InvalidArgumentError, match="not an array"):
+        p.register("s", "not an array")
+    with pytest.raises(htp.InvalidArgumentError, match="sim device takes stream=None"):
+        p.acquire(t, stream=12345)
+    with pytest.raises(htp.InvalidArgumentError, match="dirty"):
+        with p.acquired(t, dirty=True):
+            pass
+    assert p.info(t)["pins"] == 0  # the context manager released despite the error
+    p.unregister(t)
+    with pytest.raises(htp.InvalidArgumentError, match="stale"):
+        p.acquire(t)
+    assert p.metrics()["registered_tensors"] == 0
+    del p
+    assert sim.sim_pinned_bytes == before
+
+
+def test_checked_mode_poisons_a_view_used_after_its_extent_is_freed(sim):
+    # Checked mode fills freed HBM extents with htp's poison pattern (fill_pattern(0xDBDBDBDB)).
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="2MiB", slab_bytes="1MiB", page_bytes=4096,
+                  checked=True)
+    t = p.register("t", np.full(4096, 7, dtype=np.uint8))
+    view = p.acquire(t)
+    stale = np.from_dlpack(view)
+    p.release(t)
+    p.evict(t)
+    sim.synchronize()  # the poison is queued on the pager's own stream
+    assert (stale != 7).mean() > 0.9
+
+
+def test_reports_metrics_prometheus_and_trace(sim, tmp_path):
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="2MiB", slab_bytes="1MiB", page_bytes=4096,
+                  trace=True)
+    t = p.register("t", np.ones(1000, dtype=np.float32))
+    with p.acquired(t):
+        pass
+    m = p.metrics()
+    assert m["faults"] == 1 and m["acquires"] == 1 and isinstance(m["transfers"], dict)
+    assert "htp_pager_faults" in p.to_prometheus() or "faults" in p.to_prometheus()
+    p.write_trace(str(tmp_path / "trace.json"))
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    p.reset_metrics()
+    assert p.metrics()["faults"] == 0
+
+
+def test_threads_share_a_pager_with_the_gil_released(sim):
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="4MiB", slab_bytes="1MiB", page_bytes=4096)
+    arrays = [np.full(64 << 10, i, dtype=np.uint8) for i in range(24)]  # 1.5 MiB: evictions
+    ts = [p.register(f"t{i}", a) for i, a in enumerate(arrays)]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(30):
+                i = (k * 7 + r) % len(ts)
+                with p.acquired(ts[i]) as v:
+                    if not (np.from_dlpack(v) == i).all():
+                        errors.append(f"tensor {i} has wrong bytes")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads) and not errors
+    assert p.metrics()["evictions"] > 0
+
+
+def test_node_shares_one_host_copy(sim):
+    devices = [htp.make_device("sim") for _ in range(2)]
+    n = htp.Node(devices, host_budget="4MiB", host_slab_bytes="1MiB", gpu=dict(hbm_budget="1MiB", slab_bytes="1MiB", page_bytes=4096))
+    w = n.register_replicated("w", np.arange(256, dtype=np.float32))
+    for g in range(n.gpu_count):
+        pg = n.gpu(g)
+        t = n.on(w, g)
+        with pg.acquired(t) as v:
+            assert np.from_dlpack(v)[255] == 255.0
+    n.unregister(w)
