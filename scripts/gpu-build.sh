@@ -26,6 +26,30 @@ extra=$(ldd "$out"/tests/* "$out"/bench/* "$out"/examples/* 2>/dev/null | awk '/
         grep -v -E '^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libbenchmark)' || true)
 [[ -z $extra ]] || echo "gpu-build: note: binaries also need $(echo $extra) (present on the GPU machine?)"
 
+# The Python wheel for the GPU machine's Python (3.12 there; HTP_GPU_PYTHON names another), built
+# here on the same configured tree (only htp._htp compiles): the GPU machine has no fmt or spdlog to
+# build it, and no registry. gpu-check's python set installs it from $out/wheels.
+gpu_py=${HTP_GPU_PYTHON:-python3.12}
+if command -v "$gpu_py" >/dev/null 2>&1; then
+  tag=$("$gpu_py" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+  wheel_venv=${HTP_VENV_CACHE:-$HOME/.cache/htp}/wheel-py$tag
+  if [[ ! -f $wheel_venv/.complete ]]; then
+    rm -rf "$wheel_venv"
+    "$gpu_py" -m venv "$wheel_venv"
+    "$wheel_venv/bin/python" -m pip install -q $(grep -E '^(nanobind|scikit-build-core)==' python/requirements.txt)
+    touch "$wheel_venv/.complete"
+  fi
+  rm -rf "$out/wheels"
+  "$wheel_venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheels" \
+    -C build-dir="$full" -C cmake.build-type=Release -C cmake.define.HTP_WITH_CUDA=ON \
+    -C cmake.define.HTP_WERROR=ON -C cmake.define.HTP_BUILD_TESTS=ON -C cmake.define.HTP_BUILD_BENCH=ON \
+    -C cmake.define.HTP_BUILD_EXAMPLES=ON -C cmake.define.HTP_PACKAGE=ON . >"$full.wheel.log" 2>&1 ||
+    { tail -30 "$full.wheel.log"; echo "gpu-build: the wheel did not build" >&2; exit 1; }
+  echo "gpu-build: $(ls "$out"/wheels)"
+else
+  echo "gpu-build: no $gpu_py here: gpu-check's python set will find no wheel"
+fi
+
 size_kib=$(du -sk "$out" | cut -f1)
 echo "gpu-build: $out is $((size_kib / 1024)) MiB"
 if (( size_kib > 56 * 1024 )); then

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # The one script for a machine with an NVIDIA GPU and no package registry (see docs/gpu.md).
-# Usage: scripts/gpu-check.sh [--dry-run] OUT_DIR
+# Usage: scripts/gpu-check.sh [--dry-run] [--set core|python] OUT_DIR
+#
+# Two sets of steps, each one command of at most 400 s (a GPU machine runs 600 s per command):
+# `core` (the default: the C++ tests, examples and benchmarks) and `python` (the wheel
+# gpu-build.sh made for the GPU machine's Python, its pytest suite on the GPU, and the Hugging Face
+# comparison: htp.torch.offload against accelerate and the naive way). HTP_GPU_CHECK_SET also picks.
 #
 # Runs the steps of the table below in order, each under its own budget (`timeout`), all within
 # HTP_GPU_CHECK_SECONDS (400) in total: one run and a rerun, with one machine start, fit in the
@@ -27,10 +32,14 @@ if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
-if [[ ${1:-} == --dry-run ]]; then
-  dry=1
-  shift
-fi
+set_name=${HTP_GPU_CHECK_SET:-core}
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --dry-run) dry=1; shift ;;
+    --set) set_name=${2:?--set needs core or python}; shift 2 ;;
+    *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 out=${1:?usage: scripts/gpu-check.sh [--dry-run] OUT_DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd) || { echo "gpu-check: cannot use $out as the output folder" >&2; exit 1; }
@@ -61,9 +70,23 @@ declare -A budget=(
                         # exit 77 when torch or its GPU is missing: a SKIP with the reason
   [slab]=15             # Google Benchmark, 0.05 s per case, ~40 cases: ~5 s (10 s on 2 cores)
   [memcheck]=35         # compute-sanitizer on the cuda conformance tests that cannot hang: ~25 s
+  # the python set
+  [python-tests]=80     # pip install of the wheel (~3 s), pytest: ~40 tests on sim (~25 s), 4 on cuda
+  [hf-offload]=300      # Llama-3.1-8B bf16 drawn on the GPU, 16 GB pinned (~20 s); 32 tokens at batch 1
+                        # and 16: resident, naive (~25 s), htp at 30% and 50% (~40 s), accelerate (~30 s)
 )
-order=(facts tests pager-tests interop-tests nccl-tests examples bandwidth transfer stream-decode
-       stream-prefill stream-node integrity torch-baseline slab memcheck)
+case $set_name in
+  core) order=(facts tests pager-tests interop-tests nccl-tests examples bandwidth transfer stream-decode
+               stream-prefill stream-node integrity torch-baseline slab memcheck) ;;
+  python) order=(facts python-tests hf-offload) ;;
+  *) echo "gpu-check: --set $set_name is neither core nor python" >&2; exit 2 ;;
+esac
+# in_set NAME: the step belongs to the set being run (the examples run as "example NAME").
+in_set() {
+  local s=${1%% *}
+  [[ $s == example ]] && s=examples
+  [[ " ${order[*]} " == *" $s "* ]]
+}
 
 summary_lines=()
 note() { echo "$*"; summary_lines+=("$*"); }
@@ -109,7 +132,7 @@ build=$(cd "$build" && pwd)
 
 # ---- facts ---------------------------------------------------------------------------------------
 note "== gpu-check $(date -u +%FT%TZ)$([[ $dry == 1 ]] && echo ' (DRY RUN: nothing runs on a GPU)') =="
-note "build: $build; budgets $sum s of $total s"
+note "build: $build; set $set_name: budgets $sum s of $total s"
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
   {
@@ -196,6 +219,7 @@ dry_check() {
 run_step() {
   local name=$1 log=$2 kind=$3 bin=$4
   shift 4
+  in_set "$name" || return 0
   local t=${budget[${name%% *}]:?no budget for $name}
   if [[ ! -x $bin && ! ( $bin == *.py && -f $bin ) ]]; then
     fail "$name: $bin is not in the tree (add it to gpu_tree_files in scripts/common.sh)"
@@ -257,13 +281,14 @@ verdict() {
 
 # ---- correctness first: the cuda tests and the examples --------------------------------------------
 n_examples=$(find "$build/examples" -maxdepth 1 -name 'htp-example-*' -type f -perm -u+x 2>/dev/null | wc -l)
-(( n_examples > 0 )) || fail "examples: no executable htp-example-* in $build/examples"
+(( n_examples > 0 )) || ! in_set examples || fail "examples: no executable htp-example-* in $build/examples"
 t=$build/tests
 # gtest_step NAME BIN REQUIRED_REGEX [ARGS...]: a test binary, then the verdict on its report when
 # it ran to the end (0: passed, 1: a test failed).
 gtest_step() {
   local name=$1 bin=$2 req=$3 rc
   shift 3
+  in_set "$name" || return 0
   run_step "$name" "$work/tests.log" htp "$bin" "$@" --gtest_output="json:$work/$name.json"
   rc=$?
   (( rc <= 1 )) && verdict "$name" "$work/$name.json" "$req"
@@ -273,7 +298,7 @@ gtest_step tests "$t/test_device" '^device_conformance/cuda\.'
 gtest_step pager-tests "$t/test_pager_backends" '^pager_backend/cuda\.' --gtest_filter='*cuda*'
 gtest_step interop-tests "$t/test_cuda_interop" '^cuda_interop\.the_programs_stream'
 # NCCL, loaded at run time: one rank on this GPU. Without a libnccl.so.2 the step is a SKIP.
-if [[ -n $nccl || $dry == 1 ]]; then
+if [[ -n $nccl || $dry == 1 ]] || ! in_set nccl-tests; then
   gtest_step nccl-tests "$t/test_collectives" '^collectives\.nccl' --gtest_filter='*nccl*'
 else
   skip nccl-tests "no libnccl.so.2 (not in the CUDA toolkit, the system, HTP_NCCL_LIBRARY or an nvidia-nccl-cu13 wheel under: ${site_dirs:-no python})"
@@ -321,7 +346,9 @@ run_step slab "$work/slab.log" htp "$b/htp-slab-bench" --benchmark_min_time=0.05
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
 parks='*events_order_work_across_streams*:*event_query_and_synchronize*:*a_stream_waits_on_a_value*'
 memcheck_filter="device_conformance/cuda.*:-*oversize*:$parks"
-if [[ -n $sanitizer ]]; then
+if ! in_set memcheck; then
+  :
+elif [[ -n $sanitizer ]]; then
   run_step memcheck "$work/sanitizer.log" htp "$sanitizer" --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$t/test_device" --gtest_filter="$memcheck_filter" \
     --gtest_output="json:$work/memcheck.json"
@@ -341,6 +368,13 @@ elif [[ $dry == 1 ]]; then
 else
   skip memcheck "no compute-sanitizer on this machine"
 fi
+
+# ---- the python set: the wheel, its tests on the GPU, the Hugging Face comparison ----------------
+py_site=$work/python-site
+run_step python-tests "$work/python.log" py scripts/gpu_python.py --wheels "$build/wheels" \
+  --site "$py_site" --junit "$work/python-tests.xml"
+export PYTHONPATH=$py_site${PYTHONPATH:+:$PYTHONPATH}
+run_step hf-offload "$work/python.log" py bench/python/hf_offload_bench.py --out "$work/hf-offload"
 
 took=$(( $(date +%s) - start ))
 if [[ $dry == 1 ]]; then

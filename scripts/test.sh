@@ -23,6 +23,9 @@ assemble_gpu_tree build build/gpu-tree
 HTP_GPU_CHECK_BUILD=build/gpu-tree bash "$root/scripts/gpu-check.sh" --dry-run build/gpu-check-dry-run >build/gpu-check-dry-run.log 2>&1 ||
   { cat build/gpu-check-dry-run.log; echo "gpu-check dry run FAILED"; exit 1; }
 grep -E "^(SKIP|dry run)" build/gpu-check-dry-run.log
+HTP_GPU_CHECK_BUILD=build/gpu-tree bash "$root/scripts/gpu-check.sh" --dry-run --set python build/gpu-check-dry-run-python \
+  >build/gpu-check-dry-run-python.log 2>&1 ||
+  { cat build/gpu-check-dry-run-python.log; echo "gpu-check dry run (python set) FAILED"; exit 1; }
 bash "$root/scripts/gpu-check-selftest.sh" build/gpu-tree  # and it fails where the GPU run would
 # The Python package: venv, pip install . (on this build), pytest, the H200 comparison's dry run.
 bash "$root/scripts/python.sh" build

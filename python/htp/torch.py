@@ -138,7 +138,8 @@ class Offload:
 
     def remove(self) -> None:
         """Removes the hooks, gives every parameter its bytes back in CPU memory (copied out of
-        htp), moves kept modules back, and drops the pager (its pinned memory is freed)."""
+        htp; with copy=False its own tensor), moves kept modules back, and drops the pager (its
+        pinned memory is freed)."""
         if self.pager is None:
             return
         for h in self._hooks:
@@ -146,7 +147,10 @@ class Offload:
         self.pager.synchronize()
         for unit in self.units:
             for p in unit.params:
-                p.param.data = self.pager.copy_to_host(p.tensor)
+                # copy=False: the caller's tensor is the authoritative copy (weights are never
+                # written back), so it is given back as it is, still pinned if it was.
+                host = self.host_copies.get(p.name)
+                p.param.data = host if host is not None else self.pager.copy_to_host(p.tensor)
         for module, device in self._kept:
             module.to(device)
         for unit in self.units:

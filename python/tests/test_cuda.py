@@ -1,0 +1,79 @@
+"""The Python API on a real GPU (skipped without one): views on torch's streams, the legacy default
+stream bridged, a model offloaded on cuda giving the resident model's logits and tokens."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import htp  # noqa: E402
+
+if htp.cuda_device_count() == 0 or not torch.cuda.is_available():
+    pytest.skip("no GPU visible to htp and torch", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return htp.make_device("cuda")
+
+
+def small_pager(gpu, **config):
+    return htp.Pager(gpu, hbm_budget="64MiB", host_budget="128MiB", **config)
+
+
+def test_views_are_cuda_tensors_ordered_on_the_default_stream(gpu):
+    p = small_pager(gpu)
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    t = p.register("x", x)
+    with p.acquired(t) as v:  # torch's current stream: the legacy default stream, bridged
+        y = torch.from_dlpack(v)
+        assert y.device.type == "cuda" and y.data_ptr() == v.data_ptr
+        assert torch.equal(y.cpu(), x)
+        total = y.sum()
+    assert total.item() == x.sum().item()
+
+
+def test_views_on_a_side_stream_and_a_raw_handle(gpu):
+    p = small_pager(gpu)
+    x = torch.randn(4096, 256, dtype=torch.bfloat16)
+    t = p.register("x", x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        with p.acquired(t, stream=s) as v:
+            out = (torch.from_dlpack(v).float() * 2).cpu()
+    assert torch.equal(out, x.float() * 2)
+    with p.acquired(t, stream=s.cuda_stream) as v:
+        with torch.cuda.stream(s):
+            assert torch.equal(torch.from_dlpack(v).cpu(), x)
+    with pytest.raises(htp.InvalidArgumentError, match="cudaStreamPerThread"):
+        p.acquire(t, stream=2)
+
+
+def test_mutable_tensor_written_by_a_kernel_is_written_back(gpu):
+    p = small_pager(gpu)
+    kv = p.register("kv", torch.zeros(1 << 16, dtype=torch.float16), kind="mutable")
+    with p.acquired(kv, dirty=True) as v:
+        torch.from_dlpack(v).fill_(3.0)
+    p.evict(kv)
+    assert (p.copy_to_host(kv) == 3.0).all()
+
+
+def test_offloaded_llama_matches_the_resident_one_on_cuda(gpu):
+    import copy
+
+    from conftest import build_model
+    import htp.torch as ht
+
+    model, keep = build_model("llama", torch.bfloat16)
+    ref = copy.deepcopy(model).cuda()
+    ids = torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref(ids.cuda()).logits
+        want_tokens = ref.generate(ids.cuda(), max_new_tokens=32, do_sample=False, pad_token_id=0)
+    paged = sum(p.numel() * 2 for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    handle = ht.offload(model, hbm_budget=max(paged * 3 // 10, 1 << 20), keep=keep, device=gpu)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, want)
+        assert torch.equal(model.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0),
+                           want_tokens)
+    assert handle.metrics()["evictions"] > 0
+    handle.remove()
