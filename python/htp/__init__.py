@@ -23,6 +23,7 @@ from ._htp import (
     SimConfig,
     Tensor,
     TensorKind,
+    View,
     __version__,
     cuda_device_count,
 )
@@ -32,6 +33,6 @@ from ._pager import Node, Pager
 __all__ = [
     "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
     "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy", "OutOfMemoryError",
-    "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "__version__",
+    "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "View", "__version__",
     "cuda_device_count", "make_device", "node_config", "pager_config", "parse_bytes",
 ]

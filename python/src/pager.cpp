@@ -144,8 +144,8 @@ void unregister(pager_state& s, const py_tensor& t) {
 void copy_to_host(pager_state& s, const py_tensor& t, nb::ndarray<nb::device::cpu> dst) {
   if (dst.nbytes() != t.nbytes) {
     throw htp::invalid_argument("copy_to_host '" + t.name + "': the destination has " +
-                                std::to_string(dst.nbytes()) + " bytes, the tensor " +
-                                std::to_string(t.nbytes));
+                                std::to_string(dst.nbytes()) + " bytes; the tensor has " +
+                                std::to_string(t.nbytes) + " bytes (pass out=None for a new one)");
   }
   nb::gil_scoped_release unlocked;
   s.pager->copy_to_host(t.handle, dst.data());

@@ -213,3 +213,32 @@ def test_node_shares_one_host_copy(sim):
         with pg.acquired(t) as v:
             assert np.from_dlpack(v)[255] == 255.0
     n.unregister(w)
+
+
+def test_import_htp_works_without_torch(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import htp, numpy as np\n"
+            "p = htp.Pager(htp.make_device('sim'), hbm_budget='1MiB', host_budget='2MiB', "
+            "slab_bytes='1MiB', page_bytes=4096)\n"
+            "t = p.register('a', np.arange(8, dtype=np.float32))\n"
+            "out = p.copy_to_host(t)\n"
+            "assert out.tolist() == list(range(8)), out\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_a_wrong_size_or_shape_is_refused(pager, tmp_path):
+    t = pager.register("a", np.zeros((4, 4), dtype=np.float32))
+    with pytest.raises(htp.InvalidArgumentError, match="the tensor has 64 bytes"):
+        pager.copy_to_host(t, np.zeros(3, dtype=np.float32))
+    path = tmp_path / "short.safetensors"
+    write_safetensors(path, {"w": ("F32", np.zeros(16, dtype=np.float32))})
+    header = json.loads(path.read_bytes()[8:8 + struct.unpack("<Q", path.read_bytes()[:8])[0]])
+    header["w"]["shape"] = [1024]  # a header that claims more bytes than the file has
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + np.zeros(16, dtype=np.float32).tobytes())
+    with pytest.raises(htp.InvalidArgumentError, match="past the end"):
+        pager.register_safetensors(str(path))
+    with pytest.raises(htp.InvalidArgumentError, match="unknown dtype"):
+        pager._p.register_file("x", str(path), 0, "F8_E4M3", [4])

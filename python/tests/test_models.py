@@ -170,3 +170,14 @@ def test_accelerate_cpu_offload_fetches_through_htp(kind, clone):
     m = weights.pager.metrics()
     assert m["acquires"] >= 2 * len(weights) - 2 and m["faults"] > 0 and m["evictions"] > 0
     assert all(i["pins"] == 0 for i in (weights.pager.info(t) for t in set(weights._tensors.values())))
+
+
+def test_offload_refuses_a_budget_no_unit_fits_and_leaves_the_model_alone(clone):
+    model, keep = build_model("mixtral", torch.float32)
+    ref = clone(model)
+    with pytest.raises(htp.InvalidArgumentError, match="needs .* bytes at once"):
+        ht.offload(model, hbm_budget=256 << 10, keep=keep, device=htp.make_device("sim"))
+    for a, b in zip(model.state_dict().values(), ref.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(htp.InvalidArgumentError, match="no parameters outside"):
+        ht.offload(model, hbm_budget="1MiB", keep=["*"], device=htp.make_device("sim"))
