@@ -66,6 +66,14 @@ inline std::uint64_t key_of(htp::tensor_handle h) noexcept {
   return (std::uint64_t{h.generation} << 32) | h.index;
 }
 
+/// The pager's handles of `ts`, in order.
+inline std::vector<htp::tensor_handle> handles_of(const std::vector<py_tensor>& ts) {
+  std::vector<htp::tensor_handle> hs;
+  hs.reserve(ts.size());
+  for (const py_tensor& t : ts) hs.push_back(t.handle);
+  return hs;
+}
+
 // dtypes.cpp
 /// "float32", "bfloat16", ... for a DLPack dtype. @throws htp::invalid_argument for one htp's
 /// views cannot describe (lanes != 1, or an unknown code).

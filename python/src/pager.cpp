@@ -165,12 +165,6 @@ nb::dict info_of(pager_state& s, const py_tensor& t) {
   return d;
 }
 
-std::vector<tensor_handle> handles_of(const std::vector<py_tensor>& ts) {
-  std::vector<tensor_handle> hs;
-  for (const py_tensor& t : ts) hs.push_back(t.handle);
-  return hs;
-}
-
 void bind_tensor(nb::module_& m) {
   nb::class_<py_tensor>(m, "Tensor", "A registered tensor: the pager's handle, name, dtype, shape.")
       .def_ro("name", &py_tensor::name)

@@ -6,16 +6,6 @@
 #include <nanobind/stl/optional.h>
 
 namespace htp::python {
-namespace {
-
-std::vector<tensor_handle> handles_of(const std::vector<py_tensor>& ts) {
-  std::vector<tensor_handle> hs;
-  hs.reserve(ts.size());
-  for (const py_tensor& t : ts) hs.push_back(t.handle);
-  return hs;
-}
-
-}  // namespace
 
 view::view(std::shared_ptr<pager_state> owner, const py_tensor& t, const device_span& span)
     : owner_(std::move(owner)), tensor_(t), span_(span) {}
