@@ -14,6 +14,17 @@ configure_and_build() {
   cmake --build "$dir" -j "$jobs"
 }
 
+# pip_on_build BUILD TYPE: the pip -C settings that make scikit-build-core build the Python extension
+# in an existing full build folder (configure_and_build's, of CMAKE_BUILD_TYPE TYPE with
+# -DHTP_WERROR=ON): pyproject.toml turns tests, benchmarks, examples and packaging off, which would
+# reconfigure that folder without them, so they are turned back on and only htp._htp compiles.
+# Sets the array pip_build_args.
+pip_on_build() {
+  pip_build_args=(-C "build-dir=$1" -C "cmake.build-type=$2" -C cmake.define.HTP_WERROR=ON
+                  -C cmake.define.HTP_BUILD_TESTS=ON -C cmake.define.HTP_BUILD_BENCH=ON
+                  -C cmake.define.HTP_BUILD_EXAMPLES=ON -C cmake.define.HTP_PACKAGE=ON)
+}
+
 # What travels to the GPU machine: the one list that scripts/gpu-build.sh carries and that the test
 # command's dry run of scripts/gpu-check.sh checks (so the dry run sees exactly what the GPU gets).
 # Paths are relative to a build folder; globs are expanded there.

@@ -40,10 +40,9 @@ if command -v "$gpu_py" >/dev/null 2>&1; then
     touch "$wheel_venv/.complete"
   fi
   rm -rf "$out/wheels"
+  pip_on_build "$full" Release
   "$wheel_venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheels" \
-    -C build-dir="$full" -C cmake.build-type=Release -C cmake.define.HTP_WITH_CUDA=ON \
-    -C cmake.define.HTP_WERROR=ON -C cmake.define.HTP_BUILD_TESTS=ON -C cmake.define.HTP_BUILD_BENCH=ON \
-    -C cmake.define.HTP_BUILD_EXAMPLES=ON -C cmake.define.HTP_PACKAGE=ON . >"$full.wheel.log" 2>&1 ||
+    "${pip_build_args[@]}" -C cmake.define.HTP_WITH_CUDA=ON . >"$full.wheel.log" 2>&1 ||
     { tail -30 "$full.wheel.log"; echo "gpu-build: the wheel did not build" >&2; exit 1; }
   echo "gpu-build: $(ls "$out"/wheels)"
 else

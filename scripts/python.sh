@@ -29,12 +29,12 @@ py=$venv/bin/python
 
 echo "== python: pip install . (build folder $build) =="
 t0=$(date +%s)
-args=(--no-build-isolation -q -C "build-dir=$build")
+args=(--no-build-isolation -q)
 if [[ $build != build-pip ]]; then
-  # The test command's own build: the same configuration, so only htp._htp compiles.
-  args+=(-C cmake.build-type=RelWithDebInfo -C cmake.define.HTP_WERROR=ON
-         -C cmake.define.HTP_BUILD_TESTS=ON -C cmake.define.HTP_BUILD_BENCH=ON
-         -C cmake.define.HTP_BUILD_EXAMPLES=ON -C cmake.define.HTP_PACKAGE=ON)
+  pip_on_build "$build" RelWithDebInfo  # the test command's own build: only htp._htp compiles
+  args+=("${pip_build_args[@]}")
+else
+  args+=(-C "build-dir=$build")
 fi
 "$py" -m pip install "${args[@]}" . >"$build.pip.log" 2>&1 || { tail -50 "$build.pip.log"; exit 1; }
 echo "python: installed in $(( $(date +%s) - t0 )) s"

@@ -177,10 +177,9 @@ def run_accelerate(host, ids_by_batch, args, exec_device, want):
 
 
 def run_naive(host, ids_by_batch, args, exec_device, want):
-    host.model.embed_tokens.to(exec_device)
-    host.model.norm.to(exec_device)
-    host.model.rotary_emb.to(exec_device)
-    host.lm_head.to(exec_device)
+    resident = (host.model.embed_tokens, host.model.norm, host.model.rotary_emb, host.lm_head)
+    for m in resident:
+        m.to(exec_device)
     hooks = naive_hooks(host, exec_device)
     rows = []
     try:
@@ -191,7 +190,7 @@ def run_naive(host, ids_by_batch, args, exec_device, want):
     finally:
         for h in hooks:
             h.remove()
-        for m in (host.model.embed_tokens, host.model.norm, host.lm_head, host.model.rotary_emb):
+        for m in resident:
             m.to("cpu")
     return rows
 

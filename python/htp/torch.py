@@ -47,7 +47,11 @@ def _placeholder(p: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=p.dtype, device="cpu").expand(p.shape)
 
 
-def _pager_options(hbm_budget: int, host_bytes: int, config: dict[str, Any]) -> dict[str, Any]:
+def _make_pager(dev: Device, hbm_budget: int, host_params: Iterable[torch.Tensor],
+                config: dict[str, Any]) -> Pager:
+    """A pager for a model: lookahead 8, small slabs and pages under a small budget, and a host tier
+    that holds `host_params` (none: caller memory only) with room for page and bin rounding."""
+    host_bytes = sum(((p.numel() * p.element_size() + 4095) // 4096) * 4096 for p in host_params)
     opts = dict(prefetch_lookahead=8)
     if hbm_budget < _SMALL_MODEL:
         slab = 1 << max(16, (hbm_budget // 2).bit_length() - 1)
@@ -56,7 +60,7 @@ def _pager_options(hbm_budget: int, host_bytes: int, config: dict[str, Any]) -> 
     page = parse_bytes(opts.get("page_bytes") or 65536)
     slab = parse_bytes(opts.get("slab_bytes", 64 << 20))
     opts.setdefault("host_budget", host_bytes * 5 // 4 + 2 * page + slab if host_bytes else 0)
-    return opts
+    return Pager(dev, hbm_budget, **opts)
 
 
 def _is_kept(name: str, keep: Iterable[str]) -> bool:
@@ -81,10 +85,11 @@ class Offload:
     """What :func:`offload` returns: the pager, the paged units, ``metrics()`` and ``remove()``."""
 
     def __init__(self, model: torch.nn.Module, pager: Pager, units: list[_Unit],
-                 kept: list[tuple[torch.nn.Module, torch.device]]) -> None:
+                 kept: list[tuple[torch.nn.Module, torch.device]],
+                 host_copies: dict[str, torch.Tensor]) -> None:
         self.model, self.pager, self.units, self._kept = model, pager, units, kept
         #: copy=False: the CPU tensors that are the host copies, by parameter name (tests corrupt them)
-        self.host_copies: dict[str, torch.Tensor] = {}
+        self.host_copies = host_copies
         self.execution_device = _execution_device(pager.device)
         self.schedule: list[Tensor] = []   # the call order recorded on the first forward
         self._recording = True
@@ -228,11 +233,9 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     if not raw_units:
         raise InvalidArgumentError("offload: the model has no parameters outside `keep` to page")
     unique = {id(p): p for _, _, own in raw_units for _, p in own}
-    host_bytes = 0 if not copy else sum(((p.numel() * p.element_size() + 4095) // 4096) * 4096
-                                        for p in unique.values())
     budget = parse_bytes(hbm_budget, "hbm_budget")
     _check_units_fit(raw_units, budget)
-    pager = Pager(dev, budget, **_pager_options(budget, host_bytes, config))
+    pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts)
     for unit in units:
@@ -248,9 +251,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
         for bname, b in module.named_buffers(recurse=False):
             if b is not None and b.device != exec_device:
                 module._buffers[bname] = b.to(exec_device)
-    handle = Offload(model, pager, units, moved)
-    handle.host_copies = hosts
-    return handle
+    return Offload(model, pager, units, moved, hosts)
 
 
 class AccelerateWeights(Mapping):
@@ -309,9 +310,8 @@ def accelerate_weights(model: torch.nn.Module, hbm_budget: int | str, device: De
                        **config: Any) -> AccelerateWeights:
     """An :class:`AccelerateWeights` over a new pager (options as for :func:`offload`)."""
     dev = device if device is not None else make_device("auto")
-    host = sum(((p.numel() * p.element_size() + 4095) // 4096) * 4096 for p in model.parameters())
     budget = parse_bytes(hbm_budget, "hbm_budget")
-    return AccelerateWeights(model, Pager(dev, budget, **_pager_options(budget, host, config)))
+    return AccelerateWeights(model, _make_pager(dev, budget, model.parameters(), config))
 
 
 def belady_page_in_bytes(schedule: list[Tensor], capacity: int, steps: int) -> int:

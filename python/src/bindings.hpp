@@ -66,6 +66,17 @@ inline std::uint64_t key_of(htp::tensor_handle h) noexcept {
   return (std::uint64_t{h.generation} << 32) | h.index;
 }
 
+/// A caller's source array, checked: CPU memory, C-contiguous, a dtype htp can describe.
+struct host_array {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  nb::dlpack::dtype dtype{};
+  std::vector<std::size_t> shape;
+};
+/// `a` as a host_array (pager.cpp). @throws htp::invalid_argument naming `name` for memory that is
+/// not the CPU's, a non-contiguous layout, an unsupported dtype or no bytes.
+host_array host_array_of(const nb::ndarray<nb::ro>& a, const std::string& name);
+
 /// The pager's handles of `ts`, in order.
 inline std::vector<htp::tensor_handle> handles_of(const std::vector<py_tensor>& ts) {
   std::vector<htp::tensor_handle> hs;

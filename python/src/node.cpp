@@ -37,13 +37,8 @@ struct shard_source {
 };
 
 shard_source source_of(const nb::ndarray<nb::ro>& a, const std::string& name, tensor_kind kind) {
-  if (a.device_type() != nb::device::cpu::value) {
-    throw htp::invalid_argument("Node register '" + name + "': the source is not CPU memory");
-  }
-  py_tensor meta{{}, name, a.dtype(), {}, a.nbytes(), kind};
-  for (std::size_t i = 0; i < a.ndim(); ++i) meta.shape.push_back(a.shape(i));
-  dtype_name(meta.dtype);
-  return {a.data(), meta};
+  const host_array h = host_array_of(a, name);
+  return {h.data, py_tensor{{}, name, h.dtype, h.shape, h.bytes, kind}};
 }
 
 std::shared_ptr<pager_state> gpu_of(const std::shared_ptr<py_node>& n, std::size_t g) {

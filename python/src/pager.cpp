@@ -33,16 +33,6 @@ pager_state::~pager_state() {
   keep_alive.clear();
 }
 
-namespace {
-
-// What a caller's array is, checked: CPU memory, C-contiguous, a dtype htp can describe.
-struct host_array {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  nb::dlpack::dtype dtype{};
-  std::vector<std::size_t> shape;
-};
-
 host_array host_array_of(const nb::ndarray<nb::ro>& a, const std::string& name) {
   if (a.device_type() != nb::device::cpu::value) {
     throw htp::invalid_argument("register '" + name + "': the source is not in CPU memory; "
@@ -62,6 +52,8 @@ host_array host_array_of(const nb::ndarray<nb::ro>& a, const std::string& name) 
   if (h.bytes == 0) throw htp::invalid_argument("register '" + name + "': the source has no bytes");
   return h;
 }
+
+namespace {
 
 py_tensor tensor_of(tensor_handle h, std::string name, const host_array& a, tensor_kind kind) {
   return py_tensor{h, std::move(name), a.dtype, a.shape, a.bytes, kind};

@@ -213,6 +213,8 @@ def test_node_shares_one_host_copy(sim):
         with pg.acquired(t) as v:
             assert np.from_dlpack(v)[255] == 255.0
     n.unregister(w)
+    with pytest.raises(htp.InvalidArgumentError, match="not C-contiguous"):
+        n.register_replicated("strided", np.zeros((8, 8), dtype=np.float32)[:, ::2])
 
 
 def test_import_htp_works_without_torch(tmp_path):
