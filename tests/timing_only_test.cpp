@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -141,6 +142,30 @@ TEST(timing_only, the_pager_makes_the_same_decisions_with_and_without_the_bytes)
   EXPECT_EQ(a.back().find("faults 0 "), std::string::npos);
   EXPECT_EQ(a.back().find("write_backs 0 "), std::string::npos);
   EXPECT_EQ(a.back().find("moves 0 "), std::string::npos) << a.back();
+}
+
+/// The pager's choices are part of its contract: the walk's every step (where each tensor is after
+/// it) and its counters are recorded in tests/data/timing_only_walk.txt. A change to the pager's
+/// structure must leave them as they are; a deliberate change of policy regenerates the file with
+/// HTP_UPDATE_GOLDEN=1 and says why in its commit.
+TEST(timing_only, the_walk_makes_the_recorded_decisions) {
+  sim_config c;
+  c.device_memory_bytes = 64 * MiB;
+  c.pinned_memory_bytes = 128 * MiB;
+  auto dev = make_sim_device(c);
+  const std::vector<std::string> got = walk(*dev);
+  const std::string path = std::string(HTP_TEST_DATA_DIR) + "/timing_only_walk.txt";
+  if (const char* update = std::getenv("HTP_UPDATE_GOLDEN"); update != nullptr && *update == '1') {
+    std::ofstream out(path);
+    for (const auto& line : got) out << line << '\n';
+    GTEST_SKIP() << "wrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "cannot read " << path << "; regenerate it with HTP_UPDATE_GOLDEN=1";
+  std::vector<std::string> want;
+  for (std::string line; std::getline(in, line);) want.push_back(line);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "first difference at line " << i;
 }
 
 TEST(timing_only, copy_to_host_is_refused_with_the_reason) {

@@ -23,15 +23,67 @@ struct tier_occupancy {
   std::size_t largest_free_extent_bytes = 0;
 };
 
-/// Uses of each rung of the out-of-memory ladder (see pager.hpp).
+/// The rungs of the out-of-memory ladder (see pager.hpp), described once: X(field, help). The
+/// struct below, to_json, the Prometheus exporter and metrics_delta are generated from it.
+#define HTP_OOM_LADDER_RUNGS(X)                                                   \
+  X(evict_clean, "rung 1: clean tensors evicted to make room")                    \
+  X(write_back_dirty, "rung 2: dirty tensors written back and evicted")           \
+  X(wait_in_flight, "rung 3: waits for releases or copies in flight")             \
+  X(compact, "rung 4: compactions run for a request")                             \
+  X(degraded, "rung 5: acquires served from mapped host memory")                  \
+  X(thrown, "rung 6: out_of_memory thrown")
+
+/// Uses of each rung of the out-of-memory ladder.
 struct oom_ladder_counts {
-  std::uint64_t evict_clean = 0;       ///< rung 1: clean tensors evicted to make room.
-  std::uint64_t write_back_dirty = 0;  ///< rung 2: dirty tensors written back and evicted.
-  std::uint64_t wait_in_flight = 0;    ///< rung 3: waits for releases or copies in flight.
-  std::uint64_t compact = 0;           ///< rung 4: compactions run for a request.
-  std::uint64_t degraded = 0;          ///< rung 5: acquires served from mapped host memory.
-  std::uint64_t thrown = 0;            ///< rung 6: out_of_memory thrown.
+#define HTP_RUNG_FIELD(field, help) std::uint64_t field = 0;
+  HTP_OOM_LADDER_RUNGS(HTP_RUNG_FIELD)
+#undef HTP_RUNG_FIELD
 };
+
+/// What a counter of HTP_PAGER_COUNTERS measures (see there).
+enum class counter_kind { level, count, count_ns };
+
+/// The pager's plain counters, described once: X(field, kind, help). Kinds: `level`, what is
+/// registered now (reset_metrics keeps it; a Prometheus gauge); `count`, events since the pager
+/// started or was reset (a Prometheus counter, htp_<field>_total); `count_ns`, a count of
+/// nanoseconds (exported as htp_<field without _ns>_seconds_total). pager_metrics, to_json, the
+/// Prometheus exporter, reset_metrics and metrics_delta are generated from this list.
+#define HTP_PAGER_COUNTERS(X)                                                                     \
+  X(registered_tensors, level, "Tensors registered with the pager.")                             \
+  X(device_resident_tensors, level,                                                              \
+    "Of them, device-resident tensors (register_resident): in HBM for life, no host copy.")      \
+  X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")             \
+  X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).")  \
+  X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                     \
+  X(acquires, count,                                                                             \
+    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "         \
+    "oom_ladder.thrown.")                                                                        \
+  X(hits, count, "Acquires that found the tensor resident or loading.")                         \
+  X(faults, count, "Acquires that had to start a page-in (page faults).")                       \
+  X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")            \
+  X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")             \
+  X(host_blocked_ns, count_ns,                                                                   \
+    "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., "   \
+    "wait = true). Near zero when eviction and loads are ordered on the device.")                \
+  X(page_ins, count, "Host-to-device loads started (faults and prefetches).")                   \
+  X(page_in_bytes, count, "Bytes of the loads started.")                                        \
+  X(prefetches, count, "Prefetch loads started.")                                               \
+  X(prefetch_hits, count, "First acquires that found their prefetched tensor complete.")        \
+  X(late_prefetches, count, "First acquires that found their prefetch still in flight.")        \
+  X(wasted_prefetches, count, "Prefetched tensors evicted before any acquire.")                 \
+  X(prefetch_skipped, count, "Prefetch hints dropped for lack of room.")                        \
+  X(evictions, count, "Tensors evicted from HBM.")                                              \
+  X(evictions_in_flight, count,                                                                  \
+    "Evictions of tensors whose load was still in flight (acquired and released meanwhile), "    \
+    "ordered after the load on the device instead of waited for on the host. Part of "          \
+    "evictions.")                                                                                \
+  X(write_backs, count, "Dirty tensors written back to host memory.")                           \
+  X(write_back_bytes, count, "Bytes written back.")                                             \
+  X(compactions, count, "HBM compaction runs.")                                                 \
+  X(compaction_moves, count, "Tensors moved by compaction.")                                    \
+  X(compaction_bytes, count, "Bytes moved by compaction.")                                      \
+  X(degraded_acquires, count,                                                                    \
+    "Acquires served from mapped host memory because HBM was full of pinned tensors.")
 
 /// Page-fault waits, the mission's number. One sample per demand fault, and per late prefetch
 /// (counted with its remaining wait): from the acquire call to the bytes being in HBM, which is when
@@ -66,51 +118,30 @@ struct pager_metrics {
   tier_occupancy hbm;
   tier_occupancy host;
 
-  std::uint64_t registered_tensors = 0;
-  /// Of them, device-resident tensors (register_resident): in HBM for life, no host copy.
-  std::uint64_t device_resident_tensors = 0;
-  std::uint64_t device_resident_bytes = 0;  ///< their requested bytes.
-  std::uint64_t file_backed_tensors = 0;    ///< registered with register_file_tensor (no host copy).
-  std::uint64_t file_backed_bytes = 0;      ///< their requested bytes.
+  /// The counters of HTP_PAGER_COUNTERS, one field each (their help text is the doc).
+#define HTP_COUNTER_FIELD(field, kind, help) std::uint64_t field = 0;
+  HTP_PAGER_COUNTERS(HTP_COUNTER_FIELD)
+#undef HTP_COUNTER_FIELD
+
   std::uint64_t caller_host_bytes = 0;  ///< caller memory lent with add_host_region (not htp's).
   std::uint64_t events_created = 0;     ///< device events the pager created (recycled, so bounded).
-  /// acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown.
-  std::uint64_t acquires = 0;
-  std::uint64_t hits = 0;               ///< acquires that found the tensor resident or loading.
-  std::uint64_t faults = 0;             ///< acquires that had to start a page-in.
-  std::uint64_t failed_acquires = 0;    ///< acquires that threw a device error (copy failed, ...).
-  std::uint64_t failed_loads = 0;       ///< page-ins that failed (the host copy stays authoritative).
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
   latency_summary fault_latency;        ///< a fault's copy alone: submission to bytes in HBM (histogram).
   fault_wait_summary fault_wait;        ///< acquire call to bytes usable, faults and late prefetches.
-  /// Host time acquire calls spent blocked: the ladder's waits (write-backs, copies in flight) and
-  /// acquire(..., wait = true). Near zero when eviction and loads are ordered on the device.
-  std::uint64_t host_blocked_ns = 0;
-  std::uint64_t page_ins = 0;           ///< H2D loads started (faults + prefetches).
-  std::uint64_t page_in_bytes = 0;
-
-  std::uint64_t prefetches = 0;         ///< prefetch loads started.
-  std::uint64_t prefetch_hits = 0;      ///< first acquire found the prefetched tensor complete.
-  std::uint64_t late_prefetches = 0;    ///< first acquire found the prefetch still in flight.
-  std::uint64_t wasted_prefetches = 0;  ///< prefetched tensors evicted before any acquire.
-  std::uint64_t prefetch_skipped = 0;   ///< prefetch hints dropped for lack of room.
-
-  std::uint64_t evictions = 0;
-  /// Evictions of tensors whose load was still in flight (acquired and released meanwhile),
-  /// ordered after the load on the device instead of waited for on the host. Part of `evictions`.
-  std::uint64_t evictions_in_flight = 0;
-  std::uint64_t write_backs = 0;
-  std::uint64_t write_back_bytes = 0;
-  std::uint64_t compactions = 0;        ///< compaction runs.
-  std::uint64_t compaction_moves = 0;
-  std::uint64_t compaction_bytes = 0;
-  std::uint64_t degraded_acquires = 0;
 
   oom_ladder_counts oom;
   transfer_metrics transfers;           ///< bytes per direction, GB/s, utilisation, token waits.
 };
 
-/// The metrics as a JSON object (stable field names, as in this header).
+/// The metrics as a JSON object (stable field names, as in this header). Thread-safe (a pure
+/// function); throws nothing but std::bad_alloc.
 std::string to_json(const pager_metrics& m);
+
+/// What happened between two snapshots of one pager, `earlier` taken before `later`: the
+/// `count` and `count_ns` counters and the ladder's rungs as differences (0 where reset_metrics ran
+/// in between and a counter went back), elapsed_ms as the difference, fault_rate_per_ms over it;
+/// everything else (levels, occupancy, latency summaries, transfers) as `later` has it.
+/// Thread-safe (a pure function); throws nothing.
+pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& earlier) noexcept;
 
 }  // namespace htp

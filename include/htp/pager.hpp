@@ -50,9 +50,10 @@ enum class tensor_kind {
 struct tensor_handle {
   std::uint32_t index = 0;
   std::uint32_t generation = 0;  ///< 0 = null handle
+  std::uint32_t owner = 0;       ///< the pager that gave it out (its calls refuse another's)
   explicit operator bool() const noexcept { return generation != 0; }
   friend bool operator==(tensor_handle a, tensor_handle b) noexcept {
-    return a.index == b.index && a.generation == b.generation;
+    return a.index == b.index && a.generation == b.generation && a.owner == b.owner;
   }
   friend bool operator!=(tensor_handle a, tensor_handle b) noexcept { return !(a == b); }
 };

@@ -13,116 +13,142 @@ using detail::acquire_outcome;
 using detail::pending_kind;
 using detail::tensor_record;
 
-void pager::impl::count_outcome(acquire_outcome o, int sign) {
-  // Taking back never wraps: reset_metrics() may have run between the acquire and its failure.
-  const auto add = [&](std::uint64_t& c) { c = sign > 0 ? c + 1 : (c > 0 ? c - 1 : 0); };
-  switch (o) {
-    case acquire_outcome::hit: add(counters.hits); break;
-    case acquire_outcome::prefetch_hit: add(counters.hits); add(counters.prefetch_hits); break;
-    case acquire_outcome::late_prefetch: add(counters.hits); add(counters.late_prefetches); break;
-    case acquire_outcome::fault: add(counters.faults); break;
-    case acquire_outcome::degraded: add(counters.degraded_acquires); break;
-    case acquire_outcome::degraded_oom:
-      add(counters.degraded_acquires);
-      add(counters.oom.degraded);
-      break;
+void pager::impl::check_list(const tensor_handle* hs, std::size_t n, const char* what,
+                             const std::function<void(const tensor_record&)>& check) {
+  const std::uint64_t epoch = ++list_epoch;
+  for (std::size_t i = 0; i < n; ++i) {
+    const tensor_record& t = tensors.get(hs[i]);
+    if (check) check(t);
+    HTP_EXPECTS(t.notes.list_mark != epoch, invalid_argument, what, ": '", t.name,
+                "' appears twice in the list (entry ", i, "); name each tensor once");
+    tensors.notes(hs[i].index).list_mark = epoch;
   }
 }
 
-device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h,
-                                     acquire_outcome& outcome, transfer_ticket& pending) {
+bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot, bool& compacted,
+                          acquire_outcome& outcome) {
+  const tensor_record& t = tensors[slot];
+  detail::wait_set waits;
+  const auto room = make_room(t.bytes, /*demand=*/true, slot, !compacted, waits);
+  compacted = compacted || waits.compacted;
+  if (room) {
+    start_load(slot, *room, transfer_priority::fault);
+    tensors.notes(slot).fault_load = true;
+    outcome = acquire_outcome::fault;
+    return true;
+  }
+  if (!waits.empty()) {
+    // A write-back, move or load the ladder waited for failed: report it rather than retry, so a
+    // persistent device fault cannot spin here. Nothing changed for the tensor.
+    const std::string name = t.name;
+    const auto blocked_from = std::chrono::steady_clock::now();
+    const std::string failed = wait_for(lock, waits);
+    stats.blocked_since(blocked_from);
+    if (!failed.empty() && !waits.only_moves) {
+      reap();
+      throw_copy_failed(detail::concat("acquire('", name, "')"), failed);
+    }
+    return false;  // state may have changed meanwhile: start over
+  }
+  if (config.on_oom == oom_policy::allow_degraded && !t.file) {  // a file tensor has no host copy to map
+    tensors.pin_degraded(slot);
+    outcome = acquire_outcome::degraded_oom;
+    detail::logger().warn("pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of "
+                          "pinned tensors", t.name, t.bytes);
+    return true;
+  }
+  stats.rung(&oom_ladder_counts::thrown);
+  throw detail::ladder_exhausted(oom_message(t.bytes, t.name, "page in to HBM"), t.bytes);
+}
+
+device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h, stream_ref compute,
+                                     acquire_outcome& outcome, transfer_ticket& pending,
+                                     std::vector<event_ref>& waits) {
   bool compacted = false;
   pending = {};
   for (;;) {
     reap();
-    tensor_record& t = get(h);
-    const std::uint32_t slot = h.index;
+    const std::uint32_t slot = slot_of(h);
+    const tensor_record& t = tensors[slot];
     if (t.load_failed) {  // earlier acquirers still hold an extent whose page-in failed
       throw_copy_failed(detail::concat("acquire('", t.name, "')"),
                         "its page-in failed while other acquires hold it; retry after they release");
     }
     if (t.degraded) {  // already served zero-copy: every concurrent acquire shares that mode
-      ++t.pins;
+      tensors.pin_degraded(slot);
       outcome = acquire_outcome::degraded;
       return {dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
     }
     outcome = acquire_outcome::hit;
     switch (t.where) {
       case residency::resident:
-        if (t.prefetched_unused) outcome = acquire_outcome::prefetch_hit;
+        if (t.notes.prefetched_unused) outcome = acquire_outcome::prefetch_hit;
         if (t.pending == pending_kind::move) pending = t.ticket;
         break;
       case residency::loading:
-        if (t.prefetched_unused) {
+        if (t.notes.prefetched_unused) {
           outcome = acquire_outcome::late_prefetch;
           // Urgent now: move it ahead of other prefetches, keeping its fence and its word.
-          if (t.ticket_priority != transfer_priority::fault &&
+          auto& notes = tensors.notes(slot);
+          if (notes.ticket_priority != transfer_priority::fault &&
               engine->raise_priority(t.ticket, transfer_priority::fault)) {
-            t.ticket_priority = transfer_priority::fault;
+            notes.ticket_priority = transfer_priority::fault;
           }
         }
         pending = t.ticket;
         break;
       case residency::writing_back:  // cancel the eviction: the HBM copy is still good
         pending = t.ticket;
-        t.where = residency::resident;
-        t.dirty = false;
+        tensors.cancel_write_back(slot);
         break;
-      case residency::host: {
-        detail::wait_set waits;
-        auto room = make_room(t.bytes, /*demand=*/true, slot, !compacted, waits);
-        compacted = compacted || waits.compacted;
-        if (!room) {
-          if (!waits.empty()) {
-            // A write-back, move or load the ladder waited for failed: report it rather than
-            // retry, so a persistent device fault cannot spin here. Nothing changed for `h`.
-            const auto blocked_from = std::chrono::steady_clock::now();
-            const std::string failed = wait_for(lock, waits);
-            counters.host_blocked_ns += ns_between(blocked_from, std::chrono::steady_clock::now());
-            if (!failed.empty() && !waits.only_moves) {
-              reap();
-              throw_copy_failed(detail::concat("acquire('", get(h).name, "')"), failed);
-            }
-            continue;  // state may have changed meanwhile: start over
-          }
-          if (config.on_oom == oom_policy::allow_degraded && !t.file) {  // a file tensor has no host copy to map
-            t.degraded = true;
-            ++t.pins;
-            outcome = acquire_outcome::degraded_oom;
-            detail::logger().warn("pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of pinned tensors",
-                         t.name, t.bytes);
-            return {dev.mapped_device_pointer(t.host.ptr), t.bytes, true};
-          }
-          ++counters.oom.thrown;
-          throw detail::ladder_exhausted(oom_message(t.bytes, t.name, "page in to HBM"), t.bytes);
+      case residency::host:
+        if (!page_in(lock, slot, compacted, outcome)) continue;
+        if (outcome == acquire_outcome::degraded_oom) {
+          return {dev.mapped_device_pointer(tensors[slot].host.ptr), tensors[slot].bytes, true};
         }
-        start_load(slot, *room, transfer_priority::fault);
-        t.fault_load = true;
-        outcome = acquire_outcome::fault;
-        pending = t.ticket;
+        pending = tensors[slot].ticket;
         break;
+    }
+    tensors.pin(slot);
+    const tensor_record& r = tensors[slot];  // (page_in may have dropped the lock)
+    // A mutable tensor's kernels on other streams may have written it: this stream waits for their
+    // release events on the device, as it would for a copy (its own stream is ordered already).
+    if (r.kind == tensor_kind::mutable_state) {
+      for (const auto& p : r.release_events) {
+        if (p.stream == compute) continue;
+        events.retain(p.event);
+        waits.push_back(p.event);
       }
     }
-    t.prefetched_unused = false;
-    if (t.pins++ == 0 && trace) t.acquired_at = std::chrono::steady_clock::now();
-    reindex(slot);
-    return {t.hbm->ptr, t.bytes, false};
+    return {r.hbm->ptr, r.bytes, false};
   }
 }
 
-void pager::impl::unpin(tensor_handle h) {
-  tensor_record& t = get(h);
-  if (--t.pins == 0) {
-    t.degraded = false;
-    t.access_counted = false;
-    if (t.load_failed) {
-      free_hbm(*t.hbm, take_release_events(t));
-      t.hbm.reset();
-      t.where = residency::host;
-      t.load_failed = false;
+void pager::impl::unpin(std::uint32_t slot) { free_hbm(tensors.unpin(slot)); }
+
+void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
+                                  const std::vector<acquire_outcome>& outcomes,
+                                  std::chrono::steady_clock::time_point called) {
+  for (std::size_t i = 0; i < n; ++i) {
+    stats.outcome(outcomes[i], +1);
+    const std::uint32_t slot = hs[i].index;
+    const tensor_record& t = tensors[slot];
+    auto& notes = tensors.notes(slot);
+    if (outcomes[i] == acquire_outcome::fault || outcomes[i] == acquire_outcome::late_prefetch) {
+      if (t.pending == pending_kind::load) {
+        if (notes.wait_from == std::chrono::steady_clock::time_point{}) notes.wait_from = called;  // reap records it
+      } else if (!t.load_failed && notes.loaded_at >= called) {  // arrived while this call waited
+        stats.fault_wait(called, notes.loaded_at, t.bytes);
+      }
     }
+    // Acquired elsewhere meanwhile (on another stream, or by a call that dropped the lock while
+    // this one waited): the same access, not a new one. Exactly one holder of overlapping pins
+    // counts it, whichever succeeds first.
+    if (notes.access_counted) continue;
+    notes.access_counted = true;
+    record_access(slot);
+    tensors.reindex(slot);
   }
-  reindex(h.index);
 }
 
 void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
@@ -130,27 +156,25 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   detail::check_stream_handle(compute.native, "acquire: the compute stream");
   const auto called = std::chrono::steady_clock::now();  // a fault's wait starts here
   std::unique_lock lock(mutex);
-  // Check every handle before anything changes.
-  const std::uint64_t epoch = ++list_epoch;
-  for (std::size_t i = 0; i < n; ++i) {
-    tensor_record& t = get(hs[i]);
-    HTP_EXPECTS(t.list_mark != epoch, invalid_argument, "acquire: '", t.name,
-                "' appears twice in the list (entry ", i, "); name each tensor once");
-    t.list_mark = epoch;
-  }
-  counters.acquires += n;
+  check_list(hs, n, "acquire");  // every handle, before anything changes
+  stats.add(&pager_metrics::acquires, n);
   std::vector<acquire_outcome> outcomes(n);
   std::vector<transfer_ticket> pending(n);
+  std::vector<event_ref> writes;  // other streams' release events to wait for (held)
+  const auto let_go_of_writes = [&] {
+    for (event_ref e : writes) events.release(e);
+  };
   std::size_t done = 0;
   // Acquires == hits + faults + degraded_acquires + failed_acquires + oom.thrown: an element that
   // did not succeed is counted failed, unless the ladder's own out_of_memory counted it.
   const auto fail_all = [&](bool ladder_counted_one) {
-    for (std::size_t i = done; i-- > 0;) unpin(hs[i]);
-    counters.failed_acquires += n - (ladder_counted_one ? 1 : 0);
+    for (std::size_t i = done; i-- > 0;) unpin(hs[i].index);
+    let_go_of_writes();
+    stats.add(&pager_metrics::failed_acquires, n - (ladder_counted_one ? 1 : 0));
   };
   try {
     for (; done < n; ++done) {
-      out[done] = acquire_one(lock, hs[done], outcomes[done], pending[done]);
+      out[done] = acquire_one(lock, hs[done], compute, outcomes[done], pending[done], writes);
     }
   } catch (const detail::ladder_exhausted& e) {
     fail_all(true);
@@ -159,74 +183,55 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     fail_all(false);
     throw;
   }
-  // Every element succeeded: now they are accesses (a failed call left the schedule alone).
-  for (std::size_t i = 0; i < n; ++i) {
-    count_outcome(outcomes[i], +1);
-    // Acquired elsewhere meanwhile (on another stream, or by a call that dropped the lock while
-    // this one waited): the same access, not a new one. Exactly one holder of overlapping pins
-    // counts it, whichever succeeds first.
-    tensor_record& t = tensors[hs[i].index];
-    if (outcomes[i] == acquire_outcome::fault || outcomes[i] == acquire_outcome::late_prefetch) {
-      if (t.pending == pending_kind::load) {
-        if (t.wait_from == std::chrono::steady_clock::time_point{}) t.wait_from = called;  // reap records it
-      } else if (!t.load_failed && t.loaded_at >= called) {  // arrived while this call waited
-        record_fault_wait(called, t.loaded_at, t.bytes);
-      }
-    }
-    if (t.access_counted) continue;
-    t.access_counted = true;
-    record_access(hs[i].index);
-    reindex(hs[i].index);
-  }
+  account_acquire(hs, n, outcomes, called);  // every element succeeded: now they are accesses
   prefetch_upcoming();
   sample_occupancy();
   lock.unlock();
   // Outside the lock: these may block if the caller's stream queue is full.
+  std::chrono::steady_clock::time_point blocked_from{};
   try {
+    for (event_ref e : writes) dev.wait(e, compute);
     for (std::size_t i = 0; i < n; ++i) {
       if (pending[i]) engine->wait_on(pending[i], compute);
     }
     if (wait) {
-      const auto blocked_from = std::chrono::steady_clock::now();
+      blocked_from = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < n; ++i) {
         if (pending[i]) engine->wait(pending[i]);
       }
-      const std::uint64_t ns = ns_between(blocked_from, std::chrono::steady_clock::now());
-      std::lock_guard relock(mutex);
-      counters.host_blocked_ns += ns;
     }
   } catch (const std::exception& e) {
     // The bytes never arrived (or the stream could not be told to wait): undo the pins (nothing
     // was queued on `compute` after the acquire but waits) and report it.
     lock.lock();
     reap();
+    let_go_of_writes();
     for (std::size_t i = 0; i < n; ++i) {
-      count_outcome(outcomes[i], -1);
-      unpin(hs[i]);
+      stats.outcome(outcomes[i], -1);
+      unpin(hs[i].index);
     }
-    counters.failed_acquires += n;
-    throw_copy_failed(detail::concat("acquire('", get(hs[0]).name, "'", n > 1 ? " and others" : "",
+    stats.add(&pager_metrics::failed_acquires, n);
+    throw_copy_failed(detail::concat("acquire('", tensors[hs[0].index].name, "'", n > 1 ? " and others" : "",
                                      wait ? ", wait)" : ")"),
                       e.what());
   }
+  if (!wait && writes.empty()) return;
+  lock.lock();
+  if (wait) stats.blocked_since(blocked_from);
+  let_go_of_writes();
 }
 
 void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty) {
   detail::check_stream_handle(compute.native, "release: the compute stream");
   std::unique_lock lock(mutex);
   const auto check = [&] {  // everything, before anything changes
-    const std::uint64_t epoch = ++list_epoch;
-    for (std::size_t i = 0; i < n; ++i) {
-      tensor_record& t = get(hs[i]);
+    check_list(hs, n, "release", [&](const tensor_record& t) {
       HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
                   "') without a matching acquire (or released twice)");
       HTP_EXPECTS(!(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
                   "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
                   "if kernels write it");
-      HTP_EXPECTS(t.list_mark != epoch, invalid_argument, "release: '", t.name,
-                  "' appears twice in the list (entry ", i, "); name each tensor once");
-      t.list_mark = epoch;
-    }
+    });
   };
   reap();
   check();
@@ -257,55 +262,23 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     throw;
   }
   for (std::size_t i = 1; i < n; ++i) events.retain(e);
-  std::vector<detail::release_point> no_release_points;  // when unordered: supersede nothing
   const std::uint64_t seq = ++release_seq;
-  auto& queue = releases[compute.native];
   std::string failed;  // a page-in that failed after acquire returned
   for (std::size_t i = 0; i < n; ++i) {
-    tensor_record& t = tensors[hs[i].index];
-    // A later release on the same stream supersedes an earlier one: streams run in order.
-    bool replaced = false;
-    for (auto& r : ordered ? t.release_events : no_release_points) {
-      if (r.stream == compute) {
-        events.release(r.event);
-        r = {e, compute, seq};
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) t.release_events.push_back({e, compute, seq});
-    queue.push_back({seq, hs[i].index, t.generation});
-    if (--t.pins == 0) t.access_counted = false;
-    if (t.load_failed) {
-      if (t.pins == 0) {
-        // The last holder of an extent whose page-in failed: free it after the kernels (fenced by
-        // their release events) and tell the caller that what they read was not the tensor.
-        t.load_failed = false;
-        free_hbm(*t.hbm, take_release_events(t));
-        t.hbm.reset();
-        t.where = residency::host;
-        if (failed.empty()) failed = t.name;
-      }
-      reindex(hs[i].index);
-      continue;
-    }
-    if (t.degraded) {
-      if (t.pins == 0) t.degraded = false;  // writes went straight to the authoritative host copy
-    } else if (dirty && !t.device_resident) {  // no host copy to write back: nothing to mark
-      t.dirty = true;
-    }
-    if (t.pins == 0 && trace) {
-      trace->add(detail::trace_track::host_acquired, t.name, "acquired", t.acquired_at,
-                 std::chrono::steady_clock::now());
-    }
-    reindex(hs[i].index);
+    const std::uint32_t slot = hs[i].index;
+    auto freed = tensors.release(slot, {e, compute, seq}, dirty, /*supersede=*/ordered);
+    if (!freed) continue;
+    // The last holder of an extent whose page-in failed: freed after the kernels, and the caller
+    // told that what they read was not the tensor.
+    free_hbm(std::move(*freed));
+    if (failed.empty()) failed = tensors[slot].name;
   }
   if (!failed.empty()) {
     throw_copy_failed(detail::concat("release('", failed, "')"),
                       "its page-in failed after acquire returned; the release took effect, but "
                       "kernels ordered after that acquire read undefined bytes");
   }
-  retire_releases(compute.native);
+  tensors.retire_releases(compute.native);
   prefetch_upcoming();  // the memory just released may be what the next layer needs
   maybe_auto_compact();
   sample_occupancy();

@@ -10,16 +10,14 @@
 
 namespace htp {
 
-using detail::pending_kind;
 
 std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
   const detail::nvtx_range range("htp compaction");
   // Candidates: the unpinned tensors holding HBM (from the victim index, not a scan of all).
   std::unordered_map<void*, std::uint32_t> owner;
   for (auto g : {detail::victim_group::clean, detail::victim_group::dirty}) {
-    victims.find_lru(g, [&](std::uint32_t slot) {
-      auto& t = tensors[slot];
-      if (can_move(t)) owner.emplace(t.hbm->ptr, slot);
+    tensors.victims().find_lru(g, [&](std::uint32_t slot) {
+      if (can_move(slot)) owner.emplace(tensors[slot].hbm->ptr, slot);
       return false;  // visit them all
     });
   }
@@ -35,7 +33,7 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
       hbm_bytes_held -= m.to.bytes;
       continue;
     }
-    auto& t = tensors[owner.at(m.from.ptr)];
+    const std::uint32_t slot = owner.at(m.from.ptr);
     transfer_ticket ticket;
     try {
       ticket = engine->submit(m.to.ptr, m.from.ptr, m.from.bytes, copy_direction::device_to_device,
@@ -46,27 +44,32 @@ std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
       hbm_bytes_held -= m.to.bytes;
       continue;  // this tensor stays where it is; the others still move
     }
-    fence_release_events(t, m.from.ptr, ticket);  // kernels may still read the source
-    set_pending(owner.at(m.from.ptr), pending_kind::move, ticket);
-    t.ticket_priority = transfer_priority::compaction;
-    t.ticket_start = std::chrono::steady_clock::now();
-    t.move = m;
-    t.hbm = m.to;
+    fence_release_events(slot, m.from.ptr, ticket);  // kernels may still read the source
+    tensors.begin_move(slot, m, ticket);
+    auto& notes = tensors.notes(slot);
+    notes.ticket_priority = transfer_priority::compaction;
+    notes.ticket_start = std::chrono::steady_clock::now();
     ++moves_in_flight;
     ++started;
-    counters.compaction_bytes += m.from.bytes;
   }
   if (started > 0) {
-    ++counters.compactions;
-    counters.compaction_moves += started;
+    stats.add(&pager_metrics::compactions);
+    stats.add(&pager_metrics::compaction_moves, started);
   }
   return started;
+}
+
+void pager::impl::add_move_waits(detail::wait_set& w) const {
+  for (std::uint32_t s : tensors.in_flight()) {
+    if (tensors[s].pending == detail::pending_kind::move) w.tickets.push_back(tensors[s].ticket);
+  }
 }
 
 void pager::impl::maybe_auto_compact() {
   if (!config.auto_compact || moves_in_flight > 0) return;
   // Planning looks at every tensor in HBM: retry only after enough frees changed the layout
   // (1 + 1/16 of the tensors in HBM), so the cost stays O(1) amortised per call.
+  const auto& victims = tensors.victims();
   const std::size_t in_hbm = victims.size(detail::victim_group::clean) +
                              victims.size(detail::victim_group::dirty) +
                              victims.size(detail::victim_group::pinned);

@@ -21,13 +21,7 @@ tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes, s
   // The engine's bounce buffers: pinned, slow to allocate, so here and not on a page-in under the lock.
   p.engine->prepare_file_reads();
   std::lock_guard lock(p.mutex);
-  const tensor_handle h = p.add_record(std::move(name), bytes, tensor_kind::weight, extent{}, /*external=*/false);
-  detail::tensor_record& t = p.tensors[h.index];
-  t.file = std::move(file);
-  t.file_offset = offset;
-  ++p.counters.file_backed_tensors;
-  p.counters.file_backed_bytes += bytes;
-  return h;
+  return p.tensors.add(detail::tensor_spec::in_file(std::move(name), bytes, std::move(file), offset));
 }
 
 }  // namespace htp

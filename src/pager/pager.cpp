@@ -95,7 +95,12 @@ void check_fits(const char* field, std::size_t budget, std::size_t available, co
 }  // namespace
 
 pager::impl::impl(device& d, pager_config c)
-    : dev(d), config(std::move(c)), events(d), private_stream(d) {
+    : dev(d),
+      config(std::move(c)),
+      stats(config.trace ? config.trace_capacity : 0),
+      events(d),
+      tensors(d, events, schedule, stats, config.checked),
+      private_stream(d) {
   validate(config);
   check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
              "the device's memory");
@@ -132,14 +137,13 @@ pager::impl::impl(device& d, pager_config c)
   tc.device_memory = regions_of(*hbm);
   if (host) tc.host_memory = regions_of(*host);
   engine = std::make_unique<transfer_engine>(dev, tc);
-  if (config.trace) trace = std::make_unique<detail::trace_log>(start, config.trace_capacity);
 }
 
 pager::impl::~impl() {
   try {
     engine->drain();
-    for (auto& t : tensors) {
-      for (const auto& r : t.release_events) dev.synchronize(r.event);
+    for (std::uint32_t s = 0; s < tensors.size(); ++s) {
+      for (const auto& r : tensors[s].release_events) dev.synchronize(r.event);
     }
     fences.for_each([&](const detail::fence& f) {  // kernels may still read memory already evicted
       for (auto e : f.events) dev.synchronize(e);
@@ -160,23 +164,6 @@ pager::impl::~impl() {
   host.reset();
 }
 
-tensor_record& pager::impl::get(tensor_handle h) {
-  HTP_EXPECTS(h.generation != 0, invalid_argument, "null tensor_handle; use one returned by register_tensor");
-  HTP_EXPECTS(h.index < tensors.size() && tensors[h.index].live &&
-                  tensors[h.index].generation == h.generation,
-              invalid_argument, "stale or unknown tensor_handle {index ", h.index, ", generation ",
-              h.generation, "}: the tensor was unregistered (or never registered with this pager)");
-  return tensors[h.index];
-}
-
-const tensor_record& pager::impl::get(tensor_handle h) const {
-  return const_cast<impl*>(this)->get(h);
-}
-
-tensor_handle pager::impl::handle_of(std::uint32_t slot) const {
-  return {slot, tensors[slot].generation};
-}
-
 detail::host_region* pager::impl::region_of(const void* p, std::size_t bytes) {
   const auto* q = static_cast<const char*>(p);
   auto it = host_regions.upper_bound(q);
@@ -186,40 +173,6 @@ detail::host_region* pager::impl::region_of(const void* p, std::size_t bytes) {
     return nullptr;
   }
   return &it->second;
-}
-
-tensor_handle pager::impl::add_record(std::string name, std::size_t bytes, tensor_kind kind,
-                                      extent host_extent, bool external) {
-  std::uint32_t slot;
-  if (!free_slots.empty()) {
-    slot = free_slots.back();
-    free_slots.pop_back();
-  } else {
-    slot = static_cast<std::uint32_t>(tensors.size());
-    tensors.emplace_back();
-  }
-  tensor_record& t = tensors[slot];
-  const std::uint32_t generation = t.generation == 0 ? 1 : t.generation;
-  t = tensor_record{};
-  t.live = true;
-  t.generation = generation;
-  t.name = std::move(name);
-  t.bytes = bytes;
-  t.kind = kind;
-  t.host = host_extent;
-  t.external = external;
-  ++counters.registered_tensors;
-  return {slot, generation};
-}
-
-void pager::impl::drop_record(std::uint32_t slot) {
-  tensor_record& t = tensors[slot];
-  const std::uint32_t next = t.generation + 1 == 0 ? 1 : t.generation + 1;
-  t = tensor_record{};
-  t.generation = next;
-  reindex(slot);
-  free_slots.push_back(slot);
-  --counters.registered_tensors;
 }
 
 // ---- pager ---------------------------------------------------------------------------------------
@@ -276,7 +229,7 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
     std::memset(h.ptr, 0, bytes);
   }
   std::lock_guard lock(p.mutex);
-  return p.add_record(std::move(name), bytes, kind, h, /*external=*/false);
+  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind, h, /*external=*/false));
 }
 
 tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
@@ -292,7 +245,7 @@ tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, ten
               invalid_argument, "register_tensor_at('", name, "'): a mutable tensor cannot live in "
               "a read-only region (its write-backs would land there); lend writable memory");
   ++r->tensors;
-  return p.add_record(std::move(name), bytes, kind, extent{host_ptr, bytes}, /*external=*/true);
+  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind, extent{host_ptr, bytes}, /*external=*/true));
 }
 
 void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind) {
@@ -347,35 +300,23 @@ void pager::remove_host_region(void* ptr) {
 void pager::unregister_tensor(tensor_handle h) {
   auto& p = *impl_;
   std::unique_lock lock(p.mutex);
-  tensor_record& t = p.quiesce(lock, h, [](const tensor_record& r) {
+  const std::uint32_t slot = p.quiesce(lock, h, [](const tensor_record& r) {
     HTP_EXPECTS(r.pins == 0, invalid_argument, "unregister_tensor('", r.name, "'): it is acquired ",
                 r.pins, " time(s); release it first");
   });
-  if (t.hbm) p.free_hbm(*t.hbm);
-  if (t.device_resident) {
-    // no host extent
-  } else if (t.file) {
-    --p.counters.file_backed_tensors;
-    p.counters.file_backed_bytes -= t.bytes;
-  } else if (t.external) {
+  const tensor_record& t = p.tensors[slot];
+  if (t.external) {
     if (auto* r = p.region_of(t.host.ptr, t.bytes)) --r->tensors;
-  } else {
+  } else if (!t.device_resident && !t.file) {
     p.host->deallocate(t.host.ptr, t.host.bytes);
   }
-  if (p.schedule.contains(h.index)) {
+  const bool scheduled = p.schedule.contains(slot);
+  if (const auto held = p.tensors.remove(slot)) p.free_hbm(*held);
+  if (scheduled) {
     // The schedule's positions shift: re-key every tensor holding HBM (O(n), rare).
-    p.schedule.forget(h.index);
-    t.hbm.reset();
-    p.reindex(h.index);
-    for (std::uint32_t s = 0; s < p.tensors.size(); ++s) {
-      if (p.tensors[s].live && p.tensors[s].hbm) p.reindex(s);
-    }
+    p.schedule.forget(slot);
+    p.tensors.reindex_all();
   }
-  if (t.device_resident) {
-    --p.counters.device_resident_tensors;
-    p.counters.device_resident_bytes -= t.bytes;
-  }
-  p.drop_record(h.index);
 }
 
 device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
@@ -403,8 +344,7 @@ void pager::prefetch(tensor_handle h) {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.reap();
-  p.get(h);
-  p.prefetch_slot(h.index);
+  p.prefetch_slot(p.slot_of(h));
 }
 
 void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic) {
@@ -414,16 +354,14 @@ void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic
   slots.reserve(sequence.size());
   for (std::size_t i = 0; i < sequence.size(); ++i) {
     try {
-      p.get(sequence[i]);
+      (void)p.tensors.get(sequence[i]);
     } catch (const invalid_argument& e) {
       throw invalid_argument(detail::concat("set_schedule: entry ", i, ": ", e.what()));
     }
     slots.push_back(sequence[i].index);
   }
   p.schedule.set(std::move(slots), cyclic);
-  for (std::uint32_t s = 0; s < p.tensors.size(); ++s) {  // next uses changed: re-key (O(n log n))
-    if (p.tensors[s].live && p.tensors[s].hbm) p.reindex(s);
-  }
+  p.tensors.reindex_all();  // next uses changed: re-key (O(n log n))
   p.reap();
   p.prefetch_upcoming();
 }
@@ -433,7 +371,8 @@ void pager::evict(tensor_handle h) {
   std::unique_lock lock(p.mutex);
   for (;;) {
     p.reap();
-    tensor_record& t = p.get(h);
+    const std::uint32_t slot = p.slot_of(h);
+    const tensor_record& t = p.tensors[slot];
     HTP_EXPECTS(t.pins == 0, invalid_argument, "evict('", t.name, "'): it is acquired; release it first");
     HTP_EXPECTS(!t.device_resident, invalid_argument, "evict('", t.name,
                 "'): it is device-resident (register_resident) and has no host copy to fall back on; "
@@ -443,18 +382,18 @@ void pager::evict(tensor_handle h) {
     bool mine = false;  // the write-back this call started
     if (t.pending != pending_kind::none) {
       w.tickets.push_back(t.ticket);
-    } else if (!p.settle(t)) {
+    } else if (!p.tensors.settle(slot)) {
       for (const auto& r : t.release_events) w.events.push_back(r.event);
     } else {
-      p.evict_now(h.index);
-      if (t.pending == pending_kind::none) return;
-      w.tickets.push_back(t.ticket);
+      p.evict_now(slot);
+      if (p.tensors[slot].pending == pending_kind::none) return;
+      w.tickets.push_back(p.tensors[slot].ticket);
       mine = true;
     }
     const std::string failed = p.wait_for(lock, w);
     if (mine && !failed.empty()) {  // the tensor stays resident and dirty; nothing is lost
       p.reap();
-      impl::throw_copy_failed(detail::concat("evict('", p.get(h).name, "')"), failed);
+      impl::throw_copy_failed(detail::concat("evict('", p.tensors.get(h).name, "')"), failed);
     }
   }
 }
@@ -465,9 +404,7 @@ std::size_t pager::compact() {
   p.reap();
   const std::size_t moves = p.start_compaction(0);
   detail::wait_set w;
-  for (std::uint32_t s : p.in_flight) {
-    if (p.tensors[s].pending == pending_kind::move) w.tickets.push_back(p.tensors[s].ticket);
-  }
+  p.add_move_waits(w);
   p.wait_for(lock, w);
   p.reap();
   return moves;
@@ -480,18 +417,19 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
               "copy_to_host: the device is timing-only (sim_config::timing_only) and holds no tensor bytes; "
               "use a sim device that stores bytes to read them back");
   std::unique_lock lock(p.mutex);
-  tensor_record& t = p.quiesce(lock, h, [](const tensor_record& r) {
+  const std::uint32_t slot = p.quiesce(lock, h, [](const tensor_record& r) {
     HTP_EXPECTS(!(r.kind == tensor_kind::mutable_state && r.pins > 0), invalid_argument,
                 "copy_to_host('", r.name, "'): the mutable tensor is acquired and may be being "
                 "written; release it first");
   });
+  const tensor_record& t = p.tensors[slot];
+  const std::string name = t.name;
+  std::string failure;
   if (t.hbm && (t.dirty || t.device_resident)) {
     // HBM is authoritative. Pinned meanwhile (nothing evicts or moves it), the copy and its wait
     // run without the lock: `dst` may be pageable, which makes the copy synchronous.
-    ++t.pins;
-    p.reindex(h.index);
+    p.tensors.pin(slot);
     const extent from = *t.hbm;
-    std::string failure;
     lock.unlock();
     try {
       p.dev.copy_async(dst, from.ptr, from.bytes, copy_direction::device_to_host, p.private_stream);
@@ -500,18 +438,22 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
       failure = e.what();
     }
     lock.lock();
-    p.unpin(h);
-    if (!failure.empty()) impl::throw_copy_failed("copy_to_host", failure);
+    p.unpin(slot);
   } else if (t.file) {
     // A weight's file is authoritative; read it without the lock (a read may take milliseconds).
     const std::shared_ptr<const tensor_file> f = t.file;
     const std::uint64_t offset = t.file_offset;
     const std::size_t bytes = t.bytes;
     lock.unlock();
-    f->read(dst, bytes, offset);
+    try {
+      f->read(dst, bytes, offset);
+    } catch (const std::exception& e) {  // as acquire reports the same fault
+      failure = std::string("reading the file failed: ") + e.what();
+    }
   } else {
     std::memcpy(dst, t.host.ptr, t.bytes);
   }
+  if (!failure.empty()) impl::throw_copy_failed(detail::concat("copy_to_host('", name, "')"), failure);
 }
 
 void pager::synchronize() {
@@ -520,7 +462,7 @@ void pager::synchronize() {
   for (;;) {
     p.reap();
     detail::wait_set w;
-    for (std::uint32_t s : p.in_flight) w.tickets.push_back(p.tensors[s].ticket);
+    for (std::uint32_t s : p.tensors.in_flight()) w.tickets.push_back(p.tensors[s].ticket);
     for (const auto& [id, d] : p.detached_loads) w.tickets.push_back(transfer_ticket{id});
     if (w.empty()) return;
     p.wait_for(lock, w);
@@ -531,7 +473,7 @@ tensor_info pager::info(tensor_handle h) const {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.reap();
-  const tensor_record& t = p.get(h);
+  const tensor_record& t = p.tensors.get(h);
   return {t.name, t.bytes, t.kind, t.where, t.pins, t.dirty, t.degraded,
           t.pending != pending_kind::none, t.device_resident};
 }
@@ -540,7 +482,7 @@ void pager::reset_metrics() {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.reap();
-  p.reset_metrics();
+  p.stats.reset(p.hbm_bytes_held, p.hbm->capacity_bytes());
 }
 
 pager_metrics pager::metrics() const {
@@ -549,22 +491,22 @@ pager_metrics pager::metrics() const {
   p.reap();
   p.sample_occupancy();
   pager_metrics m = p.snapshot();
-  const std::vector<detail::fault_wait_sample> samples = p.fault_waits;  // copied; sorted unlocked
-  const std::uint64_t dropped = p.fault_waits_dropped;
+  const std::vector<detail::fault_wait_sample> samples = p.stats.fault_waits();  // copied; sorted unlocked
+  const std::uint64_t dropped = p.stats.fault_waits_dropped();
   const double peak = static_cast<double>(p.engine->link_peak(copy_direction::host_to_device));
   lock.unlock();
-  m.fault_wait = impl::summarize_fault_waits(samples, dropped, peak);
+  m.fault_wait = detail::pager_stats::summarize(samples, dropped, peak);
   return m;
 }
 
 void pager::trace_compute_span(const std::string& name, std::chrono::steady_clock::time_point begin,
                                std::chrono::steady_clock::time_point end) {
-  if (impl_->trace) impl_->trace->add(detail::trace_track::compute, name, "compute", begin, end);
+  impl_->stats.compute_span(name, begin, end);
 }
 
 void pager::write_trace(const std::string& path) const {
   auto& p = *impl_;
-  HTP_EXPECTS(p.trace != nullptr, invalid_argument,
+  HTP_EXPECTS(p.stats.tracing(), invalid_argument,
               "write_trace: tracing is off; set pager_config.trace = true");
   {
     std::lock_guard lock(p.mutex);
@@ -572,7 +514,7 @@ void pager::write_trace(const std::string& path) const {
   }
   std::FILE* f = std::fopen(path.c_str(), "w");
   HTP_EXPECTS(f != nullptr, invalid_argument, "write_trace: cannot open '", path, "' for writing");
-  const std::string json = p.trace->to_json();
+  const std::string json = p.stats.trace()->to_json();
   const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   std::fclose(f);
   HTP_EXPECTS(ok, invalid_argument, "write_trace: writing '", path, "' failed");

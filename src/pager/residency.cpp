@@ -1,7 +1,8 @@
-// Residency: loads, evictions, write-backs, the out-of-memory ladder's non-blocking rungs, and
-// prefetch (completions are in completions.cpp). Every function here runs with the pager's mutex
-// held. Nothing here scans the tensors: victims come from the victim index, fences from the fence
-// set (docs/pager.md, "Costs").
+// Residency policy: which tensors to load, evict, write back or wait for (the out-of-memory
+// ladder's non-blocking rungs), prefetch, and the fences over freed HBM. The transitions
+// themselves are the tensor table's; completions are in completions.cpp. Every function here runs
+// with the pager's mutex held. Nothing here scans the tensors: victims come from the victim index,
+// fences from the fence set (docs/pager.md, "Costs").
 #include "nvtx_range.hpp"
 #include "pager/pager_impl.hpp"
 
@@ -15,67 +16,29 @@ using detail::pending_kind;
 using detail::tensor_record;
 using detail::victim_group;
 
-void pager::impl::set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket) {
-  tensor_record& t = tensors[slot];
-  if (t.ticket) ticket_slot.erase(t.ticket.id);
-  if (t.in_flight_pos != detail::not_in_flight) {  // leave the list (swap with the last)
-    const std::uint32_t last = in_flight.back();
-    in_flight[t.in_flight_pos] = last;
-    tensors[last].in_flight_pos = t.in_flight_pos;
-    in_flight.pop_back();
-    t.in_flight_pos = detail::not_in_flight;
-  }
-  t.pending = kind;
-  t.ticket = ticket;
-  if (kind != pending_kind::none) {
-    t.in_flight_pos = static_cast<std::uint32_t>(in_flight.size());
-    in_flight.push_back(slot);
-    ticket_slot[ticket.id] = slot;
-  }
-}
-
 bool pager::impl::belady() const {
   return config.eviction == eviction_rule::belady ||
          (config.eviction == eviction_rule::automatic && !schedule.empty());
-}
-
-void pager::impl::reindex(std::uint32_t slot) {
-  const tensor_record& t = tensors[slot];
-  detail::victim_key k;
-  k.indexed = t.live && t.hbm.has_value() && !t.load_failed && !t.device_resident;
-  if (k.indexed) {
-    k.group = t.pins > 0                                            ? victim_group::pinned
-              : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty
-                                                                : victim_group::clean;
-    k.next_use = schedule.next_use(slot);
-  }
-  victims.update(slot, k);
 }
 
 void pager::impl::record_access(std::uint32_t slot) {
   skipped.clear();
   schedule.on_access(slot, &skipped);
   for (std::uint32_t s : skipped) {
-    if (s < tensors.size()) reindex(s);
+    if (s < tensors.size()) tensors.reindex(s);
   }
 }
 
-bool pager::impl::can_evict(const tensor_record& t) const {
-  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::none &&
-         t.where == residency::resident;
-}
-
-bool pager::impl::can_move(tensor_record& t) {
+bool pager::impl::can_move(std::uint32_t slot) {
   // A weight whose kernels may still run can move: they only read it, as the move's copy does, and
   // the source is fenced by their release events until they are done (start_compaction). A mutable
   // tensor moves only once its kernels have finished writing it.
-  const bool settled = settle(t);
-  return can_evict(t) && (settled || t.kind == tensor_kind::weight);
+  const bool settled = tensors.settle(slot);
+  return tensors.can_evict(slot) && (settled || tensors[slot].kind == tensor_kind::weight);
 }
 
 std::uint64_t pager::impl::eviction_rank(std::uint32_t slot) const {
-  const auto& t = tensors[slot];
-  (void)t;
+  const auto& victims = tensors.victims();
   const std::uint64_t joined = victims.recency(slot);
   const std::uint64_t age = joined == 0 ? 0 : victims.clock() - joined;
   if (!belady() || schedule.empty()) return age;
@@ -91,6 +54,7 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
     return std::find(skip.begin(), skip.end(), s) != skip.end();
   };
   const auto pick = [&](std::uint32_t s) { return !skipped_slot(s); };
+  const auto& victims = tensors.victims();
   if (!belady()) {
     const std::uint32_t s = victims.find_lru(g, pick);
     return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
@@ -107,15 +71,15 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
 std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot) const {
   // Evictable now without the host waiting: resident and idle, or released while its load is in
   // flight (evict_loading orders the reuse on the device).
+  const auto& victims = tensors.victims();
   const auto is_clean_evictable = [&](std::uint32_t s) {
-    return victims.key_of(s).group == victim_group::clean &&
-           (can_evict(tensors[s]) || can_evict_loading(tensors[s]));
+    return victims.key_of(s).group == victim_group::clean && (tensors.can_evict(s) || tensors.can_evict_loading(s));
   };
   if (!belady()) {
     // LRU: the least recently used clean tensor outside the lookahead window.
     const auto window = schedule.upcoming(config.prefetch_lookahead + 1);
     const std::uint32_t s = victims.find_lru(victim_group::clean, [&](std::uint32_t c) {
-      return std::find(window.begin(), window.end(), c) == window.end() && can_evict(tensors[c]);
+      return std::find(window.begin(), window.end(), c) == window.end() && tensors.can_evict(c);
     });
     return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
   }
@@ -138,10 +102,15 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
     if (!best || !is_clean_evictable(*best) || best_rank <= eviction_rank(for_slot)) return std::nullopt;
     return best;
   }
+  return min_page_ins_victim(for_slot);
+}
+
+std::optional<std::uint32_t> pager::impl::min_page_ins_victim(std::uint32_t for_slot) const {
   // min_page_ins: exactly the victim a demand fault of `for_slot` would evict when it comes (at
   // time T): the clean tensor (pinned ones count: they will be released by then) whose next use
   // after T is farthest. Evicting it now is the same decision made earlier, unless it is needed
   // before T, pinned, or busy: then no prefetch now (it would add a page-in).
+  const auto& victims = tensors.victims();
   const std::uint64_t T = schedule.next_use(for_slot);
   if (T == detail::access_schedule::never) return std::nullopt;
   std::optional<std::uint32_t> best;
@@ -184,7 +153,9 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
   if (!best) return std::nullopt;  // only dirty tensors: the fault would write one back
   const std::uint64_t next_use_now = schedule.next_use(*best);
   if (next_use_now != detail::access_schedule::never && next_use_now < T) return std::nullopt;
-  if (!is_clean_evictable(*best)) return std::nullopt;
+  const bool clean_evictable = victims.key_of(*best).group == victim_group::clean &&
+                               (tensors.can_evict(*best) || tensors.can_evict_loading(*best));
+  if (!clean_evictable) return std::nullopt;
   return best;
 }
 
@@ -194,11 +165,6 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
   // allocator would reject the request as invalid. The caller serves it degraded (or throws).
   if (bytes > hbm->max_request_bytes()) return std::nullopt;
   const auto free_bytes = [&] { return hbm->capacity_bytes() - std::min(hbm->capacity_bytes(), hbm_bytes_held); };
-  const auto add_move_waits = [&] {
-    for (std::uint32_t s : in_flight) {
-      if (tensors[s].pending == pending_kind::move) waits.tickets.push_back(tensors[s].ticket);
-    }
-  };
   for (;;) {
     try {
       extent e = hbm->allocate(bytes);
@@ -213,88 +179,90 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       if (fragmented) return std::nullopt;
       const auto victim = prefetch_victim(for_slot);
       if (!victim) return std::nullopt;
-      if (can_evict(tensors[*victim])) {
+      if (tensors.can_evict(*victim)) {
         evict_now(*victim);
       } else {
         evict_loading(*victim);
       }
       continue;
     }
-    // Enough free bytes in total but no extent for them (fragmentation): compacting moves bytes
-    // at HBM speed, far cheaper than evicting and faulting back over the link. (Rung 4, taken
-    // early because it is the cause.)
-    if (allow_compaction && moves_in_flight == 0 && fragmented && start_compaction(bytes) > 0) {
-      ++counters.oom.compact;
-      waits.compacted = true;
-      add_move_waits();
-      waits.only_moves = waits.events.empty();
-      return std::nullopt;
-    }
-    // A compaction (a background one) is moving tensors now: its result may be the extent this
-    // request needs; wait for it rather than evict what the layout change would have made room for.
-    if (allow_compaction && moves_in_flight > 0 && fragmented) {
-      add_move_waits();
-      waits.only_moves = waits.events.empty();
-      if (!waits.empty()) {
-        ++counters.oom.wait_in_flight;
-        return std::nullopt;
+    if (allow_compaction && fragmented) {
+      // Enough free bytes in total but no extent for them (fragmentation): compacting moves bytes
+      // at HBM speed, far cheaper than evicting and faulting back over the link. (Rung 4, taken
+      // early because it is the cause.)
+      if (moves_in_flight == 0 && compact_for(bytes, waits)) return std::nullopt;
+      // A compaction (a background one) is moving tensors now: its result may be the extent this
+      // request needs; wait for it rather than evict what the layout change would have made room for.
+      if (moves_in_flight > 0) {
+        add_move_waits(waits);
+        waits.only_moves = waits.events.empty();
+        if (!waits.empty()) {
+          stats.rung(&oom_ladder_counts::wait_in_flight);
+          return std::nullopt;
+        }
       }
     }
-    // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight. The
-    // victim is chosen among every unpinned tensor holding HBM, whatever its state, so that a host
-    // running ahead of the GPU (whose recent loads are still in flight) does not push the rule onto
-    // tensors needed sooner. One whose kernels still run is evicted at once, fenced.
-    const auto clean = best_in(victim_group::clean);
-    const auto victim = clean ? clean : best_in(victim_group::dirty);
-    if (victim && can_evict(tensors[*victim])) {
-      evict_now(*victim);
-      if (clean) {
-        ++counters.oom.evict_clean;
-        continue;
-      }
-      ++counters.oom.write_back_dirty;
-      waits.tickets.push_back(tensors[*victim].ticket);
-      return std::nullopt;
-    }
-    // The victim's load is still in flight, but it was acquired and released meanwhile (a host
-    // running ahead): its release events order the next copy into its memory after the load, on
-    // the device, so it goes now instead of the host waiting for it.
-    if (victim && can_evict_loading(tensors[*victim])) {
-      evict_loading(*victim);
-      ++counters.oom.evict_clean;
-      continue;
-    }
-    // Rung 3: the victim (or, with none, any unpinned tensor) has a copy in flight: wait for it.
-    if (victim) {
-      waits.tickets.push_back(tensors[*victim].ticket);
-    } else {
-      for (std::uint32_t s : in_flight) {
-        const tensor_record& t = tensors[s];
-        if (t.hbm && t.pins == 0) waits.tickets.push_back(t.ticket);
-      }
-    }
-    if (!waits.empty()) {
-      ++counters.oom.wait_in_flight;
-      return std::nullopt;
-    }
+    if (evict_for_demand(waits)) continue;
+    if (!waits.empty()) return std::nullopt;
     // Rung 4: enough free bytes in total but no extent for them: compact.
-    if (allow_compaction && start_compaction(bytes) > 0) {
-      ++counters.oom.compact;
-      waits.compacted = true;
-      add_move_waits();
-      waits.only_moves = waits.events.empty();
-      return std::nullopt;
-    }
+    if (allow_compaction) compact_for(bytes, waits);
     return std::nullopt;
   }
 }
 
+bool pager::impl::evict_for_demand(detail::wait_set& waits) {
+  // Rungs 1-3: the best clean victim, else the best dirty one; wait if it is in flight. The victim
+  // is chosen among every unpinned tensor holding HBM, whatever its state, so that a host running
+  // ahead of the GPU (whose recent loads are still in flight) does not push the rule onto tensors
+  // needed sooner. One whose kernels still run is evicted at once, fenced.
+  const auto clean = best_in(victim_group::clean);
+  const auto victim = clean ? clean : best_in(victim_group::dirty);
+  if (victim && tensors.can_evict(*victim)) {
+    evict_now(*victim);
+    if (clean) {
+      stats.rung(&oom_ladder_counts::evict_clean);
+      return true;
+    }
+    stats.rung(&oom_ladder_counts::write_back_dirty);
+    waits.tickets.push_back(tensors[*victim].ticket);
+    return false;
+  }
+  // The victim's load is still in flight, but it was acquired and released meanwhile (a host
+  // running ahead): its release events order the next copy into its memory after the load, on
+  // the device, so it goes now instead of the host waiting for it.
+  if (victim && tensors.can_evict_loading(*victim)) {
+    evict_loading(*victim);
+    stats.rung(&oom_ladder_counts::evict_clean);
+    return true;
+  }
+  // Rung 3: the victim (or, with none, any unpinned tensor) has a copy in flight: wait for it.
+  if (victim) {
+    waits.tickets.push_back(tensors[*victim].ticket);
+  } else {
+    for (std::uint32_t s : tensors.in_flight()) {
+      const tensor_record& t = tensors[s];
+      if (t.hbm && t.pins == 0) waits.tickets.push_back(t.ticket);
+    }
+  }
+  if (!waits.empty()) stats.rung(&oom_ladder_counts::wait_in_flight);
+  return false;
+}
+
+bool pager::impl::compact_for(std::size_t bytes, detail::wait_set& waits) {
+  if (start_compaction(bytes) == 0) return false;
+  stats.rung(&oom_ladder_counts::compact);
+  waits.compacted = true;
+  add_move_waits(waits);
+  waits.only_moves = waits.events.empty();
+  return true;
+}
+
 void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority priority) {
   const detail::nvtx_range range(priority == transfer_priority::fault ? "htp fault" : "htp prefetch");
-  tensor_record& t = tensors[slot];
   // The copy waits for whatever may still read the destination (its fences) and for kernels that
   // may still write the source: a tensor last acquired in degraded mode was written in host memory.
-  settle(t);
+  tensors.settle(slot);
+  const tensor_record& t = tensors[slot];
   std::vector<event_ref> after = fence_events(where);
   for (const auto& r : t.release_events) after.push_back(r.event);
   transfer_ticket ticket;
@@ -307,79 +275,51 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
     throw;
   }
   add_fence_user(where, ticket);
-  fence_release_events(t, where.ptr, ticket);  // kept until the load has finished: the engine refers to them
-  t.hbm = where;
-  t.where = residency::loading;
-  set_pending(slot, pending_kind::load, ticket);
-  t.ticket_priority = priority;
-  t.ticket_start = std::chrono::steady_clock::now();
-  t.wait_from = {};
-  ++counters.page_ins;
-  counters.page_in_bytes += t.bytes;
-  reindex(slot);
+  fence_release_events(slot, where.ptr, ticket);  // kept until the load has finished: the engine refers to them
+  tensors.begin_load(slot, where, ticket);
+  auto& notes = tensors.notes(slot);
+  notes.ticket_priority = priority;
+  notes.ticket_start = std::chrono::steady_clock::now();
+  notes.wait_from = {};
 }
 
 void pager::impl::evict_now(std::uint32_t slot) {
-  tensor_record& t = tensors[slot];
-  settle(t);
-  if (t.kind == tensor_kind::mutable_state && t.dirty) {
-    const detail::nvtx_range range("htp write-back");
-    // The write-back reads what the kernels wrote: it waits for their release events on the
-    // device. Those events join a fence over the extent until the write-back has finished.
-    std::vector<event_ref> after;
-    for (const auto& r : t.release_events) after.push_back(r.event);
-    const transfer_ticket ticket =
-        engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
-                       transfer_priority::writeback, std::move(after));
-    fence_release_events(t, t.hbm->ptr, ticket);
-    set_pending(slot, pending_kind::write_back, ticket);
-    t.ticket_priority = transfer_priority::writeback;
-    t.ticket_start = std::chrono::steady_clock::now();
-    t.where = residency::writing_back;
-    ++counters.write_backs;
-    counters.write_back_bytes += t.bytes;
-  } else {
-    free_hbm(*t.hbm, take_release_events(t));
-    t.hbm.reset();
-    t.where = residency::host;
+  tensors.settle(slot);
+  const tensor_record& t = tensors[slot];
+  if (!(t.kind == tensor_kind::mutable_state && t.dirty)) {
+    free_hbm(tensors.drop_to_host(slot));
+    return;
   }
-  if (t.prefetched_unused) {
-    ++counters.wasted_prefetches;
-    t.prefetched_unused = false;
-  }
-  ++counters.evictions;
-  reindex(slot);
-}
-
-bool pager::impl::can_evict_loading(const tensor_record& t) const {
-  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load &&
-         t.where == residency::loading && !t.dirty && !t.prefetched_unused && !t.release_events.empty();
+  const detail::nvtx_range range("htp write-back");
+  // The write-back reads what the kernels wrote: it waits for their release events on the device.
+  // Those events join a fence over the extent until the write-back has finished.
+  std::vector<event_ref> after;
+  for (const auto& r : t.release_events) after.push_back(r.event);
+  const transfer_ticket ticket = engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
+                                                transfer_priority::writeback, std::move(after));
+  fence_release_events(slot, t.hbm->ptr, ticket);
+  tensors.begin_write_back(slot, ticket);
+  auto& notes = tensors.notes(slot);
+  notes.ticket_priority = transfer_priority::writeback;
+  notes.ticket_start = std::chrono::steady_clock::now();
 }
 
 void pager::impl::evict_loading(std::uint32_t slot) {
-  tensor_record& t = tensors[slot];
-  detached_loads.emplace(t.ticket.id, detached_load{t.fault_load, t.wait_from, t.ticket_start, t.bytes, slot,
-                                                    t.generation, trace ? t.name : std::string()});
-  ++t.detached_load_count;  // its host bytes are still being read: unregistering waits (quiesce)
-  set_pending(slot, pending_kind::none);
+  const tensor_record& t = tensors[slot];
+  detached_loads.emplace(t.ticket.id, detached_load{t.notes.fault_load, t.notes.wait_from, t.notes.ticket_start,
+                                                    t.bytes, slot, t.generation,
+                                                    stats.tracing() ? t.name : std::string()});
   // Each release event follows the compute stream's wait for the load: a copy into this memory
   // that waits for them (the fence) starts after the load's last byte. That copy's wait never sits
   // on the prefetch stream ahead of the load's own chunks: the engine issues a request whose
   // events are pending only once it is the oldest queued, i.e. once the older load is fully
   // issued (Note [Fenced requests and deadlock]); on another stream it cannot block the load.
-  free_hbm(*t.hbm, take_release_events(t));
-  t.hbm.reset();
-  t.where = residency::host;
-  t.wait_from = {};
-  t.fault_load = false;
-  ++counters.evictions;
-  ++counters.evictions_in_flight;
-  reindex(slot);
+  free_hbm(tensors.detach_load(slot));
 }
 
 bool pager::impl::prefetch_slot(std::uint32_t slot) {
-  tensor_record& t = tensors[slot];
-  if (!t.live || t.pins > 0) return false;   // degraded (pinned without HBM) or in use
+  const tensor_record& t = tensors[slot];
+  if (!t.live || t.pins > 0) return false;      // degraded (pinned without HBM) or in use
   if (t.where != residency::host) return true;  // there or coming
   // A prefetch is a hint: a device failure while issuing it drops the hint (start_load and
   // evict_now leave the state as it was), it does not fail the acquire or release that issued it.
@@ -387,22 +327,21 @@ bool pager::impl::prefetch_slot(std::uint32_t slot) {
     detail::wait_set unused;
     auto room = make_room(t.bytes, /*demand=*/false, slot, /*allow_compaction=*/false, unused);
     if (!room) {
-      ++counters.prefetch_skipped;
+      stats.add(&pager_metrics::prefetch_skipped);
       return false;
     }
     start_load(slot, *room, transfer_priority::prefetch);
   } catch (const out_of_memory&) {
-    ++counters.prefetch_skipped;
+    stats.add(&pager_metrics::prefetch_skipped);
     return false;
   } catch (const cuda_error& e) {
     if (e.is_sticky()) throw;
-    ++counters.prefetch_skipped;
+    stats.add(&pager_metrics::prefetch_skipped);
     return false;
   }
-  t.prefetched_unused = true;
+  tensors.notes(slot).prefetched_unused = true;
   // Fresh in LRU order: it joined the index when its load started.
-  ++counters.prefetches;
-  reindex(slot);
+  stats.add(&pager_metrics::prefetches);
   return true;
 }
 
@@ -413,23 +352,24 @@ void pager::impl::prefetch_upcoming() {
   }
 }
 
-tensor_record& pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
+std::uint32_t pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
                                    const std::function<void(const tensor_record&)>& check) {
   for (;;) {
     reap();
-    tensor_record& t = get(h);
-    check(t);
+    const std::uint32_t slot = slot_of(h);
+    check(tensors[slot]);
     detail::wait_set w;
+    const tensor_record& t = tensors[slot];
     if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
     if (t.detached_load_count > 0) {  // rare: loads of it detached by evict_loading still run
       for (const auto& [id, d] : detached_loads) {
-        if (d.slot == h.index && d.generation == t.generation) w.tickets.push_back(transfer_ticket{id});
+        if (d.slot == slot && d.generation == t.generation) w.tickets.push_back(transfer_ticket{id});
       }
     }
-    if (!settle(t)) {
-      for (const auto& r : t.release_events) w.events.push_back(r.event);
+    if (!tensors.settle(slot)) {
+      for (const auto& r : tensors[slot].release_events) w.events.push_back(r.event);
     }
-    if (w.empty()) return t;
+    if (w.empty()) return slot;
     wait_for(lock, w);  // a failed copy is accounted by reap() on the next look
   }
 }
@@ -511,10 +451,10 @@ std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
   return out;
 }
 
-void pager::impl::fence_release_events(tensor_record& t, const void* at, transfer_ticket user) {
-  if (t.release_events.empty()) return;
+void pager::impl::fence_release_events(std::uint32_t slot, const void* at, transfer_ticket user) {
+  if (tensors[slot].release_events.empty()) return;
   const auto* b = static_cast<const char*>(at);
-  fences.add(b, b + hbm->rounded_size(t.bytes), take_release_events(t), {user});
+  fences.add(b, b + hbm->rounded_size(tensors[slot].bytes), tensors.take_release_events(slot), {user});
 }
 
 void pager::impl::add_fence_user(const extent& e, transfer_ticket user) {

@@ -10,7 +10,6 @@
 
 namespace htp {
 
-using detail::tensor_record;
 
 extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t slot, std::size_t bytes) {
   bool compacted = false;
@@ -20,7 +19,7 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
     if (auto room = make_room(bytes, /*demand=*/true, slot, !compacted, waits)) return *room;
     compacted = compacted || waits.compacted;
     if (waits.empty()) {
-      ++counters.oom.thrown;
+      stats.rung(&oom_ladder_counts::thrown);
       throw detail::ladder_exhausted(oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
     }
     const std::string failed = wait_for(lock, waits);
@@ -40,18 +39,15 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
               " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
               "). A device-resident tensor must fit in HBM whole; split it or register it pageable");
   std::unique_lock lock(p.mutex);
-  const tensor_handle h = p.add_record(std::move(name), bytes, kind, extent{}, /*external=*/false);
-  tensor_record* t = &p.tensors[h.index];
-  t->device_resident = true;  // outside the victim index from here on: nothing evicts or moves it
+  // Outside the victim index from the start: nothing evicts or moves it.
+  const tensor_handle h = p.tensors.add(detail::tensor_spec::resident(std::move(name), bytes, kind));
   extent where;
   try {
     where = p.room_for(lock, h.index, bytes);
   } catch (...) {
-    p.drop_record(h.index);
+    p.tensors.remove(h.index);
     throw;
   }
-  t = &p.tensors[h.index];  // the table may have grown while the lock was dropped
-  t->hbm = where;
   // Kernels may still read the memory's previous tenant: the fill waits for them on the device.
   // Waits are enqueued under the lock (they never block; the fence's events stay valid only here).
   std::vector<event_ref> readers = p.fence_events(where);
@@ -74,21 +70,17 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
     failure = e.what();
   }
   lock.lock();
-  t = &p.tensors[h.index];
   if (!failure.empty()) {
     try {
       p.private_stream.synchronize();  // nothing of ours still writes the extent
     } catch (...) {
     }
     p.free_hbm(where);
-    const std::string what = detail::concat("register_resident('", t->name, "')");
-    p.drop_record(h.index);
+    const std::string what = detail::concat("register_resident('", p.tensors[h.index].name, "')");
+    p.tensors.remove(h.index);
     impl::throw_copy_failed(what, failure);
   }
-  t->where = residency::resident;
-  ++p.counters.device_resident_tensors;
-  p.counters.device_resident_bytes += bytes;
-  p.reindex(h.index);  // not indexed: never a victim
+  p.tensors.place_resident(h.index, where);
   return h;
 }
 

@@ -1,4 +1,4 @@
-# Sources of the pager (issue 5).
+# Sources of the pager.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.cpp
   ${CMAKE_CURRENT_LIST_DIR}/acquire.cpp
@@ -11,6 +11,8 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/completions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compaction.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pager_metrics.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pager_stats.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
 )

@@ -1,0 +1,284 @@
+// The pager's statistics (pager_stats.hpp), and the metrics that are generated from the one
+// description of the counters: to_json and metrics_delta.
+#include "pager/pager_stats.hpp"
+
+#include "pager/tensor_table.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace htp {
+namespace detail {
+
+pager_stats::pager_stats(std::size_t trace_capacity) {
+  if (trace_capacity > 0) trace_ = std::make_unique<trace_log>(start_, trace_capacity);
+}
+
+void pager_stats::registered(const tensor_record& t) {
+  ++counters_.registered_tensors;
+  if (t.file) {
+    ++counters_.file_backed_tensors;
+    counters_.file_backed_bytes += t.bytes;
+  }
+}
+
+void pager_stats::unregistered(const tensor_record& t) {
+  --counters_.registered_tensors;
+  if (t.file) {
+    --counters_.file_backed_tensors;
+    counters_.file_backed_bytes -= t.bytes;
+  }
+  if (t.device_resident && t.hbm) {
+    --counters_.device_resident_tensors;
+    counters_.device_resident_bytes -= t.bytes;
+  }
+}
+
+void pager_stats::placed_resident(const tensor_record& t) {
+  ++counters_.device_resident_tensors;
+  counters_.device_resident_bytes += t.bytes;
+}
+
+void pager_stats::load_started(const tensor_record& t) {
+  ++counters_.page_ins;
+  counters_.page_in_bytes += t.bytes;
+}
+
+void pager_stats::write_back_started(const tensor_record& t) {
+  ++counters_.write_backs;
+  counters_.write_back_bytes += t.bytes;
+  evicted(t, /*in_flight=*/false);
+}
+
+void pager_stats::evicted(const tensor_record& t, bool in_flight) {
+  ++counters_.evictions;
+  if (in_flight) ++counters_.evictions_in_flight;
+  if (t.notes.prefetched_unused) ++counters_.wasted_prefetches;
+}
+
+void pager_stats::copy_finished(const tensor_record& t, std::optional<std::chrono::nanoseconds> latency) {
+  if (!latency) return;
+  const bool load = t.pending == pending_kind::load;
+  if (load && t.notes.fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency->count()));
+  if (!trace_) return;
+  const auto end = t.notes.ticket_start + std::chrono::duration_cast<clock::duration>(*latency);
+  // Category: why the copy ran. A prefetch requeued at fault priority stays a prefetch
+  // ("late prefetch"), so "fault" spans count exactly the faults in the metrics.
+  const char* why = load && t.notes.fault_load                                         ? "fault"
+                    : load && t.notes.ticket_priority == transfer_priority::fault ? "late prefetch"
+                                                                                     : to_string(t.notes.ticket_priority);
+  trace_->add(load ? trace_track::prefetch : trace_track::reduction, t.name, why, t.notes.ticket_start, end);
+}
+
+void pager_stats::detached_load_finished(bool ok, bool fault_load, clock::time_point wait_from,
+                                         clock::time_point started, std::chrono::nanoseconds latency,
+                                         std::size_t bytes, const std::string& traced_name) {
+  if (!ok) {
+    ++counters_.failed_loads;
+    return;
+  }
+  if (fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency.count()));
+  const auto at = started + std::chrono::duration_cast<clock::duration>(latency);
+  if (trace_) trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started, at);
+  fault_wait(wait_from, at, bytes);
+}
+
+std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point to) noexcept {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+  return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
+}
+
+void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes) {
+  if (from == clock::time_point{}) return;
+  if (fault_waits_.size() >= fault_wait_cap) {
+    ++fault_waits_dropped_;
+    return;
+  }
+  fault_waits_.push_back({ns_between(from, to), bytes});
+}
+
+void pager_stats::outcome(acquire_outcome o, int sign) {
+  // Taking back never wraps: reset() may have run between the acquire and its failure.
+  const auto add = [&](std::uint64_t& c) { c = sign > 0 ? c + 1 : (c > 0 ? c - 1 : 0); };
+  auto& c = counters_;
+  switch (o) {
+    case acquire_outcome::hit: add(c.hits); break;
+    case acquire_outcome::prefetch_hit: add(c.hits); add(c.prefetch_hits); break;
+    case acquire_outcome::late_prefetch: add(c.hits); add(c.late_prefetches); break;
+    case acquire_outcome::fault: add(c.faults); break;
+    case acquire_outcome::degraded: add(c.degraded_acquires); break;
+    case acquire_outcome::degraded_oom:
+      add(c.degraded_acquires);
+      add(c.oom.degraded);
+      break;
+  }
+}
+
+void pager_stats::blocked_since(clock::time_point from) {
+  counters_.host_blocked_ns += ns_between(from, clock::now());
+}
+
+void pager_stats::released(const tensor_record& t) {
+  if (trace_) trace_->add(trace_track::host_acquired, t.name, "acquired", t.notes.acquired_at, clock::now());
+}
+
+void pager_stats::compute_span(const std::string& name, clock::time_point begin, clock::time_point end) {
+  if (trace_) trace_->add(trace_track::compute, name, "compute", begin, end);  // trace_log locks itself
+}
+
+void pager_stats::sample_occupancy(std::size_t held, std::size_t capacity) {
+  const auto now = clock::now();
+  const double pct = 100.0 * static_cast<double>(held) / static_cast<double>(capacity);
+  hbm_occupancy_integral_ += pct * std::chrono::duration<double>(now - last_sample_).count();
+  last_sample_ = now;
+  hbm_peak_pct_ = std::max(hbm_peak_pct_, pct);
+}
+
+void pager_stats::reset(std::size_t held, std::size_t capacity) {
+  pager_metrics fresh;  // the levels survive; the event counts start afresh
+#define HTP_KEEP_LEVEL(field, kind, help) \
+  if (counter_kind::kind == counter_kind::level) fresh.field = counters_.field;
+  HTP_PAGER_COUNTERS(HTP_KEEP_LEVEL)
+#undef HTP_KEEP_LEVEL
+  counters_ = fresh;
+  fault_latency_.reset();
+  if (trace_) trace_->clear();
+  fault_waits_.clear();
+  fault_waits_dropped_ = 0;
+  start_ = last_sample_ = clock::now();
+  hbm_occupancy_integral_ = 0;
+  hbm_peak_pct_ = 100.0 * static_cast<double>(held) / static_cast<double>(capacity);
+}
+
+double pager_stats::hbm_mean_pct() const {
+  const double secs = std::chrono::duration<double>(clock::now() - start_).count();
+  return secs > 0 ? hbm_occupancy_integral_ / secs : 0;
+}
+
+pager_metrics pager_stats::snapshot() const {
+  pager_metrics m = counters_;
+  m.elapsed_ms = std::chrono::duration<double, std::milli>(clock::now() - start_).count();
+  m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
+  m.fault_latency = fault_latency_.summary();
+  return m;
+}
+
+fault_wait_summary pager_stats::summarize(const std::vector<fault_wait_sample>& samples,
+                                          std::uint64_t dropped, double peak) {
+  fault_wait_summary s;
+  s.count = samples.size();
+  s.dropped = dropped;
+  if (samples.empty()) return s;
+  std::vector<double> ms, floor_multiple;
+  ms.reserve(samples.size());
+  floor_multiple.reserve(samples.size());
+  double total_ms = 0;
+  for (const auto& w : samples) {
+    const double x = static_cast<double>(w.ns) / 1e6;
+    ms.push_back(x);
+    total_ms += x;
+    s.bytes += w.bytes;
+    if (peak > 0 && w.bytes > 0) floor_multiple.push_back(x / (static_cast<double>(w.bytes) / peak * 1e3));
+  }
+  // Exact order statistics: the smallest sample with at least q of the samples at or below it.
+  const auto quantile = [](std::vector<double>& v, double q) {
+    if (v.empty()) return 0.0;
+    const auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+    const std::size_t i = k == 0 ? 0 : std::min(v.size(), k) - 1;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+    return v[i];
+  };
+  s.p50_ms = quantile(ms, 0.5);
+  s.p90_ms = quantile(ms, 0.9);
+  s.p99_ms = quantile(ms, 0.99);
+  s.max_ms = *std::max_element(ms.begin(), ms.end());
+  s.mean_ms = total_ms / static_cast<double>(ms.size());
+  s.sum_ms = total_ms;
+  for (const double x : ms) {
+    for (std::size_t b = 0; b < s.bucket_counts.size(); ++b) {
+      if (x <= fault_wait_summary::bucket_bounds_ms[b]) ++s.bucket_counts[b];
+    }
+  }
+  s.ms_per_64mib_page =
+      s.bytes ? total_ms * static_cast<double>(std::size_t{64} << 20) / static_cast<double>(s.bytes) : 0;
+  s.floor_multiple_p50 = quantile(floor_multiple, 0.5);
+  s.floor_multiple_p99 = quantile(floor_multiple, 0.99);
+  return s;
+}
+
+}  // namespace detail
+
+pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& earlier) noexcept {
+  pager_metrics d = later;
+  const auto minus = [](std::uint64_t a, std::uint64_t b) { return a >= b ? a - b : 0; };
+#define HTP_DELTA_COUNTER(field, kind, help) \
+  if (counter_kind::kind != counter_kind::level) d.field = minus(later.field, earlier.field);
+  HTP_PAGER_COUNTERS(HTP_DELTA_COUNTER)
+#undef HTP_DELTA_COUNTER
+#define HTP_DELTA_RUNG(field, help) d.oom.field = minus(later.oom.field, earlier.oom.field);
+  HTP_OOM_LADDER_RUNGS(HTP_DELTA_RUNG)
+#undef HTP_DELTA_RUNG
+  d.elapsed_ms = later.elapsed_ms >= earlier.elapsed_ms ? later.elapsed_ms - earlier.elapsed_ms : later.elapsed_ms;
+  d.fault_rate_per_ms = d.elapsed_ms > 0 ? static_cast<double>(d.faults) / d.elapsed_ms : 0;
+  return d;
+}
+
+std::string to_json(const pager_metrics& m) {
+  using nlohmann::json;
+  const auto lat = [](const latency_summary& s) {
+    return json{{"count", s.count}, {"p50_ns", s.p50_ns}, {"p95_ns", s.p95_ns},
+                {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns}, {"mean_ns", s.mean_ns}};
+  };
+  const auto occ = [](const tier_occupancy& o) {
+    return json{{"capacity_bytes", o.capacity_bytes}, {"used_bytes", o.used_bytes},
+                {"occupancy_pct", o.occupancy_pct}, {"peak_pct", o.peak_pct},
+                {"mean_pct", o.mean_pct}, {"fragmentation_pct", o.fragmentation_pct},
+                {"largest_free_extent_bytes", o.largest_free_extent_bytes}};
+  };
+  const auto dir = [](const transfer_direction_metrics& d) {
+    return json{{"bytes", d.bytes}, {"chunks", d.chunks}, {"busy_ns", d.busy_ns},
+                {"achieved_gbps", d.achieved_gbps}, {"utilization", d.utilization},
+                {"token_wait_ns", d.token_wait_ns},
+                {"rate_cap_bytes_per_second", d.rate_cap_bytes_per_second},
+                {"link_peak_bytes_per_second", d.link_peak_bytes_per_second}};
+  };
+  json classes = json::object();
+  for (std::size_t i = 0; i < transfer_priority_count; ++i) {
+    const auto& c = m.transfers.classes[i];
+    classes[to_string(static_cast<transfer_priority>(i))] = {
+        {"queue_depth", c.queue_depth}, {"submitted", c.submitted}, {"completed", c.completed},
+        {"cancelled", c.cancelled}, {"failed", c.failed}, {"latency", lat(c.latency)}};
+  }
+  const auto& w = m.fault_wait;
+  json j{
+      {"elapsed_ms", m.elapsed_ms},
+      {"latency_budget_ms", m.latency_budget_ms},
+      {"hbm", occ(m.hbm)},
+      {"host", occ(m.host)},
+      {"caller_host_bytes", m.caller_host_bytes},
+      {"events_created", m.events_created},
+      {"fault_rate_per_ms", m.fault_rate_per_ms},
+      {"fault_latency", lat(m.fault_latency)},
+      {"fault_wait",
+       {{"count", w.count}, {"dropped", w.dropped}, {"bytes", w.bytes}, {"p50_ms", w.p50_ms},
+        {"p90_ms", w.p90_ms}, {"p99_ms", w.p99_ms}, {"max_ms", w.max_ms}, {"mean_ms", w.mean_ms},
+        {"ms_per_64mib_page", w.ms_per_64mib_page}, {"floor_multiple_p50", w.floor_multiple_p50},
+        {"floor_multiple_p99", w.floor_multiple_p99}}},
+      {"transfers",
+       {{"h2d", dir(m.transfers.h2d)}, {"d2h", dir(m.transfers.d2h)}, {"d2d", dir(m.transfers.d2d)},
+        {"classes", classes}, {"elapsed_ns", m.transfers.elapsed_ns}}},
+  };
+#define HTP_JSON_COUNTER(field, kind, help) j[#field] = m.field;
+  HTP_PAGER_COUNTERS(HTP_JSON_COUNTER)
+#undef HTP_JSON_COUNTER
+  json rungs = json::object();
+#define HTP_JSON_RUNG(field, help) rungs[#field] = m.oom.field;
+  HTP_OOM_LADDER_RUNGS(HTP_JSON_RUNG)
+#undef HTP_JSON_RUNG
+  j["oom_ladder"] = rungs;
+  return j.dump(2);
+}
+
+}  // namespace htp

@@ -1,0 +1,280 @@
+// The tensor table: the home of the pager's tensor state machine. It owns every registered
+// tensor's record, the handle table, the list of copies in flight (by ticket too), the release
+// points of each tensor and the victim index that follows their state. Only this component writes
+// a tensor's residency: the rest of the pager reads records and asks for transitions by name
+// (begin_load, finish_load, fail_load, detach_load, begin_write_back, ..., pin, unpin, release).
+// Each transition checks the state machine's invariants in one place (check) in checked mode,
+// re-keys the tensor in the victim index, and reports what happened to the stats component.
+//
+// The states (include/htp/pager.hpp, "Residency"):
+//
+//   host --begin_load--> loading --finish_load--> resident --begin_write_back--> writing_back
+//     ^                    |  |                     |  ^                            |  |
+//     +----fail_load-------+  +--detach_load--> host |  +----cancel_write_back------+  |
+//     +--------------------------drop_to_host--------+                                |
+//     +------------------------------------finish_write_back--------------------------+
+//
+// with moves (begin_move / finish_move) inside `resident`, and pins (pin, pin_degraded, unpin,
+// release) orthogonal to the states. Not thread-safe: the pager's mutex guards it.
+#pragma once
+
+#include <htp/device.hpp>
+#include <htp/pager.hpp>
+#include <htp/slab_allocator.hpp>
+#include <htp/tensor_file.hpp>
+#include <htp/transfer_engine.hpp>
+
+#include "pager/event_pool.hpp"
+#include "pager/schedule.hpp"
+#include "pager/victim_index.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace htp::detail {
+
+class pager_stats;
+
+/// What a pending copy of a tensor is doing.
+enum class pending_kind { none, load, write_back, move };
+
+/// A release point: an event recorded on the stream that released the tensor. A later release on
+/// the same stream supersedes it (streams run in order), so a tensor holds at most one per stream.
+struct release_point {
+  event_ref event;  // held (event_pool reference) while the point is
+  stream_ref stream;
+  std::uint64_t seq = 0;  // release number, to match the stream's retirement queue
+};
+
+inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
+
+/// Bookkeeping the pager's policy and metrics keep per tensor. Not part of the state machine: the
+/// pager writes it freely through tensor_table::notes().
+struct tensor_notes {
+  bool prefetched_unused = false;  // loaded by a prefetch, not acquired since
+  bool fault_load = false;         // the pending load is a demand fault (for latency metrics)
+  bool access_counted = false;     // the current run of overlapping pins was counted as an access
+                                   // of the schedule (cleared when pins drop to 0)
+  std::uint64_t list_mark = 0;     // the list call that last named it (duplicate check)
+  transfer_priority ticket_priority = transfer_priority::prefetch;
+  std::chrono::steady_clock::time_point ticket_start;
+  std::chrono::steady_clock::time_point wait_from{};  // an acquire waits for the pending load
+                                                      // since then (fault wait metric); {} = none
+  std::chrono::steady_clock::time_point loaded_at{};  // when the last load's bytes arrived
+  std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
+};
+
+/// One registered tensor (a slot of the handle table). The fields an acquire or release touches
+/// come first, so a call on a cold tensor costs few cache misses at 10^6 tensors. Only
+/// tensor_table writes the state fields.
+struct tensor_record {
+  // ---- state (hot) ----
+  bool live = false;
+  bool degraded = false;     // acquired in zero-copy mode (pins > 0)
+  bool dirty = false;        // HBM copy newer than host copy
+  bool load_failed = false;  // its page-in failed while acquired: HBM bytes undefined until the
+                             // last release, which frees the extent and reports the failure
+  bool external = false;     // host is caller memory (register_tensor_at): never copied nor freed
+  bool device_resident = false;  // register_resident: HBM for life, no host extent, never a victim
+                                 // nor moved (outside the victim index)
+  std::uint16_t detached_load_count = 0;  // loads still reading its host copy after it was evicted
+                                          // (detach_load); unregister and copy_to_host wait for them
+  tensor_kind kind = tensor_kind::weight;
+  residency where = residency::host;
+  pending_kind pending = pending_kind::none;
+  std::uint32_t generation = 0;  // bumped on unregister; handles carry it
+  int pins = 0;
+  std::uint32_t in_flight_pos = not_in_flight;  // index in the in-flight list while pending
+  std::size_t bytes = 0;
+  std::optional<extent> hbm;  // present while loading, resident, writing back
+  transfer_ticket ticket;     // the pending copy
+  std::vector<release_point> release_events;  // recorded at release; dropped once complete
+  tensor_notes notes;
+
+  // ---- identity (set at registration) ----
+  extent host;  // the pager's host tier, or caller memory; empty for file and resident tensors
+  std::optional<slab_move> move;  // while pending == move: the planned move to commit
+  std::string name;
+  std::shared_ptr<const tensor_file> file;  // register_file_tensor: page-ins read it; no host extent
+  std::uint64_t file_offset = 0;
+};
+
+/// What a new registration is: a tensor of the pager's host tier or of caller memory (`external`);
+/// the factories below make the others.
+struct tensor_spec {
+  std::string name;
+  std::size_t bytes = 0;
+  tensor_kind kind = tensor_kind::weight;
+  extent host;            // empty for file-backed and device-resident tensors
+  bool external = false;  // host is caller memory
+  bool device_resident = false;
+  std::shared_ptr<const tensor_file> file;
+  std::uint64_t file_offset = 0;
+
+  static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host, bool external) {
+    tensor_spec s;
+    s.name = std::move(name);
+    s.bytes = bytes;
+    s.kind = kind;
+    s.host = host;
+    s.external = external;
+    return s;
+  }
+  static tensor_spec resident(std::string name, std::size_t bytes, tensor_kind kind) {
+    tensor_spec s = in_host(std::move(name), bytes, kind, {}, false);
+    s.device_resident = true;
+    return s;
+  }
+  static tensor_spec in_file(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
+                             std::uint64_t offset) {
+    tensor_spec s = in_host(std::move(name), bytes, tensor_kind::weight, {}, false);
+    s.file = std::move(file);
+    s.file_offset = offset;
+    return s;
+  }
+};
+
+/// HBM a transition gave up, with the events of kernels that may still read it: the pager frees
+/// it (pager::impl::free_hbm), fenced by them.
+struct freed_hbm {
+  extent at;
+  std::vector<event_ref> readers;
+};
+
+class tensor_table {
+ public:
+  /// `schedule` keys the victim index (next uses); `events` holds release points; `checked`
+  /// turns on the invariant checks (pager_config::checked).
+  tensor_table(device& dev, event_pool& events, const access_schedule& schedule, pager_stats& stats,
+               bool checked);
+  tensor_table(const tensor_table&) = delete;
+  tensor_table& operator=(const tensor_table&) = delete;
+
+  // ---- lookup ----------------------------------------------------------------------------------
+  /// The record of a live handle of this pager. @throws htp::invalid_argument for a null, stale or
+  /// unknown handle, or one of another pager.
+  const tensor_record& get(tensor_handle h) const;
+  const tensor_record& operator[](std::uint32_t slot) const { return slots_[slot]; }
+  tensor_handle handle_of(std::uint32_t slot) const;
+  /// Slots ever used (live or free).
+  std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
+  /// The policy's per-tensor bookkeeping (never the state).
+  tensor_notes& notes(std::uint32_t slot) { return slots_[slot].notes; }
+  /// Slots with a copy in flight.
+  const std::vector<std::uint32_t>& in_flight() const noexcept { return in_flight_; }
+  /// The slot whose pending copy is `ticket`, or none.
+  std::optional<std::uint32_t> slot_of_ticket(std::uint64_t ticket_id) const;
+  const victim_index& victims() const noexcept { return victims_; }
+
+  // ---- registration ----------------------------------------------------------------------------
+  /// A new record in `host` state; returns its handle.
+  tensor_handle add(tensor_spec spec);
+  /// Forgets a record with no pins, no copy in flight and no release point: handles to it go
+  /// stale and the slot is reused. Returns the HBM extent it held, for the caller to free.
+  std::optional<extent> remove(std::uint32_t slot);
+  /// register_resident: the record (host, no pins) takes `where` for life, resident.
+  void place_resident(std::uint32_t slot, extent where);
+
+  // ---- copies ----------------------------------------------------------------------------------
+  /// host -> loading into `where`, the copy being `ticket`.
+  void begin_load(std::uint32_t slot, extent where, transfer_ticket ticket);
+  /// loading -> resident: the load's bytes arrived.
+  void finish_load(std::uint32_t slot);
+  /// The load failed. Pinned: kept (load_failed) until the last release; else back to host, its
+  /// HBM returned (whatever kernels wrote there is lost with it; the host copy is authoritative).
+  std::optional<freed_hbm> fail_load(std::uint32_t slot);
+  /// loading -> host without waiting for the load (an unpinned tensor acquired and released while
+  /// it loads): the load goes on, detached; detached_load_done ends it.
+  freed_hbm detach_load(std::uint32_t slot);
+  /// A load detached from a registration of `slot` (at `generation`) has finished.
+  void detached_load_done(std::uint32_t slot, std::uint32_t generation);
+  /// resident and dirty -> writing_back.
+  void begin_write_back(std::uint32_t slot, transfer_ticket ticket);
+  /// writing_back -> resident (an acquire while it writes back: the HBM copy is still good).
+  void cancel_write_back(std::uint32_t slot);
+  /// The write-back completed: writing_back -> host (its HBM returned), or stays resident when
+  /// cancel_write_back ran meanwhile.
+  std::optional<extent> finish_write_back(std::uint32_t slot);
+  /// The write-back failed: resident and dirty again (the host copy may be half overwritten).
+  void fail_write_back(std::uint32_t slot);
+  /// A compaction move of a resident tensor: it points at the destination at once.
+  void begin_move(std::uint32_t slot, const slab_move& m, transfer_ticket ticket);
+  /// The move ended (ok: committed to the destination; else back at the source). Returns it for
+  /// the allocator to commit or cancel.
+  slab_move finish_move(std::uint32_t slot, bool ok);
+  /// resident, clean and idle -> host; the HBM returned with the release events still pending.
+  freed_hbm drop_to_host(std::uint32_t slot);
+
+  // ---- pins and releases -----------------------------------------------------------------------
+  /// One more acquire of a tensor that holds HBM (resident, loading or writing back).
+  void pin(std::uint32_t slot);
+  /// One more acquire served from mapped host memory (host, or degraded already).
+  void pin_degraded(std::uint32_t slot);
+  /// One acquire fewer, nothing recorded on a stream (an acquire undone). Returns the HBM of a
+  /// failed load when this was its last pin.
+  std::optional<freed_hbm> unpin(std::uint32_t slot);
+  /// A release on `point.stream`: the point is kept (superseding the stream's earlier one when
+  /// `supersede`), the pin dropped, `dirty` marks the HBM copy newer than the host's. Returns the
+  /// HBM of a failed load when this was its last pin.
+  std::optional<freed_hbm> release(std::uint32_t slot, release_point point, bool dirty, bool supersede);
+  /// Retires the release points on stream `s` (native handle) whose events completed, oldest
+  /// first, in O(what completed).
+  void retire_releases(void* s);
+  /// Retires the completed release points of every stream.
+  void retire_all_releases();
+  /// Drops the completed release points of `slot`; true when none is pending.
+  bool settle(std::uint32_t slot);
+  /// Hands every release event of `slot` to the caller (ownership moves).
+  std::vector<event_ref> take_release_events(std::uint32_t slot);
+
+  // ---- the victim index ------------------------------------------------------------------------
+  /// Re-keys `slot` after its next use changed (the schedule advanced or was set).
+  void reindex(std::uint32_t slot);
+  /// Re-keys every tensor holding HBM (O(n log n); after the schedule changed).
+  void reindex_all();
+
+  // ---- predicates ------------------------------------------------------------------------------
+  /// Resident, unpinned, no copy in flight: may be evicted now (its release events may be pending;
+  /// the next user of the memory waits on them on the device).
+  bool can_evict(std::uint32_t slot) const;
+  /// An unpinned tensor whose load is in flight, acquired and released since: its release events
+  /// follow the compute stream's wait for the load, so detach_load orders reuse on the device.
+  bool can_evict_loading(std::uint32_t slot) const;
+
+ private:
+  tensor_record& at(std::uint32_t slot) { return slots_[slot]; }
+  void set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket = {});
+  /// The HBM extent leaves the tensor: host state, release events handed over.
+  freed_hbm to_host(std::uint32_t slot);
+  /// After a transition: re-key in the victim index and, in checked mode, check the invariants.
+  void done(std::uint32_t slot);
+  /// The state machine's invariants for `slot`. @throws htp::logic_error naming the broken one.
+  void check(std::uint32_t slot) const;
+
+  struct release_entry {  // a release waiting to be retired, per stream in release order
+    std::uint64_t seq;
+    std::uint32_t slot;
+    std::uint32_t generation;
+  };
+
+  device& dev_;
+  event_pool& events_;
+  const access_schedule& schedule_;
+  pager_stats& stats_;
+  const bool checked_;
+  const std::uint32_t owner_;  // carried by every handle this table gives out
+  std::vector<tensor_record> slots_;
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<std::uint32_t> in_flight_;
+  std::unordered_map<std::uint64_t, std::uint32_t> ticket_slot_;  // pending ticket id -> slot
+  std::unordered_map<void*, std::deque<release_entry>> releases_;  // by stream, oldest first
+  victim_index victims_;
+};
+
+}  // namespace htp::detail
