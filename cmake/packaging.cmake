@@ -2,11 +2,12 @@
 #
 #  - libhtp.a (htp_static): every object of htp_objects, plus the static CUDA runtime in a CUDA
 #    build, prelinked into one relocatable object (ld -r) whose only global symbols are htp's
-#    (objcopy --keep-global-symbol 'htp's mangled prefixes'). The fmt, spdlog and nlohmann::json
-#    code compiled into htp, and cudart, become local: an engine with its own copies links without
-#    One Definition Rule clashes, and needs neither the CUDA toolkit nor those libraries.
-#  - libhtp.so (htp_shared): the same objects, exports limited to htp's namespace by
-#    cmake/htp.map; cudart linked in privately.
+#    (objcopy --keep-global-symbol 'htp's mangled prefixes'), less htp::detail's
+#    (--localize-symbol). The fmt, spdlog and nlohmann::json code compiled into htp, cudart and
+#    htp's internals become local: an engine with its own copies links without One Definition
+#    Rule clashes, and needs neither the CUDA toolkit nor those libraries.
+#  - libhtp.so (htp_shared): the same objects, exports limited to htp's namespace less htp::detail
+#    by cmake/htp.map; cudart linked in privately.
 # Both are exported (htp::htp_static, htp::htp_shared); the package's htp::htp is the one
 # BUILD_SHARED_LIBS chose, or the consumer's HTP_USE_SHARED.
 include(CMakePackageConfigHelpers)
@@ -16,9 +17,10 @@ if(BUILD_SHARED_LIBS)
   set(HTP_PACKAGE_DEFAULT_SHARED ON)
 endif()
 
-# detail/check.hpp (the check macros, on fmt) is for htp's own sources only.
+# The public headers only: include/htp/detail/ (the check macros, the CUDA backend's and the
+# allocation registry's internals) is for htp's own sources, and no public header includes it.
 install(DIRECTORY include/htp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        PATTERN check.hpp EXCLUDE)
+        PATTERN detail EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/htp/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/htp)
 
@@ -39,7 +41,7 @@ set(htp_prelinked ${htp_package_dir}/htp_prelinked.o)
 set(htp_keep "")
 foreach(prefix _ZN3htp _ZNK3htp _ZTVN3htp _ZTIN3htp _ZTSN3htp _ZTTN3htp _ZThn*_N3htp _ZThn*_NK3htp
                _ZTv*_N3htp _ZTv*_NK3htp)
-  list(APPEND htp_keep --keep-global-symbol=${prefix}*)
+  list(APPEND htp_keep --keep-global-symbol=${prefix}* --localize-symbol=${prefix}6detail*)
 endforeach()
 add_custom_command(OUTPUT ${htp_prelinked}
   COMMAND ${CMAKE_COMMAND} -E make_directory ${htp_package_dir}
@@ -51,7 +53,7 @@ add_custom_command(OUTPUT ${htp_prelinked}
   COMMAND ${CMAKE_COMMAND} -E rm -f ${htp_prelinked}.tmp
   DEPENDS htp_objects $<TARGET_OBJECTS:htp_objects>
   COMMAND_EXPAND_LISTS VERBATIM
-  COMMENT "Prelinking libhtp.a (only htp's symbols stay global)")
+  COMMENT "Prelinking libhtp.a (only htp's symbols, less htp::detail's, stay global)")
 set_source_files_properties(${htp_prelinked} PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
 
 add_library(htp_static STATIC ${htp_prelinked})
