@@ -8,6 +8,8 @@
 #    Rule clashes, and needs neither the CUDA toolkit nor those libraries.
 #  - libhtp.so (htp_shared): the same objects, exports limited to htp's namespace less htp::detail
 #    by cmake/htp.map; cudart linked in privately.
+# A sanitizer build (HTP_SANITIZE) packages too: both variants are instrumented, and their usage
+# requirements carry -fsanitize so that a consumer links the sanitizer runtime.
 # Both are exported (htp::htp_static, htp::htp_shared); the package's htp::htp is the one
 # BUILD_SHARED_LIBS chose, or the consumer's HTP_USE_SHARED.
 include(CMakePackageConfigHelpers)
@@ -17,16 +19,20 @@ if(BUILD_SHARED_LIBS)
   set(HTP_PACKAGE_DEFAULT_SHARED ON)
 endif()
 
+if(NOT HTP_PACKAGE)
+  # Without the libraries an install would be headers that link to nothing: refuse it. (pip's
+  # install of the Python component is unaffected: this is the default component.)
+  install(CODE "message(FATAL_ERROR \"htp: this build has HTP_PACKAGE=OFF (a fuzz build, or set \"
+                \"so): it builds no installable library. Configure with -DHTP_PACKAGE=ON to install.\")")
+  return()
+endif()
+
 # The public headers only: include/htp/detail/ (the check macros, the CUDA backend's and the
 # allocation registry's internals) is for htp's own sources, and no public header includes it.
 install(DIRECTORY include/htp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         PATTERN detail EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/include/htp/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/htp)
-
-if(NOT HTP_PACKAGE)
-  return()
-endif()
 
 set(htp_package_dir ${PROJECT_BINARY_DIR}/package)
 set(htp_runtime_archives "")
@@ -61,6 +67,10 @@ set_target_properties(htp_static PROPERTIES OUTPUT_NAME htp EXPORT_NAME htp_stat
   LINKER_LANGUAGE CXX ARCHIVE_OUTPUT_DIRECTORY ${htp_package_dir})
 htp_public_usage(htp_static INTERFACE)
 target_link_libraries(htp_static INTERFACE ${htp_runtime_libs})
+if(HTP_SANITIZE)
+  # Instrumented code needs the sanitizer's runtime in the consumer's link.
+  target_link_options(htp_static INTERFACE -fsanitize=${HTP_SANITIZE})
+endif()
 
 # ---- libhtp.so ------------------------------------------------------------------------------------
 add_library(htp_shared SHARED $<TARGET_OBJECTS:htp_objects>)
@@ -74,6 +84,10 @@ target_link_options(htp_shared PRIVATE
   -Wl,--no-undefined)
 if(HTP_WITH_CUDA)
   target_link_libraries(htp_shared PRIVATE CUDA::cudart_static)
+endif()
+if(HTP_SANITIZE)
+  # libhtp.so needs the sanitizer's runtime; the consumer's executable must load it first.
+  target_link_options(htp_shared PUBLIC -fsanitize=${HTP_SANITIZE})
 endif()
 
 # ---- install ----------------------------------------------------------------------------------------
