@@ -1,40 +1,77 @@
 // The check macros: one place that turns a failed condition or a failed CUDA call into a typed
 // htp exception with file and line. HTP_CUDA_TRY expands to CUDA runtime calls, so it may only be
-// used in files under cuda/; this header itself includes no CUDA header. Messages are formatted
-// by fmt, so this header is for htp's own sources (and its benchmarks), never a public header.
+// used in files under cuda/; this header itself includes no CUDA header. Messages are built by
+// concat, whose formatting lives in src/check.cpp: this header includes no fmt, so the many files
+// that use the macros do not compile it. For htp's own sources (and its benchmarks and tests); it
+// is not installed.
 #pragma once
 
 #include <htp/error.hpp>
 
-#include <fmt/format.h>
-
-#include <iterator>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace htp::detail {
 
-/// What fmt formats for one part of a message: pointers (other than strings) as addresses and
-/// enumerations as their numbers, everything else as it is.
+// Appends one part of a message to out as fmt's "{}" formats it (src/check.cpp): integers in
+// decimal, floating point in the shortest form that reads back the same value (fixed notation for
+// decimal exponents -4 to 15, else d.ddde+XX), bools as true/false, chars as themselves, strings
+// as they are (a null const char* as "(null)"), pointers as 0x and their lowercase hex address.
+void append(std::string& out, std::string_view text);
+void append(std::string& out, const char* text);
+void append(std::string& out, char c);
+void append(std::string& out, bool b);
+void append(std::string& out, long long v);
+void append(std::string& out, unsigned long long v);
+void append(std::string& out, float v);
+void append(std::string& out, double v);
+void append(std::string& out, const void* p);
+
+/// Appends one part of concat's message: picks the append overload fmt's "{}" corresponds to.
+/// Pointers other than strings print as addresses, enumerations as their numbers, signed and
+/// unsigned char as numbers (as fmt does), char as a character.
 template <typename T>
-decltype(auto) message_part(const T& part) {
-  if constexpr (std::is_pointer_v<T> &&
-                !std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, char>) {
-    return static_cast<const void*>(part);
+void append_part(std::string& out, const T& part) {
+  if constexpr (std::is_same_v<T, bool>) {
+    append(out, part);
+  } else if constexpr (std::is_same_v<T, char>) {
+    append(out, part);
   } else if constexpr (std::is_enum_v<T>) {
-    return static_cast<std::underlying_type_t<T>>(part);
+    append_part(out, static_cast<std::underlying_type_t<T>>(part));
+  } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    append(out, static_cast<long long>(part));
+  } else if constexpr (std::is_integral_v<T>) {
+    append(out, static_cast<unsigned long long>(part));
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    append(out, part);
+  } else if constexpr (std::is_array_v<T> &&
+                       std::is_same_v<std::remove_cv_t<std::remove_extent_t<T>>, char>) {
+    append(out, static_cast<const char*>(part));
+  } else if constexpr (std::is_pointer_v<T> &&
+                       std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, char>) {
+    append(out, static_cast<const char*>(part));
+  } else if constexpr (std::is_pointer_v<T> &&
+                       std::is_object_v<std::remove_pointer_t<T>>) {
+    append(out, static_cast<const void*>(part));
+  } else if constexpr (std::is_pointer_v<T> && std::is_void_v<std::remove_pointer_t<T>>) {
+    append(out, static_cast<const void*>(part));
+  } else if constexpr (std::is_null_pointer_v<T>) {
+    append(out, static_cast<const void*>(nullptr));
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    append(out, std::string_view(part));
   } else {
-    return (part);
+    static_assert(sizeof(T) == 0, "concat: no message format for this type (add one to check.hpp)");
   }
 }
 
-/// Builds a message from parts, each formatted by fmt as "{}" formats it, written one after the
+/// Builds a message from parts, each formatted as fmt's "{}" formats it, written one after the
 /// other: concat("bytes=", n, " exceeds ", cap) == fmt::format("bytes={} exceeds {}", n, cap).
 template <typename... Parts>
 std::string concat(const Parts&... parts) {
-  fmt::memory_buffer out;
-  (fmt::format_to(std::back_inserter(out), "{}", message_part(parts)), ...);
-  return fmt::to_string(out);
+  std::string out;
+  (append_part(out, parts), ...);
+  return out;
 }
 
 [[noreturn]] void throw_cuda_error(int code, const char* name, const char* description,
