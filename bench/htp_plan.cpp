@@ -3,7 +3,7 @@
 // in HBM and host RAM, what is paged per step, the predicted step time against a budget, and what
 // would meet it. Exit codes: 0 a plan was made (whether or not it meets the budget), 2 bad input.
 // The model and its formulas: docs/planner.md.
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 #include "planner/bench_json.hpp"
 #include "planner/gpu_presets.hpp"
 #include "planner/htp_model.hpp"

@@ -1,8 +1,8 @@
 // The planner's model of htp (contract in the header; formulas in docs/planner.md, "The htp model").
 #include "planner/htp_model.hpp"
 
-#include "model/htp_layout.hpp"
-#include "stream/belady_min.hpp"
+#include "shared/htp_layout.hpp"
+#include "shared/belady_min.hpp"
 
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
@@ -29,7 +29,7 @@ struct shard {
 
 /// Steady-state misses of Belady's rule on the cyclic sweep of `sizes` through `capacity` bytes:
 /// for `cycles` sweeps after `warm` that settle the cache, whether each access missed and which
-/// tensors it evicted (stream/belady_min.hpp's walk, kept).
+/// tensors it evicted (shared/belady_min.hpp's walk, kept).
 struct belady_steps {
   std::vector<std::vector<bool>> miss;                         // [cycle][access]
   std::vector<std::vector<std::vector<std::size_t>>> victims;  // [cycle][access] -> tensors

@@ -1,7 +1,7 @@
 // htp-stream-bench --gpus N. See node_runner.hpp.
 #include "node_runner.hpp"
 
-#include "model/htp_layout.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/checksum.hpp>
 #include <htp/collectives.hpp>

@@ -1,8 +1,8 @@
 // Runs one policy of the streaming benchmark. See runner.hpp.
 #include "runner.hpp"
 
-#include "belady_min.hpp"
-#include "model/htp_layout.hpp"
+#include "shared/belady_min.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>

@@ -7,7 +7,7 @@
 #include <htp/pager.hpp>
 
 #include "compute.hpp"
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <chrono>
 #include <functional>

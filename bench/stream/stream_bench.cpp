@@ -9,7 +9,7 @@
 #include <htp/transfer_engine.hpp>
 
 #include "compute.hpp"
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 #include "report.hpp"
 #include "node_report.hpp"
 #include "runner.hpp"
