@@ -1,6 +1,6 @@
 # The streaming benchmark (issue 6): htp-stream-bench.
 add_executable(htp-stream-bench
-  stream/stream_bench.cpp stream/runner.cpp stream/report.cpp stream/sim_compute.cpp
+  stream/stream_bench.cpp stream/options.cpp stream/runner.cpp stream/report.cpp stream/sim_compute.cpp
   stream/node_runner.cpp stream/node_report.cpp)
 if(HTP_WITH_CUDA)
   target_sources(htp-stream-bench PRIVATE stream/cuda_compute.cu)
