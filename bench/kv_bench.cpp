@@ -9,6 +9,8 @@
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -195,10 +197,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto hbm = static_cast<std::size_t>(o.hbm_gib * double(std::size_t{1} << 30)) / (64 << 20) * (64 << 20);
-  htp::sim_config sc;
-  sc.device_memory_bytes = hbm + (256 << 20);
-  sc.poison_byte = -1;
-  auto dev = htp::make_sim_device(sc);
+  htp::bench::device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = hbm + (256 << 20);
+  auto dev = htp::bench::make_bench_device(d);
   int rc = 0;
   {
     htp::pager_config c;

@@ -5,6 +5,8 @@
 #include <htp/sim_device.hpp>
 #include <htp/slab_allocator.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
@@ -27,10 +29,10 @@ constexpr std::size_t GiB = std::size_t{1} << 30;
 
 htp::device& bench_device() {
   static std::unique_ptr<htp::device> dev = [] {
-    htp::sim_config c;
-    c.device_memory_bytes = 64 * GiB;  // address space only: nothing touches the slabs
-    c.poison_byte = -1;
-    return htp::make_sim_device(c);
+    htp::bench::device_options d;
+    d.backend = "sim";
+    d.sim_memory_bytes = 64 * GiB;  // address space only: nothing touches the slabs
+    return htp::bench::make_bench_device(d);
   }();
   return *dev;
 }
@@ -173,10 +175,10 @@ std::size_t compact(htp::slab_allocator& a, live_set& live, std::size_t request,
 /// A request that fails while the free bytes would hold it gets a compaction for that request
 /// (up to four rounds) and a retry, as the pager's out-of-memory ladder does.
 nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes, std::uint64_t seed) {
-  htp::sim_config sc;
-  sc.device_memory_bytes = budget + GiB;
-  sc.poison_byte = -1;
-  auto dev = htp::make_sim_device(sc);
+  htp::bench::device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = budget + GiB;
+  auto dev = htp::bench::make_bench_device(d);
   htp::slab_allocator_config c;
   c.budget_bytes = budget;
   c.page_bytes = page_bytes;

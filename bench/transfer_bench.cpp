@@ -6,6 +6,8 @@
 #include <htp/sim_device.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -197,21 +199,19 @@ int run(int argc, char** argv) {
   app.add_option("--reps", reps, "repetitions of the head-of-line measurement");
   CLI11_PARSE(app, argc, argv);
 
-  const bool want_sim = backend_name == "sim" ||
-                        (backend_name == "auto" && htp::cuda_device_count() == 0);
-  std::unique_ptr<htp::device> dev;
+  htp::bench::device_options dopt;  // the modelled link the sim numbers are of
+  dopt.sim_memory_bytes = 512 * mib;
+  dopt.sim_link_gbps = 4;
+  dopt.sim_latency_us = 5;
+  dopt.sim_poison = true;
+  const bool want_sim = htp::bench::wants_sim(backend_name);
+  dopt.backend = want_sim ? "sim" : "cuda";
+  std::unique_ptr<htp::device> dev = htp::bench::make_bench_device(dopt);
   json setup;
   if (want_sim) {
-    htp::sim_config sc;
-    sc.device_memory_bytes = 512 * mib;
-    sc.h2d_bytes_per_second = 4'000'000'000;
-    sc.d2h_bytes_per_second = 4'000'000'000;
-    sc.copy_latency_ns = 5000;
-    dev = htp::make_sim_device(sc);
     setup = {{"backend", "sim"}, {"modelled_link", "4 GB/s each way, 5 us per copy"}};
     fmt::print("backend: sim, MODELLED link (4 GB/s each way, 5 us per copy); not GPU numbers\n");
   } else {
-    dev = htp::make_device(htp::backend::cuda);
     setup = {{"backend", "cuda"}, {"device", dev->properties().name}};
     fmt::print("backend: cuda, {}\n", dev->properties().name);
   }
