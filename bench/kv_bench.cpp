@@ -176,10 +176,9 @@ nlohmann::json to_json(const mode_result& r, std::size_t steps) {
           {"evictions_per_step", per_step(r.delta.evictions)}};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  options o;
+/// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help,
+/// non-zero for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, options& o) {
   CLI::App app{"htp paged KV cache benchmark (sim): block tables at vLLM's block counts"};
   app.add_option("--blocks", o.pool_blocks, "blocks in the pool (64 KiB each)");
   app.add_option("--batch", o.batch, "sequences decoding at once");
@@ -189,6 +188,14 @@ int main(int argc, char** argv) {
   app.add_option("--hbm-gib", o.hbm_gib, "HBM budget for the KV cache, GiB");
   app.add_option("--json", o.json, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
 
   const std::size_t pool_bytes = o.pool_blocks * block_bytes;
   void* pool = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -187,17 +187,34 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
 
 namespace {
 
-int run(int argc, char** argv) {
-  CLI::App app{"htp transfer engine benchmark"};
+/// htp-transfer-bench's options, with their defaults.
+struct options {
   std::string backend_name = "auto";
   std::string json_path;
   double seconds = 1.0;
   int reps = 5;
-  app.add_option("--backend", backend_name, "auto|sim|cuda")->check(CLI::IsMember({"auto", "sim", "cuda"}));
-  app.add_option("--json", json_path, "write the results as JSON to this file");
-  app.add_option("--seconds", seconds, "length of each rate-accuracy run");
-  app.add_option("--reps", reps, "repetitions of the head-of-line measurement");
+};
+
+/// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help,
+/// non-zero for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, options& o) {
+  CLI::App app{"htp transfer engine benchmark"};
+  app.add_option("--backend", o.backend_name, "auto|sim|cuda")->check(CLI::IsMember({"auto", "sim", "cuda"}));
+  app.add_option("--json", o.json_path, "write the results as JSON to this file");
+  app.add_option("--seconds", o.seconds, "length of each rate-accuracy run");
+  app.add_option("--reps", o.reps, "repetitions of the head-of-line measurement");
   CLI11_PARSE(app, argc, argv);
+  return -1;
+}
+
+/// The benchmark: the device, the calibration, then each measurement, printed and written as JSON.
+int run(int argc, char** argv) {
+  options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+  const std::string& backend_name = o.backend_name;
+  const std::string& json_path = o.json_path;
+  const double seconds = o.seconds;
+  const int reps = o.reps;
 
   htp::bench::device_options dopt;  // the modelled link the sim numbers are of
   dopt.sim_memory_bytes = 512 * mib;
