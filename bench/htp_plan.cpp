@@ -3,7 +3,7 @@
 // in HBM and host RAM, what is paged per step, the predicted step time against a budget, and what
 // would meet it. Exit codes: 0 a plan was made (whether or not it meets the budget), 2 bad input.
 // The model and its formulas: docs/planner.md.
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 #include "planner/bench_json.hpp"
 #include "planner/gpu_presets.hpp"
 #include "planner/htp_model.hpp"
@@ -216,170 +216,226 @@ nlohmann::json to_json(const plan_inputs& in, const gpu_spec& gpu, const plan_re
   return j;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"htp-plan: capacity planner (what stays resident, what is paged, step time)"};
+/// htp-plan's options: the design arithmetic's inputs (`in`) and the htp model's settings (`hs`)
+/// as parsed, and the options that fill them in once the GPU preset is known.
+struct plan_options {
   std::string model_name, config_path, dtype_name = "bf16", gpu_name = "H100-SXM", phase_name = "decode";
   std::string bench_json, json_path;
   double hbm_gb = 0, hbm_gbps = 0, tflops = 0, link_gbps = 0;
+  bool link_given = false;  ///< --link-gbps was given
   std::size_t page_mib = 64;
   plan_inputs in;
-  auto* model_opt = app.add_option("--model", model_name, "model preset: " + [] {
-    std::string s;
-    for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }());
-  auto* config_opt = app.add_option("--config", config_path, "a Hugging Face config.json instead of a preset");
-  model_opt->excludes(config_opt);
-  app.add_option("--dtype", dtype_name, "weight dtype: bf16, fp16, fp8, int8")->capture_default_str();
-  app.add_option("--batch", in.batch, "sequences per step")->capture_default_str();
-  app.add_option("--gpus", in.gpus, "tensor-parallel GPUs (each holds 1/gpus of every layer)")->capture_default_str();
-  app.add_option("--gpu", gpu_name, "GPU preset: A100-40GB, A100-80GB, H100-SXM, H200, GH200")->capture_default_str();
-  app.add_option("--hbm-gb", hbm_gb, "HBM per GPU, GB (overrides the preset)");
-  app.add_option("--hbm-gbps", hbm_gbps, "HBM bandwidth per GPU, GB/s (overrides the preset)");
-  app.add_option("--tflops", tflops, "dense tensor-core TFLOP/s per GPU (overrides the preset)");
-  app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")->capture_default_str();
-  auto* link_opt = app.add_option("--link-gbps", link_gbps, "host->device GB/s per GPU (overrides the preset)");
-  auto* page_ms_opt = app.add_option("--page-ms", in.page_ms, "cost of moving one page, ms (instead of the link rate)");
-  app.add_option("--bench-json", bench_json,
-                                   "htp-bandwidth or stream bench JSON: use its measured H2D rate, compare its step time");
-  link_opt->excludes(page_ms_opt);
-  app.add_option("--page-mib", page_mib, "page (slab) size, MiB")->capture_default_str();
-  app.add_option("--budget-ms", in.budget_ms, "step-time budget, ms")->capture_default_str();
-  app.add_option("--headroom", in.headroom_fraction, "fraction of HBM kept for activations and workspace")->capture_default_str();
-  app.add_option("--context", in.context, "KV-cache tokens per sequence kept in HBM")->capture_default_str();
-  app.add_option("--phase", phase_name, "decode or prefill")->check(CLI::IsMember({"decode", "prefill"}))->capture_default_str();
-  app.add_option("--prompt-tokens", in.prompt_tokens, "prefill: prompt tokens per sequence")->capture_default_str();
-  app.add_flag("--allow-degraded", in.allow_degraded, "when no layer can be staged, read weights from mapped host memory");
-  app.add_option("--json", json_path, "write the plan as JSON to this file");
-  // The htp model: what the library does (docs/planner.md, "The htp model").
   htp_settings hs;
   std::string placement_name = "resident", strategy_name = "tensor-parallel", batches_arg = "1,4,16,64";
   double budget_gb = 0, chunk_mib = 2;
   bool layers_only = false, matrix = false;
-  app.add_option("--hbm-budget-gb", budget_gb, "htp model: the pager's HBM budget per GPU, GB (default: the device's "
-                                               "exposed HBM less --headroom and the KV cache)");
-  app.add_option("--placement", placement_name, "htp model: resident (layers resident beside a paging window) or paged")
+};
+
+/// Adds the htp model's options (docs/planner.md, "The htp model") to `app`.
+void add_htp_model_options(CLI::App& app, plan_options& o) {
+  htp_settings& hs = o.hs;
+  app.add_option("--hbm-budget-gb", o.budget_gb, "htp model: the pager's HBM budget per GPU, GB (default: the device's "
+                                                 "exposed HBM less --headroom and the KV cache)");
+  app.add_option("--placement", o.placement_name, "htp model: resident (layers resident beside a paging window) or paged")
       ->check(CLI::IsMember({"resident", "paged"}))->capture_default_str();
-  app.add_option("--strategy", strategy_name, "htp model: tensor-parallel, swap-and-shard or degraded")
+  app.add_option("--strategy", o.strategy_name, "htp model: tensor-parallel, swap-and-shard or degraded")
       ->check(CLI::IsMember({"tensor-parallel", "swap-and-shard", "degraded"}))->capture_default_str();
   app.add_option("--link-cap", hs.link_cap_fraction, "htp model: the token bucket's cap, a fraction of the link peak (1: uncapped)")
       ->capture_default_str();
   app.add_option("--link-peak-gbps", hs.link_peak_gbps, "htp model: the calibrated copy peak the cap applies to (default: "
                                                         "the link rate, or the stream bench's calibration)");
   app.add_option("--copy-latency-us", hs.copy_latency_us, "htp model: fixed cost of one copy")->capture_default_str();
-  app.add_option("--chunk-mib", chunk_mib, "htp model: transfer chunk, MiB")->capture_default_str();
+  app.add_option("--chunk-mib", o.chunk_mib, "htp model: transfer chunk, MiB")->capture_default_str();
   app.add_option("--interconnect-gbps", hs.interconnect_gbps, "htp model: GPU-to-GPU GB/s for collectives")->capture_default_str();
   app.add_option("--collective-latency-us", hs.collective_latency_us, "htp model: fixed cost of one collective")
       ->capture_default_str();
   app.add_option("--lookahead", hs.lookahead, "htp model: tensors prefetched ahead (0: two layers' worth)")->capture_default_str();
-  app.add_flag("--layers-only", layers_only, "htp model: the decoder layers only, no embeddings (as htp-stream-bench runs)");
-  app.add_flag("--matrix", matrix, "print the trade-off matrix: strategies against batch sizes (--matrix-batches)");
-  app.add_option("--matrix-batches", batches_arg, "batch sizes of the matrix, comma-separated")->capture_default_str();
+  app.add_flag("--layers-only", o.layers_only, "htp model: the decoder layers only, no embeddings (as htp-stream-bench runs)");
+  app.add_flag("--matrix", o.matrix, "print the trade-off matrix: strategies against batch sizes (--matrix-batches)");
+  app.add_option("--matrix-batches", o.batches_arg, "batch sizes of the matrix, comma-separated")->capture_default_str();
+}
+
+/// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help, 2
+/// for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, plan_options& o) {
+  CLI::App app{"htp-plan: capacity planner (what stays resident, what is paged, step time)"};
+  plan_inputs& in = o.in;
+  auto* model_opt = app.add_option("--model", o.model_name, "model preset: " + [] {
+    std::string s;
+    for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }());
+  auto* config_opt = app.add_option("--config", o.config_path, "a Hugging Face config.json instead of a preset");
+  model_opt->excludes(config_opt);
+  app.add_option("--dtype", o.dtype_name, "weight dtype: bf16, fp16, fp8, int8")->capture_default_str();
+  app.add_option("--batch", in.batch, "sequences per step")->capture_default_str();
+  app.add_option("--gpus", in.gpus, "tensor-parallel GPUs (each holds 1/gpus of every layer)")->capture_default_str();
+  app.add_option("--gpu", o.gpu_name, "GPU preset: A100-40GB, A100-80GB, H100-SXM, H200, GH200")->capture_default_str();
+  app.add_option("--hbm-gb", o.hbm_gb, "HBM per GPU, GB (overrides the preset)");
+  app.add_option("--hbm-gbps", o.hbm_gbps, "HBM bandwidth per GPU, GB/s (overrides the preset)");
+  app.add_option("--tflops", o.tflops, "dense tensor-core TFLOP/s per GPU (overrides the preset)");
+  app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")->capture_default_str();
+  auto* link_opt = app.add_option("--link-gbps", o.link_gbps, "host->device GB/s per GPU (overrides the preset)");
+  auto* page_ms_opt = app.add_option("--page-ms", in.page_ms, "cost of moving one page, ms (instead of the link rate)");
+  app.add_option("--bench-json", o.bench_json,
+                                   "htp-bandwidth or stream bench JSON: use its measured H2D rate, compare its step time");
+  link_opt->excludes(page_ms_opt);
+  app.add_option("--page-mib", o.page_mib, "page (slab) size, MiB")->capture_default_str();
+  app.add_option("--budget-ms", in.budget_ms, "step-time budget, ms")->capture_default_str();
+  app.add_option("--headroom", in.headroom_fraction, "fraction of HBM kept for activations and workspace")->capture_default_str();
+  app.add_option("--context", in.context, "KV-cache tokens per sequence kept in HBM")->capture_default_str();
+  app.add_option("--phase", o.phase_name, "decode or prefill")->check(CLI::IsMember({"decode", "prefill"}))->capture_default_str();
+  app.add_option("--prompt-tokens", in.prompt_tokens, "prefill: prompt tokens per sequence")->capture_default_str();
+  app.add_flag("--allow-degraded", in.allow_degraded, "when no layer can be staged, read weights from mapped host memory");
+  app.add_option("--json", o.json_path, "write the plan as JSON to this file");
+  add_htp_model_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  o.link_given = link_opt->count() > 0;
+  return -1;
+}
 
-  try {
-    if (model_name.empty() == config_path.empty()) {
-      throw htp::invalid_argument("give exactly one of --model NAME or --config PATH");
-    }
-    in.model = model_name.empty() ? from_hf_config(config_path) : preset(model_name);
-    in.weights = parse_dtype(dtype_name);
-    const gpu_spec gpu = gpu_preset(gpu_name);
-    in.hbm_gb = hbm_gb > 0 ? hbm_gb : gpu.hbm_gb;
-    in.hbm_gbps = hbm_gbps > 0 ? hbm_gbps : gpu.hbm_gbps;
-    in.dense_tflops = tflops > 0 ? tflops : gpu.dense_tflops;
-    if (link_opt->count() > 0) {
-      in.link_gbps = link_gbps;
-      in.link_source = "--link-gbps";
-    } else {
-      in.link_gbps = gpu.link_gbps;
-      in.link_source = gpu.name + " typical measured " + gpu.link;
-    }
-    if (hbm_gb < 0 || hbm_gbps < 0 || tflops < 0) {
-      throw htp::invalid_argument("--hbm-gb, --hbm-gbps and --tflops must be positive");
-    }
-    if (page_mib == 0 || page_mib > (std::size_t{1} << 20)) {
-      throw htp::invalid_argument("--page-mib " + std::to_string(page_mib) +
-                                  " must be between 1 and 1048576 (a power of two)");
-    }
-    in.page_bytes = static_cast<std::uint64_t>(page_mib) << 20;
-    in.mode = phase_name == "prefill" ? phase::prefill : phase::decode;
-    if (!bench_json.empty()) {
-      // A node-only run's step: the mode the htp model is asked about.
-      in.measured = read_bench_json(bench_json, in.gpus > 1 ? strategy_name : "");
-      // An explicit --link-gbps wins over the run's achieved rate in the design arithmetic too.
-      if (link_opt->count() > 0) in.measured.h2d_gbps = 0;
-    }
-    check_inputs(in);  // bad input is exit 2 for both models; only layouts fall through below
-    hs.where = placement_name == "paged" ? placement::paged : placement::resident;
-    hs.how = strategy_name == "swap-and-shard" ? strategy::swap_and_shard
-             : strategy_name == "degraded"     ? strategy::degraded
+/// Fills in o.in (the model, the dtype, the GPU's numbers unless overridden, the page, the phase
+/// and a bench run's measurements) and checks it; returns the GPU preset.
+/// @throws htp::invalid_argument for bad input.
+gpu_spec resolve_inputs(plan_options& o) {
+  plan_inputs& in = o.in;
+  if (o.model_name.empty() == o.config_path.empty()) {
+    throw htp::invalid_argument("give exactly one of --model NAME or --config PATH");
+  }
+  in.model = o.model_name.empty() ? from_hf_config(o.config_path) : preset(o.model_name);
+  in.weights = parse_dtype(o.dtype_name);
+  const gpu_spec gpu = gpu_preset(o.gpu_name);
+  in.hbm_gb = o.hbm_gb > 0 ? o.hbm_gb : gpu.hbm_gb;
+  in.hbm_gbps = o.hbm_gbps > 0 ? o.hbm_gbps : gpu.hbm_gbps;
+  in.dense_tflops = o.tflops > 0 ? o.tflops : gpu.dense_tflops;
+  if (o.link_given) {
+    in.link_gbps = o.link_gbps;
+    in.link_source = "--link-gbps";
+  } else {
+    in.link_gbps = gpu.link_gbps;
+    in.link_source = gpu.name + " typical measured " + gpu.link;
+  }
+  if (o.hbm_gb < 0 || o.hbm_gbps < 0 || o.tflops < 0) {
+    throw htp::invalid_argument("--hbm-gb, --hbm-gbps and --tflops must be positive");
+  }
+  if (o.page_mib == 0 || o.page_mib > (std::size_t{1} << 20)) {
+    throw htp::invalid_argument("--page-mib " + std::to_string(o.page_mib) +
+                                " must be between 1 and 1048576 (a power of two)");
+  }
+  in.page_bytes = static_cast<std::uint64_t>(o.page_mib) << 20;
+  in.mode = o.phase_name == "prefill" ? phase::prefill : phase::decode;
+  if (!o.bench_json.empty()) {
+    // A node-only run's step: the mode the htp model is asked about.
+    in.measured = read_bench_json(o.bench_json, in.gpus > 1 ? o.strategy_name : "");
+    // An explicit --link-gbps wins over the run's achieved rate in the design arithmetic too.
+    if (o.link_given) in.measured.h2d_gbps = 0;
+  }
+  check_inputs(in);  // bad input is exit 2 for both models; only layouts fall through below
+  return gpu;
+}
+
+/// Fills in o.hs, the htp model's settings, from the options and the GPU preset.
+/// @throws htp::invalid_argument for a chunk that is not positive.
+void resolve_htp_settings(plan_options& o, const gpu_spec& gpu) {
+  htp_settings& hs = o.hs;
+  hs.where = o.placement_name == "paged" ? placement::paged : placement::resident;
+  hs.how = o.strategy_name == "swap-and-shard" ? strategy::swap_and_shard
+           : o.strategy_name == "degraded"     ? strategy::degraded
                                                : strategy::tensor_parallel;
-    hs.hbm_budget_bytes = budget_gb * 1e9;
-    hs.hbm_exposed_gb = hbm_gb > 0 ? hbm_gb : gpu.hbm_exposed_gb;
-    if (hs.link_peak_gbps <= 0 && in.measured.link_peak_gbps > 0) hs.link_peak_gbps = in.measured.link_peak_gbps;
-    if (!(chunk_mib > 0)) throw htp::invalid_argument("--chunk-mib must be positive");
-    hs.chunk_bytes = static_cast<std::uint64_t>(chunk_mib * 1048576.0);
-    hs.embeddings = !layers_only;
-    // The design's arithmetic first (its inputs are checked there), then the htp model.
-    plan_result r;
-    std::string design_error;
+  hs.hbm_budget_bytes = o.budget_gb * 1e9;
+  hs.hbm_exposed_gb = o.hbm_gb > 0 ? o.hbm_gb : gpu.hbm_exposed_gb;
+  if (hs.link_peak_gbps <= 0 && o.in.measured.link_peak_gbps > 0) hs.link_peak_gbps = o.in.measured.link_peak_gbps;
+  if (!(o.chunk_mib > 0)) throw htp::invalid_argument("--chunk-mib must be positive");
+  hs.chunk_bytes = static_cast<std::uint64_t>(o.chunk_mib * 1048576.0);
+  hs.embeddings = !o.layers_only;
+}
+
+/// The htp model's inputs: the design's, with the link's own rate (the stream bench's calibration,
+/// or htp-bandwidth's fitted peak) rather than the rate a paging run achieved on it, or the rate
+/// --page-ms implies.
+plan_inputs htp_model_inputs(const plan_options& o) {
+  const plan_inputs& in = o.in;
+  plan_inputs hin = in;
+  if (in.page_ms <= 0 && !o.link_given) {
+    if (in.measured.link_peak_gbps > 0) {
+      hin.link_gbps = in.measured.link_peak_gbps;
+    } else if (in.measured.h2d_gbps > 0 && in.measured.step_ms_p50 == 0) {
+      hin.link_gbps = in.measured.h2d_gbps;
+    }
+  }
+  if (in.page_ms > 0) hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
+  return hin;
+}
+
+/// --matrix-batches as numbers. @throws htp::invalid_argument for one that is not a whole number.
+std::vector<int> parse_batches(const std::string& batches_arg) {
+  std::vector<int> batches;
+  std::stringstream ss(batches_arg);
+  for (std::string x; std::getline(ss, x, ',');) {
     try {
-      r = plan(in);
-    } catch (const htp::invalid_argument& e) {
-      design_error = e.what();
+      batches.push_back(std::stoi(x));
+    } catch (const std::exception&) {
+      throw htp::invalid_argument("--matrix-batches '" + batches_arg + "': '" + x + "' is not a whole number");
     }
-    plan_inputs hin = in;
-    if (in.page_ms <= 0 && link_opt->count() == 0) {
-      // The htp model wants the link's own rate (the stream bench's calibration), not the rate a
-      // paging run achieved on it; htp-bandwidth's fitted peak is such a rate.
-      if (in.measured.link_peak_gbps > 0) {
-        hin.link_gbps = in.measured.link_peak_gbps;
-      } else if (in.measured.h2d_gbps > 0 && in.measured.step_ms_p50 == 0) {
-        hin.link_gbps = in.measured.h2d_gbps;
-      }
-    }
-    if (in.page_ms > 0) hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
-    const htp_prediction h = predict_htp(hin, hs);
-    if (design_error.empty()) {
-      print(in, gpu, r);
-    } else {
-      std::printf("design arithmetic: %s\n", design_error.c_str());
-    }
-    print_htp(hin, hs, h);
-    std::vector<matrix_row> rows;
-    const int matrix_context = in.context > 0 ? in.context : 512;
-    if (matrix) {
-      std::vector<int> batches;
-      std::stringstream ss(batches_arg);
-      for (std::string x; std::getline(ss, x, ',');) {
-        try {
-          batches.push_back(std::stoi(x));
-        } catch (const std::exception&) {
-          throw htp::invalid_argument("--matrix-batches '" + batches_arg + "': '" + x + "' is not a whole number");
-        }
-      }
-      plan_inputs min = hin;
-      min.context = matrix_context;
-      rows = trade_off_matrix(min, hs, batches);
-      print_matrix(rows, in.budget_ms, matrix_context);
-    }
-    if (!design_error.empty() && !h.feasible) throw htp::invalid_argument(design_error);
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      nlohmann::json j = design_error.empty() ? to_json(in, gpu, r) : nlohmann::json{{"tool", "htp-plan"}, {"design_error", design_error}};
-      j["htp"] = to_json(hs, h, in.measured.step_ms_p50);
-      if (matrix) j["matrix"] = to_json(rows, in.budget_ms, matrix_context);
-      out << j.dump(2) << "\n";
-      if (!out) throw htp::invalid_argument("--json '" + json_path + "' cannot be written");
-      std::printf("wrote %s\n", json_path.c_str());
-    }
+  }
+  return batches;
+}
+
+/// Plans, prints and (with --json) writes: the design arithmetic, the htp model and the trade-off
+/// matrix. @throws htp::invalid_argument for bad input or an unwritable --json.
+void run(plan_options& o) {
+  const gpu_spec gpu = resolve_inputs(o);
+  resolve_htp_settings(o, gpu);
+  const plan_inputs& in = o.in;
+  // The design's arithmetic first (its inputs are checked there), then the htp model.
+  plan_result r;
+  std::string design_error;
+  try {
+    r = plan(in);
+  } catch (const htp::invalid_argument& e) {
+    design_error = e.what();
+  }
+  const plan_inputs hin = htp_model_inputs(o);
+  const htp_prediction h = predict_htp(hin, o.hs);
+  if (design_error.empty()) {
+    print(in, gpu, r);
+  } else {
+    std::printf("design arithmetic: %s\n", design_error.c_str());
+  }
+  print_htp(hin, o.hs, h);
+  std::vector<matrix_row> rows;
+  const int matrix_context = in.context > 0 ? in.context : 512;
+  if (o.matrix) {
+    const std::vector<int> batches = parse_batches(o.batches_arg);
+    plan_inputs min = hin;
+    min.context = matrix_context;
+    rows = trade_off_matrix(min, o.hs, batches);
+    print_matrix(rows, in.budget_ms, matrix_context);
+  }
+  if (!design_error.empty() && !h.feasible) throw htp::invalid_argument(design_error);
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    nlohmann::json j = design_error.empty() ? to_json(in, gpu, r) : nlohmann::json{{"tool", "htp-plan"}, {"design_error", design_error}};
+    j["htp"] = to_json(o.hs, h, in.measured.step_ms_p50);
+    if (o.matrix) j["matrix"] = to_json(rows, in.budget_ms, matrix_context);
+    out << j.dump(2) << "\n";
+    if (!out) throw htp::invalid_argument("--json '" + o.json_path + "' cannot be written");
+    std::printf("wrote %s\n", o.json_path.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  plan_options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+  try {
+    run(o);
   } catch (const htp::invalid_argument& e) {
     std::fprintf(stderr, "htp-plan: %s\n", e.what());
     return 2;

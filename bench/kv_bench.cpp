@@ -9,6 +9,8 @@
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -174,10 +176,9 @@ nlohmann::json to_json(const mode_result& r, std::size_t steps) {
           {"evictions_per_step", per_step(r.delta.evictions)}};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  options o;
+/// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help,
+/// non-zero for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, options& o) {
   CLI::App app{"htp paged KV cache benchmark (sim): block tables at vLLM's block counts"};
   app.add_option("--blocks", o.pool_blocks, "blocks in the pool (64 KiB each)");
   app.add_option("--batch", o.batch, "sequences decoding at once");
@@ -187,6 +188,14 @@ int main(int argc, char** argv) {
   app.add_option("--hbm-gib", o.hbm_gib, "HBM budget for the KV cache, GiB");
   app.add_option("--json", o.json, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
 
   const std::size_t pool_bytes = o.pool_blocks * block_bytes;
   void* pool = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -195,10 +204,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto hbm = static_cast<std::size_t>(o.hbm_gib * double(std::size_t{1} << 30)) / (64 << 20) * (64 << 20);
-  htp::sim_config sc;
-  sc.device_memory_bytes = hbm + (256 << 20);
-  sc.poison_byte = -1;
-  auto dev = htp::make_sim_device(sc);
+  htp::bench::device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = hbm + (256 << 20);
+  auto dev = htp::bench::make_bench_device(d);
   int rc = 0;
   {
     htp::pager_config c;

@@ -5,6 +5,8 @@
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -50,10 +52,10 @@ world& get_world(std::size_t n, bool evicting) {
   const auto round = [&](std::size_t b) { return (b + slab - 1) / slab * slab; };
   // All resident: HBM holds everything (bins pack 64 tensors a slab, plus room); evicting: half.
   const std::size_t hbm = evicting ? std::max(slab, round(data / 2)) : round(data + data / 4 + slab);
-  htp::sim_config sc;
-  sc.device_memory_bytes = hbm + 64 * MiB;
-  sc.poison_byte = -1;
-  w.dev = htp::make_sim_device(sc);
+  htp::bench::device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = hbm + 64 * MiB;
+  w.dev = htp::bench::make_bench_device(d);
   htp::pager_config c;
   c.hbm_budget_bytes = hbm;
   c.host_budget_bytes = round(data + data / 4 + slab);

@@ -1,16 +1,10 @@
 # The capacity planner and model presets (issue 6)
 
-# Model presets: shapes, config.json reading, parameter counts. #include "model/model_shapes.hpp".
-add_library(htp_bench_model STATIC model/model_shapes.cpp model/htp_layout.cpp stream/belady_min.cpp)
-target_include_directories(htp_bench_model PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(htp_bench_model PUBLIC htp::htp PRIVATE nlohmann_json::nlohmann_json)
-htp_target_warnings(htp_bench_model)
-
 # The planner as a library (testable) and the htp-plan CLI over it.
 add_library(htp_bench_planner STATIC planner/planner.cpp planner/htp_model.cpp planner/gpu_presets.cpp
   planner/bench_json.cpp planner/matrix.cpp)
 target_include_directories(htp_bench_planner PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(htp_bench_planner PUBLIC htp_bench_model
+target_link_libraries(htp_bench_planner PUBLIC htp_bench_shared
   PRIVATE nlohmann_json::nlohmann_json)
 htp_target_warnings(htp_bench_planner)
 

@@ -1,6 +1,6 @@
 # Reliability tools: the GPU integrity run (issue 7)
 add_executable(htp-integrity integrity.cpp)
-target_link_libraries(htp-integrity PRIVATE htp::htp CLI11::CLI11 nlohmann_json::nlohmann_json htp_logging)
+target_link_libraries(htp-integrity PRIVATE htp::htp htp_bench_common CLI11::CLI11 nlohmann_json::nlohmann_json htp_logging)
 htp_target_warnings(htp-integrity)
 if(HTP_BUILD_TESTS)
   # A brief run on sim, so the program (and its exit status) is tested in every build.

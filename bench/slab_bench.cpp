@@ -5,6 +5,8 @@
 #include <htp/sim_device.hpp>
 #include <htp/slab_allocator.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
@@ -27,10 +29,10 @@ constexpr std::size_t GiB = std::size_t{1} << 30;
 
 htp::device& bench_device() {
   static std::unique_ptr<htp::device> dev = [] {
-    htp::sim_config c;
-    c.device_memory_bytes = 64 * GiB;  // address space only: nothing touches the slabs
-    c.poison_byte = -1;
-    return htp::make_sim_device(c);
+    htp::bench::device_options d;
+    d.backend = "sim";
+    d.sim_memory_bytes = 64 * GiB;  // address space only: nothing touches the slabs
+    return htp::bench::make_bench_device(d);
   }();
   return *dev;
 }
@@ -173,10 +175,10 @@ std::size_t compact(htp::slab_allocator& a, live_set& live, std::size_t request,
 /// A request that fails while the free bytes would hold it gets a compaction for that request
 /// (up to four rounds) and a retry, as the pager's out-of-memory ladder does.
 nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes, std::uint64_t seed) {
-  htp::sim_config sc;
-  sc.device_memory_bytes = budget + GiB;
-  sc.poison_byte = -1;
-  auto dev = htp::make_sim_device(sc);
+  htp::bench::device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = budget + GiB;
+  auto dev = htp::bench::make_bench_device(d);
   htp::slab_allocator_config c;
   c.budget_bytes = budget;
   c.page_bytes = page_bytes;
@@ -282,20 +284,26 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
           {"plan_and_commit_seconds", plan_s}};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"htp-slab-bench: the slab allocator's Google Benchmark cases, then a churn trace. "
-               "Flags it does not know (--benchmark_*) go to Google Benchmark."};
+/// htp-slab-bench's options, with their defaults; `rest` holds the flags for Google Benchmark.
+struct options {
   std::string json_out = "slab_bench.json";
   std::string churn_out = "slab_churn.json";
   unsigned long churn_ops = 100000;
   unsigned long churn_gib = 16;
-  app.add_option("--json_out", json_out, "Google Benchmark's JSON (relative: the working directory)")
+  std::vector<std::string> rest;
+};
+
+/// Parses argv into `o`, the flags it does not know into o.rest. Returns -1 to go on, or the exit
+/// code to return now (0 after --help, which prints this tool's flags, then Google Benchmark's;
+/// non-zero for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, options& o) {
+  CLI::App app{"htp-slab-bench: the slab allocator's Google Benchmark cases, then a churn trace. "
+               "Flags it does not know (--benchmark_*) go to Google Benchmark."};
+  app.add_option("--json_out", o.json_out, "Google Benchmark's JSON (relative: the working directory)")
       ->capture_default_str();
-  app.add_option("--churn_out", churn_out, "the churn trace's JSON")->capture_default_str();
-  app.add_option("--churn_ops", churn_ops, "operations of the churn trace (0: none)")->capture_default_str();
-  app.add_option("--churn_budget_gib", churn_gib, "the churn trace's budget, GiB")->capture_default_str();
+  app.add_option("--churn_out", o.churn_out, "the churn trace's JSON")->capture_default_str();
+  app.add_option("--churn_ops", o.churn_ops, "operations of the churn trace (0: none)")->capture_default_str();
+  app.add_option("--churn_budget_gib", o.churn_gib, "the churn trace's budget, GiB")->capture_default_str();
   app.allow_extras();
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
@@ -308,7 +316,19 @@ int main(int argc, char** argv) {
     }
   }
   CLI11_PARSE(app, argc, argv);
-  std::vector<std::string> rest = app.remaining();
+  o.rest = app.remaining();
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+  const std::string& json_out = o.json_out;
+  const std::string& churn_out = o.churn_out;
+  const unsigned long churn_ops = o.churn_ops, churn_gib = o.churn_gib;
+  std::vector<std::string>& rest = o.rest;
   std::vector<char*> args{argv[0]};
   for (auto& a : rest) args.push_back(a.data());
   std::string out_flag = "--benchmark_out=" + json_out;

@@ -1,6 +1,6 @@
 # The streaming benchmark (issue 6): htp-stream-bench.
 add_executable(htp-stream-bench
-  stream/stream_bench.cpp stream/runner.cpp stream/report.cpp stream/sim_compute.cpp
+  stream/stream_bench.cpp stream/options.cpp stream/runner.cpp stream/report.cpp stream/sim_compute.cpp
   stream/node_runner.cpp stream/node_report.cpp)
 if(HTP_WITH_CUDA)
   target_sources(htp-stream-bench PRIVATE stream/cuda_compute.cu)
@@ -8,7 +8,7 @@ if(HTP_WITH_CUDA)
 else()
   target_sources(htp-stream-bench PRIVATE stream/no_cuda_compute.cpp)
 endif()
-target_link_libraries(htp-stream-bench PRIVATE htp::htp htp_bench_model CLI11::CLI11
+target_link_libraries(htp-stream-bench PRIVATE htp::htp htp_bench_shared htp_bench_common CLI11::CLI11
                       nlohmann_json::nlohmann_json htp_logging)
 target_include_directories(htp-stream-bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 htp_target_warnings(htp-stream-bench)

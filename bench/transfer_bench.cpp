@@ -6,6 +6,8 @@
 #include <htp/sim_device.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include "common/bench_device.hpp"
+
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -185,33 +187,48 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
 
 namespace {
 
-int run(int argc, char** argv) {
-  CLI::App app{"htp transfer engine benchmark"};
+/// htp-transfer-bench's options, with their defaults.
+struct options {
   std::string backend_name = "auto";
   std::string json_path;
   double seconds = 1.0;
   int reps = 5;
-  app.add_option("--backend", backend_name, "auto|sim|cuda")->check(CLI::IsMember({"auto", "sim", "cuda"}));
-  app.add_option("--json", json_path, "write the results as JSON to this file");
-  app.add_option("--seconds", seconds, "length of each rate-accuracy run");
-  app.add_option("--reps", reps, "repetitions of the head-of-line measurement");
-  CLI11_PARSE(app, argc, argv);
+};
 
-  const bool want_sim = backend_name == "sim" ||
-                        (backend_name == "auto" && htp::cuda_device_count() == 0);
-  std::unique_ptr<htp::device> dev;
+/// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help,
+/// non-zero for a bad command line, which it has reported).
+int parse_options(int argc, char** argv, options& o) {
+  CLI::App app{"htp transfer engine benchmark"};
+  app.add_option("--backend", o.backend_name, "auto|sim|cuda")->check(CLI::IsMember({"auto", "sim", "cuda"}));
+  app.add_option("--json", o.json_path, "write the results as JSON to this file");
+  app.add_option("--seconds", o.seconds, "length of each rate-accuracy run");
+  app.add_option("--reps", o.reps, "repetitions of the head-of-line measurement");
+  CLI11_PARSE(app, argc, argv);
+  return -1;
+}
+
+/// The benchmark: the device, the calibration, then each measurement, printed and written as JSON.
+int run(int argc, char** argv) {
+  options o;
+  if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
+  const std::string& backend_name = o.backend_name;
+  const std::string& json_path = o.json_path;
+  const double seconds = o.seconds;
+  const int reps = o.reps;
+
+  htp::bench::device_options dopt;  // the modelled link the sim numbers are of
+  dopt.sim_memory_bytes = 512 * mib;
+  dopt.sim_link_gbps = 4;
+  dopt.sim_latency_us = 5;
+  dopt.sim_poison = true;
+  const bool want_sim = htp::bench::wants_sim(backend_name);
+  dopt.backend = want_sim ? "sim" : "cuda";
+  std::unique_ptr<htp::device> dev = htp::bench::make_bench_device(dopt);
   json setup;
   if (want_sim) {
-    htp::sim_config sc;
-    sc.device_memory_bytes = 512 * mib;
-    sc.h2d_bytes_per_second = 4'000'000'000;
-    sc.d2h_bytes_per_second = 4'000'000'000;
-    sc.copy_latency_ns = 5000;
-    dev = htp::make_sim_device(sc);
     setup = {{"backend", "sim"}, {"modelled_link", "4 GB/s each way, 5 us per copy"}};
     fmt::print("backend: sim, MODELLED link (4 GB/s each way, 5 us per copy); not GPU numbers\n");
   } else {
-    dev = htp::make_device(htp::backend::cuda);
     setup = {{"backend", "cuda"}, {"device", dev->properties().name}};
     fmt::print("backend: cuda, {}\n", dev->properties().name);
   }

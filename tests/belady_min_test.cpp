@@ -1,5 +1,5 @@
 // The stream bench's reference: bytes Belady's MIN moves per cycle of a cyclic sweep.
-#include "stream/belady_min.hpp"
+#include "shared/belady_min.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // the node bench does it, Belady's bytes, the link's cap and chunk costs, the serial chain of a
 // link-bound sweep, what does not fit and why. The agreement with the timing-only simulation
 // itself is the ctest planner_predicts_sim (scripts/plan-check.py on committed bench JSON).
-#include "model/htp_layout.hpp"
-#include "stream/belady_min.hpp"
+#include "shared/htp_layout.hpp"
+#include "shared/belady_min.hpp"
 #include "planner/htp_model.hpp"
 #include "planner/matrix.hpp"
 

@@ -1,6 +1,6 @@
 // Model presets: exact parameter counts, closeness to the published sizes, the tensor lists, and
 // reading Hugging Face config.json files (including broken ones).
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <htp/error.hpp>
 

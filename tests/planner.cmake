@@ -17,12 +17,12 @@ endif()
 
 if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
   htp_add_test(test_model_shapes model_shapes_test.cpp)
-  target_link_libraries(test_model_shapes PRIVATE htp_bench_model)
+  target_link_libraries(test_model_shapes PRIVATE htp_bench_shared)
   target_compile_definitions(test_model_shapes PRIVATE
     HTP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 
   htp_add_test(test_belady_min belady_min_test.cpp)
-  target_link_libraries(test_belady_min PRIVATE htp_bench_model)
+  target_link_libraries(test_belady_min PRIVATE htp_bench_shared)
 
   htp_add_test(test_htp_model htp_model_test.cpp)
   target_link_libraries(test_htp_model PRIVATE htp_bench_planner)

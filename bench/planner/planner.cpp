@@ -42,19 +42,15 @@ std::uint64_t expert_parameters(const model_shape& m) {
   return n;
 }
 
-/// Lays the model out in HBM and prices one step. resident_cap < 0: as many resident layers as fit.
-evaluation evaluate(const plan_inputs& in, int resident_cap) {
-  evaluation e;
-  plan_result& r = e.r;
+/// The sizes: parameters, bytes per layer and per GPU, pages, the KV cache, the headroom and the
+/// pages left for weights.
+void size_model(const plan_inputs& in, plan_result& r) {
   const model_shape& m = in.model;
   const std::uint64_t bpe = bytes_per_element(in.weights);
   const auto gpus = static_cast<std::uint64_t>(in.gpus);
   const std::uint64_t page = in.page_bytes;
-
-  // Sizes.
-  const std::uint64_t layer_params = layer_parameters(m);
   r.parameters = total_parameters(m);
-  r.layer_bytes = layer_params * bpe;
+  r.layer_bytes = layer_parameters(m) * bpe;
   r.layer_bytes_per_gpu = ceil_div(r.layer_bytes, gpus);
   r.pages_per_layer = ceil_div(r.layer_bytes_per_gpu, page);
   r.embedding_bytes_per_gpu = ceil_div(embedding_parameters(m) * bpe, gpus);
@@ -73,6 +69,62 @@ evaluation evaluate(const plan_inputs& in, int resident_cap) {
   const double for_weights = hbm_bytes - static_cast<double>(r.headroom_bytes_per_gpu);
   r.weight_pages =
       for_weights <= 0 ? 0 : static_cast<std::uint64_t>(std::floor(for_weights / static_cast<double>(page)));
+}
+
+/// Prices one step of a placed model: the streamed layers' transfer (page by page, or read over
+/// the link when degraded) and the compute's roofline, overlapped or not.
+void price_step(const plan_inputs& in, plan_result& r) {
+  const model_shape& m = in.model;
+  const std::uint64_t bpe = bytes_per_element(in.weights);
+  const auto gpus = static_cast<std::uint64_t>(in.gpus);
+  const std::uint64_t page = in.page_bytes;
+  const auto layers = static_cast<std::uint64_t>(m.layers);
+  // Transfer: streamed layers move page by page each step.
+  if (in.page_ms > 0) {
+    r.page_ms = in.page_ms;
+    r.link_gbps = static_cast<double>(page) / (in.page_ms * 1e-3) / 1e9;
+    r.link_source = "--page-ms";
+  } else {
+    r.link_gbps = in.link_gbps;
+    r.link_source = in.link_source;
+    r.page_ms = static_cast<double>(page) / (in.link_gbps * 1e9) * 1e3;
+  }
+  r.transfer_ms = r.degraded
+                      ? static_cast<double>(r.paged_bytes_per_step) / (r.link_gbps * 1e9) * 1e3
+                      : static_cast<double>(r.paged_pages_per_step) * r.page_ms;
+
+  // Compute: a roofline, max of bytes read / HBM bandwidth and FLOPs / tensor-core rate.
+  const double tokens = static_cast<double>(in.batch) *
+                        (in.mode == phase::prefill ? static_cast<double>(in.prompt_tokens) : 1.0);
+  const std::uint64_t layer_params = layer_parameters(m);
+  const std::uint64_t all_experts = expert_parameters(m);
+  double touched = 1.0;  // fraction of a layer's experts a step reads
+  if (m.experts > 1) {
+    const double k_over_e = static_cast<double>(m.experts_per_token) / m.experts;
+    touched = 1.0 - std::pow(1.0 - k_over_e, tokens);
+  }
+  const double read_params =
+      static_cast<double>(layers) * (static_cast<double>(layer_params - all_experts) +
+                                     touched * static_cast<double>(all_experts)) +
+      static_cast<double>(embedding_parameters(m));
+  double read_bytes = read_params * static_cast<double>(bpe) / static_cast<double>(gpus);
+  if (in.mode == phase::decode) read_bytes += static_cast<double>(r.kv_bytes_per_gpu);
+  r.memory_ms = read_bytes / (in.hbm_gbps * 1e9) * 1e3;
+  r.flop_ms = 2.0 * static_cast<double>(active_parameters_per_token(m)) * tokens /
+              static_cast<double>(gpus) / (in.dense_tflops * 1e12) * 1e3;
+  r.compute_ms = std::max(r.memory_ms, r.flop_ms);
+  r.step_ms = r.overlap ? std::max(r.transfer_ms, r.compute_ms) : r.transfer_ms + r.compute_ms;
+  r.meets_budget = r.step_ms <= in.budget_ms;
+}
+
+/// Lays the model out in HBM and prices one step. resident_cap < 0: as many resident layers as fit.
+evaluation evaluate(const plan_inputs& in, int resident_cap) {
+  evaluation e;
+  plan_result& r = e.r;
+  const model_shape& m = in.model;
+  const auto gpus = static_cast<std::uint64_t>(in.gpus);
+  const std::uint64_t page = in.page_bytes;
+  size_model(in, r);
 
   // Placement: embeddings always resident; then either everything, or staging + resident layers.
   const std::uint64_t ppl = r.pages_per_layer;
@@ -129,40 +181,7 @@ evaluation evaluate(const plan_inputs& in, int resident_cap) {
   // Transfer: streamed layers move page by page each step.
   r.paged_pages_per_step = streamed * ppl;
   r.paged_bytes_per_step = streamed * r.layer_bytes_per_gpu;
-  if (in.page_ms > 0) {
-    r.page_ms = in.page_ms;
-    r.link_gbps = static_cast<double>(page) / (in.page_ms * 1e-3) / 1e9;
-    r.link_source = "--page-ms";
-  } else {
-    r.link_gbps = in.link_gbps;
-    r.link_source = in.link_source;
-    r.page_ms = static_cast<double>(page) / (in.link_gbps * 1e9) * 1e3;
-  }
-  r.transfer_ms = r.degraded
-                      ? static_cast<double>(r.paged_bytes_per_step) / (r.link_gbps * 1e9) * 1e3
-                      : static_cast<double>(r.paged_pages_per_step) * r.page_ms;
-
-  // Compute: a roofline, max of bytes read / HBM bandwidth and FLOPs / tensor-core rate.
-  const double tokens = static_cast<double>(in.batch) *
-                        (in.mode == phase::prefill ? static_cast<double>(in.prompt_tokens) : 1.0);
-  const std::uint64_t all_experts = expert_parameters(m);
-  double touched = 1.0;  // fraction of a layer's experts a step reads
-  if (m.experts > 1) {
-    const double k_over_e = static_cast<double>(m.experts_per_token) / m.experts;
-    touched = 1.0 - std::pow(1.0 - k_over_e, tokens);
-  }
-  const double read_params =
-      static_cast<double>(layers) * (static_cast<double>(layer_params - all_experts) +
-                                     touched * static_cast<double>(all_experts)) +
-      static_cast<double>(embedding_parameters(m));
-  double read_bytes = read_params * static_cast<double>(bpe) / static_cast<double>(gpus);
-  if (in.mode == phase::decode) read_bytes += static_cast<double>(r.kv_bytes_per_gpu);
-  r.memory_ms = read_bytes / (in.hbm_gbps * 1e9) * 1e3;
-  r.flop_ms = 2.0 * static_cast<double>(active_parameters_per_token(m)) * tokens /
-              static_cast<double>(gpus) / (in.dense_tflops * 1e12) * 1e3;
-  r.compute_ms = std::max(r.memory_ms, r.flop_ms);
-  r.step_ms = r.overlap ? std::max(r.transfer_ms, r.compute_ms) : r.transfer_ms + r.compute_ms;
-  r.meets_budget = r.step_ms <= in.budget_ms;
+  price_step(in, r);
   return e;
 }
 

@@ -4,7 +4,7 @@
 // the model and every formula are written out in docs/planner.md.
 #pragma once
 
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 #include "planner/bench_json.hpp"
 
 #include <cstdint>

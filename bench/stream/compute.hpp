@@ -8,7 +8,7 @@
 #include <htp/device.hpp>
 #include <htp/pager.hpp>
 
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <algorithm>
 #include <chrono>

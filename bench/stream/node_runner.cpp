@@ -1,13 +1,13 @@
 // htp-stream-bench --gpus N. See node_runner.hpp.
 #include "node_runner.hpp"
 
-#include "model/htp_layout.hpp"
+#include "common/bench_device.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/checksum.hpp>
 #include <htp/collectives.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/node.hpp>
-#include <htp/sim_device.hpp>
 #include <htp/swap_shard.hpp>
 
 #include <algorithm>
@@ -137,25 +137,21 @@ std::pair<long, long> injected_failure(const node_options& o) {
 /// modelled link. @throws htp::invalid_argument for more cuda GPUs than are visible.
 std::vector<std::unique_ptr<device>> make_devices(const bench_config& cfg, const node_options& o, bool timing_only) {
   const std::size_t N = o.gpus;
-  std::vector<std::unique_ptr<device>> devs;
   if (o.kind == backend::cuda) {
     const int visible = cuda_device_count();
     HTP_EXPECTS(N <= static_cast<std::size_t>(visible), invalid_argument, "--gpus ", N, ": ", visible,
                 " CUDA GPU(s) visible; give at most ", visible, " (or run the node on sim with --backend sim)");
-    for (std::size_t g = 0; g < N; ++g) devs.push_back(make_device(backend::cuda, static_cast<int>(g)));
-    return devs;
   }
+  device_options d;
+  d.backend = o.kind == backend::cuda ? "cuda" : "sim";
+  d.sim_memory_bytes = cfg.hbm_budget_bytes + (std::size_t{1} << 30);
+  d.sim_link_gbps = o.sim_link_gbps;
+  d.sim_latency_us = o.sim_latency_us;
+  d.sim_timing_only = timing_only;
+  std::vector<std::unique_ptr<device>> devs;
   for (std::size_t g = 0; g < N; ++g) {
-    sim_config sc;
-    sc.device_memory_bytes = cfg.hbm_budget_bytes + (std::size_t{1} << 30);
-    sc.pinned_memory_bytes = 0;
-    sc.h2d_bytes_per_second = static_cast<std::uint64_t>(o.sim_link_gbps * 1e9);
-    sc.d2h_bytes_per_second = sc.h2d_bytes_per_second;
-    sc.copy_latency_ns = static_cast<std::uint64_t>(o.sim_latency_us * 1e3);
-    sc.poison_byte = -1;
-    sc.timing_only = timing_only;
-    sc.ordinal = static_cast<int>(g);
-    devs.push_back(make_sim_device(sc));
+    d.ordinal = static_cast<int>(g);
+    devs.push_back(make_bench_device(d));
   }
   return devs;
 }
@@ -512,69 +508,72 @@ node_result results_of(gpu_threads& run, int resident_layers, std::size_t per_sy
   return r;
 }
 
-}  // namespace
+/// How one mode lays the model out before anything is made: the layers kept resident, which
+/// layers are paged, swap-and-shard's layers per synchronisation and the host tier it needs.
+struct node_plan {
+  int resident_layers = 0;
+  std::vector<bool> paged_layer;
+  std::size_t per_sync = 0;   // swap-and-shard: layers per synchronisation
+  std::size_t host_need = 0;  // host tier bytes the paged weights need
+  std::string skip;           // non-empty: the mode cannot run, and why
+};
 
-node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o) {
-  HTP_EXPECTS(o.gpus >= 1, invalid_argument, "--gpus ", o.gpus, ": at least one GPU");
+/// The plan of `mode` for cfg and o: resident layers (tensor-parallel --resident), swap-and-shard's
+/// staging (two buffers of two layers, or of one when HBM is too short for that) and the host tier;
+/// plan.skip says why the mode cannot run when it cannot.
+node_plan plan_node_run(const bench_config& cfg, node_mode mode, const node_options& o) {
   const std::size_t N = o.gpus;
   const auto shapes = layer_tensors(cfg.model);
   const std::size_t elem = bytes_per_element(cfg.type);
   std::uint64_t layer_bytes = 0;
   for (const auto& t : shapes) layer_bytes += t.rows * t.cols * elem;
-  const bool timing_only = o.timing_only && o.kind == backend::sim;
-  const auto skipped = [&](std::string why) {
-    node_result r;
-    r.mode = to_string(mode);
-    r.gpus = N;
-    r.skipped = true;
-    r.skip_reason = std::move(why);
-    return r;
-  };
+  node_plan plan;
   // Tensor-parallel --resident: whole layers' shards stay in HBM, next to a window of three
   // paged layers (the one computing and two prefetched) and slack for rounding; the paged layers
-  // spread evenly among them (model/htp_layout.hpp, which the planner's htp model shares).
-  const int resident_layers = mode == node_mode::tensor_parallel && o.resident
-                                  ? bench::resident_layers(cfg.hbm_budget_bytes, layer_bytes / N, shapes.size(),
-                                                           cfg.page_bytes, cfg.slab_bytes, cfg.layers)
-                                  : 0;
-  const std::vector<bool> paged_layer = paged_layers(cfg.layers, resident_layers);
+  // spread evenly among them (shared/htp_layout.hpp, which the planner's htp model shares).
+  plan.resident_layers = mode == node_mode::tensor_parallel && o.resident
+                             ? bench::resident_layers(cfg.hbm_budget_bytes, layer_bytes / N, shapes.size(),
+                                                      cfg.page_bytes, cfg.slab_bytes, cfg.layers)
+                             : 0;
+  plan.paged_layer = paged_layers(cfg.layers, plan.resident_layers);
   const std::size_t paged_bytes =
-      static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - resident_layers);
+      static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - plan.resident_layers);
 
   // Swap-and-shard's staging: two buffers of two layers (one synchronisation per two layers), or of
   // one layer when HBM is too short for that, next to one shard being paged in.
-  std::size_t per_sync = 0;
   if (mode == node_mode::swap_and_shard) {
     const std::size_t lb = static_cast<std::size_t>(layer_bytes);
     const auto need = [&](std::size_t k) { return 2 * k * lb + lb / N + 2 * cfg.slab_bytes; };
     for (std::size_t k : {std::size_t{2}, std::size_t{1}}) {
       if (cfg.hbm_budget_bytes >= need(k)) {
-        per_sync = k;
+        plan.per_sync = k;
         break;
       }
     }
-    if (per_sync == 0) {
-      return skipped("needs " + std::to_string(need(1) >> 20) +
-                     " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
-                     std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB");
+    if (plan.per_sync == 0) {
+      plan.skip = "needs " + std::to_string(need(1) >> 20) +
+                  " MiB of HBM per GPU (two staging layers, a shard and two slabs), has " +
+                  std::to_string(cfg.hbm_budget_bytes >> 20) + " MiB";
+      return plan;
     }
   }
-  // N devices, each with the single-GPU run's modelled link (sim) or the first N GPUs (cuda); one
-  // node over them.
   // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
-  const std::size_t host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
-                                4 * cfg.slab_bytes;
-  if (o.host_budget_bytes > 0 && host_need > o.host_budget_bytes) {
-    return skipped("its host copies need " + std::to_string(host_need / 1000000000) + " GB of host tier, more than the " +
-                   std::to_string(o.host_budget_bytes / 1000000000) + " GB given" +
-                   (mode == node_mode::tensor_parallel && !o.resident ? " (try --resident)" : ""));
+  plan.host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes + 4 * cfg.slab_bytes;
+  if (o.host_budget_bytes > 0 && plan.host_need > o.host_budget_bytes) {
+    plan.skip = "its host copies need " + std::to_string(plan.host_need / 1000000000) + " GB of host tier, more than the " +
+                std::to_string(o.host_budget_bytes / 1000000000) + " GB given" +
+                (mode == node_mode::tensor_parallel && !o.resident ? " (try --resident)" : "");
   }
-  std::vector<std::unique_ptr<device>> devs = make_devices(cfg, o, timing_only);
-  std::vector<device*> ptrs;
-  for (const auto& d : devs) ptrs.push_back(d.get());
-  const bool squeeze = o.squeeze_leave_bytes > 0 && mode == node_mode::tensor_parallel;
+  return plan;
+}
+
+/// The node's configuration: the host tier (given, or what the plan needs), each GPU's pager with
+/// cfg's budget, sizes and link, two layers of lookahead, degraded service when HBM is squeezed,
+/// and the shared upstream link when asked for.
+node_config node_config_of(const bench_config& cfg, const node_options& o, const node_plan& plan, bool squeeze) {
+  const std::size_t N = o.gpus;
   node_config nc;
-  nc.host_budget_bytes = o.host_budget_bytes > 0 ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes : host_need;
+  nc.host_budget_bytes = o.host_budget_bytes > 0 ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes : plan.host_need;
   nc.host_slab_bytes = cfg.slab_bytes;
   nc.host_page_bytes = cfg.page_bytes;
   nc.gpu.hbm_budget_bytes = cfg.hbm_budget_bytes;
@@ -584,7 +583,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   nc.gpu.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   nc.gpu.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a norm).
-  nc.gpu.prefetch_lookahead = static_cast<unsigned>(2 * shapes.size());
+  nc.gpu.prefetch_lookahead = static_cast<unsigned>(2 * layer_tensors(cfg.model).size());
   if (cfg.rate_bytes_per_second) nc.gpu.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
   if (squeeze) nc.gpu.on_oom = oom_policy::allow_degraded;
   if (o.shared_link_gbps > 0) {
@@ -594,44 +593,81 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
     grp.h2d_bytes_per_second = static_cast<std::uint64_t>(o.shared_link_gbps * 1e9);
     nc.shared_links = {grp};
   }
-  node nd(ptrs, nc);
-  const double ic_gbps = o.interconnect_gbps > 0 ? o.interconnect_gbps : o.sim_link_gbps * 450.0 / 55.0;
-  std::unique_ptr<collectives> coll;
-  if (o.kind == backend::sim) {
-    coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(ic_gbps * 1e9));
-  } else if (N == 1 && !nccl_available()) {
-    coll = make_one_rank_collectives(*ptrs[0]);
-  } else {
-    coll = make_nccl_collectives(ptrs);
-  }
+  return nc;
+}
 
-  // The weights, with the single-GPU run's patterns (same seeds), so the bytes checked are the
-  // bytes the single-GPU policies read.
-  std::unique_ptr<swap_shard> ss;
-  std::vector<std::size_t> swap_layer_bytes;
-  std::vector<std::vector<unsigned char>> swap_layers;
-  const auto w = register_weights(cfg, mode, nd, timing_only, paged_layer, swap_layer_bytes, swap_layers);
+/// The modelled interconnect per GPU, GB/s: as given, else 450/55 of the link (NVLink 4 over PCIe).
+double interconnect_gbps_of(const node_options& o) {
+  return o.interconnect_gbps > 0 ? o.interconnect_gbps : o.sim_link_gbps * 450.0 / 55.0;
+}
+
+/// The node's collectives: sim's at the modelled interconnect; on cuda NCCL's, or one-rank copies
+/// for a single GPU without NCCL.
+std::unique_ptr<collectives> make_node_collectives(const node_options& o, const std::vector<device*>& ptrs) {
+  if (o.kind == backend::sim) return make_sim_collectives(ptrs, static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9));
+  if (ptrs.size() == 1 && !nccl_available()) return make_one_rank_collectives(*ptrs[0]);
+  return make_nccl_collectives(ptrs);
+}
+
+/// How the GPUs find their weights. Swap-and-shard: the swap_shard over the packed layers (which it
+/// copies), returned. Otherwise each GPU's schedule: its paged tensors only, in layer order
+/// (device-resident ones are always hits, and left in the schedule they would use up the
+/// lookahead, so the next paged layer would load only when reached); returns null.
+std::unique_ptr<swap_shard> arrange_weights(node_mode mode, const node_options& o, const node_plan& plan, node& nd,
+                                            collectives& coll, const std::vector<std::vector<std::vector<gpu_weight>>>& w,
+                                            const std::vector<std::size_t>& swap_layer_bytes,
+                                            const std::vector<std::vector<unsigned char>>& swap_layers) {
   if (mode == node_mode::swap_and_shard) {
     std::vector<const void*> src;
     for (const auto& v : swap_layers) src.push_back(v.empty() ? nullptr : v.data());
     swap_shard_config sc;
     // sim: the modelled interconnect; cuda: measured by swap_shard's probe all-gather.
-    sc.interconnect_bytes_per_second = o.kind == backend::sim ? static_cast<std::uint64_t>(ic_gbps * 1e9) : 0;
-    sc.layers_per_sync = per_sync;
-    ss = std::make_unique<swap_shard>(nd, *coll, swap_layer_bytes, src, sc);
-    swap_layers.clear();
-  } else {
-    for (std::size_t g = 0; g < N; ++g) {
-      // The paged tensors only: device-resident ones are always hits, and left in the schedule
-      // they would use up the lookahead, so the next paged layer would load only when reached.
-      std::vector<tensor_handle> order;
-      for (std::size_t l = 0; l < w[g].size(); ++l) {
-        if (!paged_layer[l]) continue;
-        for (const auto& gw : w[g][l]) order.push_back(gw.h);
-      }
-      nd.gpu(g).set_schedule(order, /*cyclic=*/true);
-    }
+    sc.interconnect_bytes_per_second = o.kind == backend::sim ? static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9) : 0;
+    sc.layers_per_sync = plan.per_sync;
+    return std::make_unique<swap_shard>(nd, coll, swap_layer_bytes, src, sc);
   }
+  for (std::size_t g = 0; g < w.size(); ++g) {
+    std::vector<tensor_handle> order;
+    for (std::size_t l = 0; l < w[g].size(); ++l) {
+      if (!plan.paged_layer[l]) continue;
+      for (const auto& gw : w[g][l]) order.push_back(gw.h);
+    }
+    nd.gpu(g).set_schedule(order, /*cyclic=*/true);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_options& o) {
+  HTP_EXPECTS(o.gpus >= 1, invalid_argument, "--gpus ", o.gpus, ": at least one GPU");
+  const std::size_t N = o.gpus;
+  const bool timing_only = o.timing_only && o.kind == backend::sim;
+  const node_plan plan = plan_node_run(cfg, mode, o);
+  if (!plan.skip.empty()) {
+    node_result r;
+    r.mode = to_string(mode);
+    r.gpus = N;
+    r.skipped = true;
+    r.skip_reason = plan.skip;
+    return r;
+  }
+  // N devices, each with the single-GPU run's modelled link (sim) or the first N GPUs (cuda); one
+  // node over them.
+  std::vector<std::unique_ptr<device>> devs = make_devices(cfg, o, timing_only);
+  std::vector<device*> ptrs;
+  for (const auto& d : devs) ptrs.push_back(d.get());
+  const bool squeeze = o.squeeze_leave_bytes > 0 && mode == node_mode::tensor_parallel;
+  node nd(ptrs, node_config_of(cfg, o, plan, squeeze));
+  std::unique_ptr<collectives> coll = make_node_collectives(o, ptrs);
+
+  // The weights, with the single-GPU run's patterns (same seeds), so the bytes checked are the
+  // bytes the single-GPU policies read.
+  std::vector<std::size_t> swap_layer_bytes;
+  std::vector<std::vector<unsigned char>> swap_layers;
+  const auto w = register_weights(cfg, mode, nd, timing_only, plan.paged_layer, swap_layer_bytes, swap_layers);
+  std::unique_ptr<swap_shard> ss = arrange_weights(mode, o, plan, nd, *coll, w, swap_layer_bytes, swap_layers);
+  swap_layers.clear();
 
   // One thread per GPU, as an engine drives a node; each step's time is its slowest GPU's.
   gpu_threads run{cfg, mode, o, nd, *coll, ss.get(), devs, w, timing_only, squeeze, injected_failure(o), N};
@@ -640,7 +676,7 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   for (auto& t : threads) t.join();
   if (run.first_failed < N) std::rethrow_exception(run.err[run.first_failed]);  // the cause, not its echoes
 
-  node_result r = results_of(run, resident_layers, per_sync);
+  node_result r = results_of(run, plan.resident_layers, plan.per_sync);
   ss.reset();  // before the node: its slots and layers live in the node
   return r;
 }

@@ -1,8 +1,8 @@
 // Runs one policy of the streaming benchmark. See runner.hpp.
 #include "runner.hpp"
 
-#include "belady_min.hpp"
-#include "model/htp_layout.hpp"
+#include "shared/belady_min.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
@@ -160,40 +160,41 @@ host_weights::~host_weights() {
   if (block_ != nullptr) dev_.deallocate(memory_kind::pinned_host, block_, bytes_);
 }
 
-policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
-                         layer_compute& compute, const host_weights& weights,
-                         const std::string& trace_path, const progress_fn& progress) {
-  policy_result r;
-  r.name = pol.name;
-  const std::uint64_t kv_end = kv_bytes_at_end(cfg);
-  const std::size_t slab = cfg.slab_bytes, page = cfg.page_bytes;
-  const auto round_slabs = [&](std::uint64_t b) { return (b + slab - 1) / slab * slab; };
-  // Page rounding of every tensor, so "all-resident" really holds everything.
-  std::uint64_t rounded_model = 0;
+namespace {
+
+/// The HBM a policy's pager gets: the budget as given, in whole pages; all-resident: the whole
+/// model, page-rounded as htp stores it (so it really holds everything), twice the KV cache and
+/// two slabs, in whole slabs.
+std::size_t policy_hbm_budget(const bench_config& cfg, const policy& pol, std::uint64_t rounded_model) {
+  const std::size_t slab = cfg.slab_bytes;
+  if (!pol.all_resident) return cfg.hbm_budget_bytes / cfg.page_bytes * cfg.page_bytes;
+  return (rounded_model + kv_bytes_at_end(cfg) * 2 + 2 * slab + slab - 1) / slab * slab;
+}
+
+/// The weights of cfg's layers as htp stores them (every tensor page-rounded).
+std::uint64_t rounded_model_bytes(const bench_config& cfg) {
+  std::uint64_t rounded = 0;
   for (const auto& t : layer_tensors(cfg.model)) {
     const std::uint64_t b = t.rows * t.cols * bytes_per_element(cfg.type);
-    rounded_model += htp_tensor_bytes(b, page);
+    rounded += htp_tensor_bytes(b, cfg.page_bytes);
   }
-  rounded_model *= static_cast<std::uint64_t>(cfg.layers);
-  const std::size_t kv_block_bytes = static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg);
+  return rounded * static_cast<std::uint64_t>(cfg.layers);
+}
 
+/// The pager configuration of one policy with `hbm_budget` bytes of HBM; its host tier holds what
+/// the KV cache writes back (and the weights too when `weights` has no bytes: timing-only).
+pager_config policy_pager_config(const bench_config& cfg, const policy& pol, std::size_t hbm_budget,
+                                 std::uint64_t rounded_model, const host_weights& weights, bool trace) {
+  const std::size_t slab = cfg.slab_bytes;
+  const auto round_slabs = [&](std::uint64_t b) { return (b + slab - 1) / slab * slab; };
+  const std::uint64_t kv_end = kv_bytes_at_end(cfg);
   pager_config pc;
-  pc.hbm_budget_bytes = pol.all_resident ? round_slabs(rounded_model + kv_end * 2 + 2 * slab)
-                                         : cfg.hbm_budget_bytes / page * page;  // the budget as given, in pages
-  r.hbm_budget_bytes = pc.hbm_budget_bytes;
-  if (pol.all_resident) {
-    const auto free_now = dev.memory().free_bytes;
-    if (pc.hbm_budget_bytes + (std::size_t{256} << 20) > free_now) {
-      r.skipped = true;
-      r.skip_reason = "the model does not fit in the device's free memory";
-      return r;
-    }
-  }
-  // The weights live in `weights` (lent below); the host tier holds what the KV cache writes back.
+  pc.hbm_budget_bytes = hbm_budget;
+  // The weights live in `weights` (lent to the pager); the host tier holds what the KV cache writes back.
   pc.host_budget_bytes = round_slabs(kv_end * 2 + 4 * slab);
   if (weights.block() == nullptr) pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only
   pc.slab_bytes = slab;
-  pc.page_bytes = page;
+  pc.page_bytes = cfg.page_bytes;
   pc.chunk_bytes = cfg.chunk_bytes;
   pc.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   pc.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
@@ -208,17 +209,15 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   pc.eviction = pol.rule;
   pc.prefetch = pol.prefetch;
   pc.latency_budget = cfg.latency_budget;
-  pc.trace = !trace_path.empty();
-  pager p(dev, pc);
-  stream compute_stream(dev);
-  if (weights.block() != nullptr) p.add_host_region(weights.block(), weights.block_bytes(), host_region_kind::pinned);
+  pc.trace = trace;
+  return pc;
+}
 
-  // Register the model: payloads from a seed, so the compute can verify every byte it reads.
+/// Registers cfg's layers with `p`, each tensor at its bytes in `weights` (payloads from a seed,
+/// so the compute can verify every byte it reads), or without bytes on a timing-only device.
+model_instance register_model(pager& p, const bench_config& cfg, const host_weights& weights) {
   model_instance inst;
   const auto shapes = layer_tensors(cfg.model);
-  // A timing-only device stores no bytes: no payloads, nothing verified.
-  const bool timing_only = dev.properties().timing_only;
-  std::vector<tensor_handle> order;
   for (int l = 0; l < cfg.layers; ++l) {
     model_instance::layer layer;
     layer.experts.resize(static_cast<std::size_t>(std::max(1, cfg.model.experts)));
@@ -236,12 +235,45 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
       } else {
         layer.experts[static_cast<std::size_t>(e) % layer.experts.size()].push_back(rec);
       }
-      order.push_back(h);
     }
     inst.layers.push_back(std::move(layer));
   }
-  int kv_tokens = cfg.kv_context_tokens;
-  const auto add_kv_blocks = [&]() {
+  return inst;
+}
+
+/// The schedule: dense models, every weight in layer order; MoE, the shared tensors only (which
+/// experts a token routes to is not known ahead), so experts fault or hit.
+std::vector<tensor_handle> schedule_of(const model_instance& inst, const bench_config& cfg) {
+  std::vector<tensor_handle> sched;
+  for (const auto& layer : inst.layers) {
+    for (const auto& t : layer.shared) sched.push_back(t.h);
+    if (cfg.model.experts <= 1) {
+      for (const auto& t : layer.experts[0]) sched.push_back(t.h);
+    }
+  }
+  return sched;
+}
+
+/// One policy's run in progress: its pager, compute stream, model and KV cache, and what the
+/// timed steps have measured so far.
+struct policy_run {
+  device& dev;
+  const bench_config& cfg;
+  const policy& pol;
+  layer_compute& compute;
+  pager& p;
+  stream& cs;
+  model_instance inst;
+  bool timing_only = false;
+  std::size_t kv_block_bytes = 0;
+  int kv_tokens = 0;
+  std::mt19937_64 route;
+  std::vector<double> compute_ms, transfer_ms, overlap;
+  double stall_ms = 0;
+  std::vector<double> stalls;  // acquires that stalled the compute stream, ms each
+
+  /// Registers KV blocks until every layer has room for kv_tokens (none without a KV cache).
+  void add_kv_blocks() {
     if (cfg.kv_context_tokens <= 0) return;
     const std::size_t want = (static_cast<std::size_t>(kv_tokens) + static_cast<std::size_t>(cfg.kv_block_tokens) - 1) /
                              static_cast<std::size_t>(cfg.kv_block_tokens);
@@ -252,171 +284,219 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
                                        kv_block_bytes, tensor_kind::mutable_state));
       }
     }
-  };
-  add_kv_blocks();
-  // Dense models: the schedule is every weight in layer order. MoE: shared tensors only (which
-  // experts a token routes to is not known ahead), so experts fault or hit.
-  std::vector<tensor_handle> sched;
-  for (const auto& layer : inst.layers) {
-    for (const auto& t : layer.shared) sched.push_back(t.h);
-    if (cfg.model.experts <= 1) {
-      for (const auto& t : layer.experts[0]) sched.push_back(t.h);
-    }
   }
-  if (pol.schedule) p.set_schedule(sched, /*cyclic=*/true);
+};
 
-  std::mt19937_64 route(cfg.seed);
-  const int total_steps = cfg.warmup_steps + cfg.steps;
-  std::vector<double> compute_ms, transfer_ms, overlap;
-  double stall_ms = 0;
-  std::vector<double> stalls;  // acquires that stalled the compute stream, ms each
+/// The weights one layer uses this step: its shared tensors, then its experts (MoE: the routed
+/// experts_per_token of them, drawn from r.route).
+std::vector<model_instance::tensor*> weights_in_use(policy_run& r, model_instance::layer& layer) {
+  std::vector<model_instance::tensor*> use;
+  for (auto& t : layer.shared) use.push_back(&t);
+  if (r.cfg.model.experts > 1) {
+    std::vector<int> ids(static_cast<std::size_t>(r.cfg.model.experts));
+    for (int e = 0; e < r.cfg.model.experts; ++e) ids[static_cast<std::size_t>(e)] = e;
+    std::shuffle(ids.begin(), ids.end(), r.route);
+    for (int k = 0; k < r.cfg.model.experts_per_token; ++k) {
+      for (auto& t : layer.experts[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])]) use.push_back(&t);
+    }
+  } else {
+    for (auto& t : layer.experts[0]) use.push_back(&t);
+  }
+  return use;
+}
+
+/// One layer of step `step`, as a runner does: the layer's KV blocks stay acquired through the
+/// layer (attention reads them), each weight is acquired just before its kernel and released once
+/// it is enqueued, so only the weight in use is pinned and eviction may choose any other. Stall
+/// marks wrap each acquire: only htp's waits run between them on the compute stream. The step's
+/// tokens are appended to the newest KV block, which is released dirty.
+void run_layer_step(policy_run& r, model_instance::layer& layer, int step) {
+  const bench_config& cfg = r.cfg;
+  const std::vector<model_instance::tensor*> use = weights_in_use(r, layer);
+  std::vector<weight_view> kv_views;
+  r.compute.begin_stall(r.cs);
+  for (auto h : layer.kv) {
+    const auto s = r.p.acquire(h, r.cs, r.pol.wait_each_fault);
+    kv_views.push_back({s, 1, s.bytes, 0, 0, 0, false});
+  }
+  r.compute.end_stall(r.cs);
+  for (std::size_t w = 0; w < use.size(); ++w) {
+    model_instance::tensor* t = use[w];
+    r.compute.begin_stall(r.cs);
+    const auto s = r.p.acquire(t->h, r.cs, r.pol.wait_each_fault);
+    r.compute.end_stall(r.cs);
+    std::vector<weight_view> views{{s, t->rows, t->cols, t->sum, t->head, t->tail, !r.timing_only}};
+    if (w == 0) views.insert(views.end(), kv_views.begin(), kv_views.end());
+    r.compute.run_layer(views, cfg.tokens, r.cs);
+    r.p.release(t->h, r.cs);
+  }
+  if (!layer.kv.empty()) {  // append this step's tokens to the newest block
+    const std::size_t per_token = kv_bytes_per_token(cfg);
+    const std::size_t offset = (static_cast<std::size_t>(r.kv_tokens) % static_cast<std::size_t>(cfg.kv_block_tokens)) * per_token;
+    const std::size_t n = std::min(r.kv_block_bytes - offset, per_token * static_cast<std::size_t>(cfg.tokens));
+    auto* base = static_cast<unsigned char*>(kv_views.back().span.data);
+    r.dev.fill_pattern_async(base + offset, n, static_cast<std::uint64_t>(step), r.cs);
+  }
+  for (std::size_t b = 0; b < layer.kv.size(); ++b) {
+    r.p.release(layer.kv[b], r.cs, /*dirty=*/b + 1 == layer.kv.size());
+  }
+}
+
+/// After a timed step of `ms` wall time that started with the H2D engine busy for `busy0` ns: the
+/// compute's spans traced, its compute and stall times and the transfer time taken as samples.
+void sample_timed_step(policy_run& r, policy_result& res, double ms, std::uint64_t busy0) {
   constexpr double stalled_ms = 0.01;  // below this the marks' own cost, not a wait
+  r.p.synchronize();
+  for (const auto& sp : r.compute.take_spans()) r.p.trace_compute_span("layer compute", sp.begin, sp.end);
+  const double c = r.compute.take_compute_ms();
+  for (double x : r.compute.stall_samples_ms()) {
+    if (x >= stalled_ms) r.stalls.push_back(x);
+  }
+  r.stall_ms += r.compute.take_stall_ms();
+  const double x = static_cast<double>(r.p.engine().metrics().h2d.busy_ns - busy0) / 1e6;
+  res.step_ms.push_back(ms);
+  r.compute_ms.push_back(c);
+  r.transfer_ms.push_back(x);
+  r.overlap.push_back(ms > 0 ? std::max(c, x) / ms : 0);
+}
+
+/// The warm-up and timed steps; returns the pager's metrics when the timed steps began (they were
+/// reset then, so the timed steps' counts are the differences from them).
+pager_metrics run_steps(policy_run& r, policy_result& res, const progress_fn& progress) {
+  const bench_config& cfg = r.cfg;
+  const int total_steps = cfg.warmup_steps + cfg.steps;
   pager_metrics m0{};
   for (int step = 0; step < total_steps; ++step) {
     if (step == cfg.warmup_steps) {  // steady state from here: the metrics start afresh
-      p.synchronize();
-      p.reset_metrics();
-      m0 = p.metrics();
-      compute.take_spans();
-      compute.take_compute_ms();
-      compute.take_stall_ms();
-      compute.take_mismatches();
+      r.p.synchronize();
+      r.p.reset_metrics();
+      m0 = r.p.metrics();
+      r.compute.take_spans();
+      r.compute.take_compute_ms();
+      r.compute.take_stall_ms();
+      r.compute.take_mismatches();
     }
-    const std::uint64_t busy0 = p.engine().metrics().h2d.busy_ns;
+    const std::uint64_t busy0 = r.p.engine().metrics().h2d.busy_ns;
     const auto t0 = clock_type::now();
-    for (auto& layer : inst.layers) {
-      std::vector<model_instance::tensor*> use;
-      for (auto& t : layer.shared) use.push_back(&t);
-      if (cfg.model.experts > 1) {
-        std::vector<int> ids(static_cast<std::size_t>(cfg.model.experts));
-        for (int e = 0; e < cfg.model.experts; ++e) ids[static_cast<std::size_t>(e)] = e;
-        std::shuffle(ids.begin(), ids.end(), route);
-        for (int k = 0; k < cfg.model.experts_per_token; ++k) {
-          for (auto& t : layer.experts[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])]) use.push_back(&t);
-        }
-      } else {
-        for (auto& t : layer.experts[0]) use.push_back(&t);
-      }
-      // As a runner does: the layer's KV blocks stay acquired through the layer (attention reads
-      // them), each weight is acquired just before its kernel and released once it is enqueued, so
-      // only the weight in use is pinned and eviction may choose any other. Stall marks wrap each
-      // acquire: only htp's waits run between them on the compute stream.
-      std::vector<weight_view> kv_views;
-      compute.begin_stall(compute_stream);
-      for (auto h : layer.kv) {
-        const auto s = p.acquire(h, compute_stream, pol.wait_each_fault);
-        kv_views.push_back({s, 1, s.bytes, 0, 0, 0, false});
-      }
-      compute.end_stall(compute_stream);
-      for (std::size_t w = 0; w < use.size(); ++w) {
-        model_instance::tensor* t = use[w];
-        compute.begin_stall(compute_stream);
-        const auto s = p.acquire(t->h, compute_stream, pol.wait_each_fault);
-        compute.end_stall(compute_stream);
-        std::vector<weight_view> views{{s, t->rows, t->cols, t->sum, t->head, t->tail, !timing_only}};
-        if (w == 0) views.insert(views.end(), kv_views.begin(), kv_views.end());
-        compute.run_layer(views, cfg.tokens, compute_stream);
-        p.release(t->h, compute_stream);
-      }
-      if (!layer.kv.empty()) {  // append this step's tokens to the newest block
-        const std::size_t per_token = kv_bytes_per_token(cfg);
-        const std::size_t offset = (static_cast<std::size_t>(kv_tokens) % static_cast<std::size_t>(cfg.kv_block_tokens)) * per_token;
-        const std::size_t n = std::min(kv_block_bytes - offset, per_token * static_cast<std::size_t>(cfg.tokens));
-        auto* base = static_cast<unsigned char*>(kv_views.back().span.data);
-        dev.fill_pattern_async(base + offset, n, static_cast<std::uint64_t>(step), compute_stream);
-      }
-      for (std::size_t b = 0; b < layer.kv.size(); ++b) {
-        p.release(layer.kv[b], compute_stream, /*dirty=*/b + 1 == layer.kv.size());
-      }
-    }
-    compute_stream.synchronize();
+    for (auto& layer : r.inst.layers) run_layer_step(r, layer, step);
+    r.cs.synchronize();
     const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     if (cfg.kv_context_tokens > 0) {
-      kv_tokens += cfg.tokens;
-      add_kv_blocks();
+      r.kv_tokens += cfg.tokens;
+      r.add_kv_blocks();
     }
-    if (step >= cfg.warmup_steps) {
-      p.synchronize();
-      for (const auto& sp : compute.take_spans()) p.trace_compute_span("layer compute", sp.begin, sp.end);
-      const double c = compute.take_compute_ms();
-      for (double x : compute.stall_samples_ms()) {
-        if (x >= stalled_ms) stalls.push_back(x);
-      }
-      stall_ms += compute.take_stall_ms();
-      const double x = static_cast<double>(p.engine().metrics().h2d.busy_ns - busy0) / 1e6;
-      r.step_ms.push_back(ms);
-      compute_ms.push_back(c);
-      transfer_ms.push_back(x);
-      overlap.push_back(ms > 0 ? std::max(c, x) / ms : 0);
-    }
-    if (progress) progress(pol.name, step + 1, total_steps);
+    if (step >= cfg.warmup_steps) sample_timed_step(r, res, ms, busy0);
+    if (progress) progress(r.pol.name, step + 1, total_steps);
   }
-  p.synchronize();
-  r.mismatches = compute.take_mismatches();
-  const auto m1 = p.metrics();
-  r.step = summarize(r.step_ms);
-  r.meets_budget = r.step.p99 <= static_cast<double>(cfg.latency_budget.count());
-  r.latency_budget_ms = static_cast<double>(cfg.latency_budget.count());
-  r.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6, static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
-             static_cast<double>(m1.fault_latency.max_ns) / 1e6, static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
-  r.faults = m1.faults - m0.faults;
+  return m0;
+}
+
+/// The timed steps' counts and rates into `res`: the pager's metrics now (m1) less those when the
+/// timed steps began (m0), per step and per millisecond, and the link's use.
+void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0, const pager_metrics& m1) {
+  const bench_config& cfg = r.cfg;
+  res.step = summarize(res.step_ms);
+  res.meets_budget = res.step.p99 <= static_cast<double>(cfg.latency_budget.count());
+  res.latency_budget_ms = static_cast<double>(cfg.latency_budget.count());
+  res.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6, static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
+               static_cast<double>(m1.fault_latency.max_ns) / 1e6, static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
+  res.faults = m1.faults - m0.faults;
   double timed_ms = 0;
-  for (double x : r.step_ms) timed_ms += x;
+  for (double x : res.step_ms) timed_ms += x;
   // Late prefetches count as faults (they wait, with what remained of their load).
-  r.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(r.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms : 0;
-  r.page_ins = m1.page_ins - m0.page_ins;
-  r.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
-  r.prefetches = m1.prefetches - m0.prefetches;
-  r.prefetch_hits = m1.prefetch_hits - m0.prefetch_hits;
-  r.late_prefetches = m1.late_prefetches - m0.late_prefetches;
-  r.wasted_prefetches = m1.wasted_prefetches - m0.wasted_prefetches;
-  r.evictions = m1.evictions - m0.evictions;
-  r.write_backs = m1.write_backs - m0.write_backs;
-  r.hbm_peak_pct = m1.hbm.peak_pct;
-  r.hbm_mean_pct = m1.hbm.mean_pct;
+  res.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(res.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms : 0;
+  res.page_ins = m1.page_ins - m0.page_ins;
+  res.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
+  res.prefetches = m1.prefetches - m0.prefetches;
+  res.prefetch_hits = m1.prefetch_hits - m0.prefetch_hits;
+  res.late_prefetches = m1.late_prefetches - m0.late_prefetches;
+  res.wasted_prefetches = m1.wasted_prefetches - m0.wasted_prefetches;
+  res.evictions = m1.evictions - m0.evictions;
+  res.write_backs = m1.write_backs - m0.write_backs;
+  res.hbm_peak_pct = m1.hbm.peak_pct;
+  res.hbm_mean_pct = m1.hbm.mean_pct;
   // Link use over the timed steps: bytes that crossed H2D / wall time. (The engine's own
   // achieved_gbps divides by the time chunks were queued on the stream, which includes waits on
   // fences, so it reads low when loads wait for kernels.)
   const double h2d_bytes = static_cast<double>(m1.transfers.h2d.bytes - m0.transfers.h2d.bytes);
-  r.h2d_gbps = timed_ms > 0 ? h2d_bytes / (timed_ms * 1e6) : 0;
-  r.link_utilization = cfg.link_peak_bytes_per_second
-                           ? r.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
-                           : 0;
-  r.fault_wait = m1.fault_wait;
-  r.stall_ms_per_step = r.step_ms.empty() ? 0 : stall_ms / static_cast<double>(r.step_ms.size());
-  r.stalled_acquires = stalls.size();
-  r.stall = summarize(stalls);
-  r.host_blocked_share = timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
-  r.bytes_per_step = r.step_ms.empty() ? 0 : static_cast<double>(r.page_in_bytes) / static_cast<double>(r.step_ms.size());
-  // Belady's MIN for this budget: dense weights in schedule order (MoE routing and a growing KV
-  // cache have no fixed cyclic order: n/a).
+  res.h2d_gbps = timed_ms > 0 ? h2d_bytes / (timed_ms * 1e6) : 0;
+  res.link_utilization = cfg.link_peak_bytes_per_second
+                             ? res.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
+                             : 0;
+  res.fault_wait = m1.fault_wait;
+  res.stall_ms_per_step = res.step_ms.empty() ? 0 : r.stall_ms / static_cast<double>(res.step_ms.size());
+  res.stalled_acquires = r.stalls.size();
+  res.stall = summarize(r.stalls);
+  res.host_blocked_share = timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
+  res.bytes_per_step = res.step_ms.empty() ? 0 : static_cast<double>(res.page_in_bytes) / static_cast<double>(res.step_ms.size());
+  res.compute_ms = median(r.compute_ms);
+  res.transfer_ms = median(r.transfer_ms);
+  res.overlap_efficiency = median(r.overlap);
+  res.metrics_json = to_json(m1);
+}
+
+/// Belady's MIN for this budget and the bound it sets: dense weights in schedule order (MoE
+/// routing and a growing KV cache have no fixed cyclic order: n/a, -1).
+void min_reference(const policy_run& r, policy_result& res, const std::vector<tensor_handle>& sched,
+                   std::size_t hbm_budget) {
+  const bench_config& cfg = r.cfg;
   if (cfg.model.experts <= 1 && cfg.kv_context_tokens <= 0) {
     std::vector<std::uint64_t> sizes;
     std::uint64_t total = 0;
     for (auto h : sched) {
-      sizes.push_back(p.info(h).bytes);
+      sizes.push_back(r.p.info(h).bytes);
       total += sizes.back();
     }
-    r.belady_bytes_per_step = belady_bytes_per_cycle(sizes, pc.hbm_budget_bytes);
+    res.belady_bytes_per_step = belady_bytes_per_cycle(sizes, hbm_budget);
     // The reference MIN. Equal sizes: Belady's rule is the optimum. Unequal: the optimum lies
     // between a lower bound (each step reloads at least what does not fit: total - capacity) and
     // the farthest-next-use simulation, which is not optimal there; the lower bound is used, so
     // bytes / MIN as reported is an upper bound on the true ratio.
     const bool equal = std::all_of(sizes.begin(), sizes.end(), [&](std::uint64_t b) { return b == sizes.front(); });
-    r.min_bytes_per_step = equal ? r.belady_bytes_per_step
-                                 : static_cast<double>(total > pc.hbm_budget_bytes ? total - pc.hbm_budget_bytes : 0);
+    res.min_bytes_per_step = equal ? res.belady_bytes_per_step
+                                   : static_cast<double>(total > hbm_budget ? total - hbm_budget : 0);
   } else {
-    r.min_bytes_per_step = -1;
+    res.min_bytes_per_step = -1;
   }
-  r.compute_ms = median(compute_ms);
-  if (r.min_bytes_per_step >= 0 && cfg.link_peak_bytes_per_second) {
-    r.bound_ms = std::max(r.compute_ms, r.min_bytes_per_step / static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
+  if (res.min_bytes_per_step >= 0 && cfg.link_peak_bytes_per_second) {
+    res.bound_ms = std::max(res.compute_ms, res.min_bytes_per_step / static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
   }
-  r.transfer_ms = median(transfer_ms);
-  r.overlap_efficiency = median(overlap);
-  r.metrics_json = to_json(m1);
+}
+
+}  // namespace
+
+policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
+                         layer_compute& compute, const host_weights& weights,
+                         const std::string& trace_path, const progress_fn& progress) {
+  policy_result res;
+  res.name = pol.name;
+  const std::uint64_t rounded_model = rounded_model_bytes(cfg);
+  const std::size_t hbm_budget = policy_hbm_budget(cfg, pol, rounded_model);
+  res.hbm_budget_bytes = hbm_budget;
+  if (pol.all_resident && hbm_budget + (std::size_t{256} << 20) > dev.memory().free_bytes) {
+    res.skipped = true;
+    res.skip_reason = "the model does not fit in the device's free memory";
+    return res;
+  }
+  pager p(dev, policy_pager_config(cfg, pol, hbm_budget, rounded_model, weights, !trace_path.empty()));
+  stream compute_stream(dev);
+  if (weights.block() != nullptr) p.add_host_region(weights.block(), weights.block_bytes(), host_region_kind::pinned);
+  // A timing-only device stores no bytes: no payloads, nothing verified.
+  policy_run r{dev, cfg, pol, compute, p, compute_stream, register_model(p, cfg, weights), dev.properties().timing_only,
+               static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg), cfg.kv_context_tokens,
+               std::mt19937_64(cfg.seed), {}, {}, {}, 0, {}};
+  r.add_kv_blocks();
+  const std::vector<tensor_handle> sched = schedule_of(r.inst, cfg);
+  if (pol.schedule) p.set_schedule(sched, /*cyclic=*/true);
+
+  const pager_metrics m0 = run_steps(r, res, progress);
+  p.synchronize();
+  res.mismatches = compute.take_mismatches();
+  const pager_metrics m1 = p.metrics();
+  aggregate(r, res, m0, m1);
+  min_reference(r, res, sched, hbm_budget);
   if (!trace_path.empty()) p.write_trace(trace_path);
-  return r;
+  return res;
 }
 
 }  // namespace htp::bench

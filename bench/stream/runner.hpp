@@ -7,7 +7,7 @@
 #include <htp/pager.hpp>
 
 #include "compute.hpp"
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <chrono>
 #include <functional>
@@ -93,7 +93,6 @@ struct policy_result {
 /// Progress callback: (policy name, step done, steps total).
 using progress_fn = std::function<void(const std::string&, int, int)>;
 
-/// Runs one policy. `trace_path` non-empty: trace it and write the Chrome JSON there.
 /// p50 / p99 (nearest rank) / max / mean of a sample, in its unit.
 summary_ms summarize(std::vector<double> v);
 
@@ -130,7 +129,10 @@ class host_weights {
   std::vector<entry> entries_;
 };
 
-/// Runs one policy over `weights` (made once for the run with this cfg's model and layers).
+/// Runs one policy over `weights` (made once for the run with this cfg's model and layers): a fresh
+/// pager, the model and KV cache registered, warm-up then timed steps, and their results (skipped
+/// when all-resident does not fit the device's free memory). `trace_path` non-empty: trace it and
+/// write the Chrome JSON there.
 policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol,
                          layer_compute& compute, const host_weights& weights,
                          const std::string& trace_path, const progress_fn& progress);

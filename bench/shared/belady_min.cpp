@@ -1,4 +1,4 @@
-#include "belady_min.hpp"
+#include "shared/belady_min.hpp"
 
 #include <iterator>
 #include <set>

@@ -1,7 +1,7 @@
 // Model presets, config.json reading and parameter counting. The preset numbers are the published
 // configurations (Hugging Face config.json of each model; GPT-3 from Brown et al. 2020, table 2.1,
 // which OPT-175B copies); the counts they give are pinned in tests/model_shapes_test.cpp.
-#include "model/model_shapes.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>

@@ -1,4 +1,4 @@
-#include "model/htp_layout.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <algorithm>
 

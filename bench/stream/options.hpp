@@ -1,0 +1,42 @@
+// htp-stream-bench's command line: its options, their defaults and the parser.
+#pragma once
+
+#include "common/bench_device.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace htp::bench {
+
+/// Every option of htp-stream-bench, with its default. The device ones (--backend, --sim-link-gbps,
+/// --sim-latency-us, --timing-only) are in `device`; the set-up dilates its rates (--sim-time-scale).
+struct stream_options {
+  device_options device = [] {
+    device_options d;
+    d.sim_link_gbps = 4;
+    d.sim_latency_us = 5;
+    return d;
+  }();
+  std::string model_name = "llama-3.1-8b", config_path, dtype_name = "bf16";
+  int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
+  std::string budget = "0.5", sweep, policies = "all", json_path, trace_path, trace_policy = "schedule-k2";
+  double slab_mib = 64, page_kib = 64, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
+  double sim_compute_gbps = 0;
+  std::string sim_compute = "modelled";
+  std::uint64_t seed = 1;
+  int fail_gpu = -1, fail_at_step = -1;
+  std::size_t gpus = 0;
+  std::string node_modes = "data-parallel,tensor-parallel,swap-and-shard";
+  double interconnect_gbps = 0, shared_link_gbps = 0;
+  bool node_only = false, resident = false, case_study = false;
+  double time_scale = 1, squeeze_mib = 0, tail_budget_ms = 2000;
+  std::string host_budget;
+};
+
+/// Parses argv into `o`, then applies --case-study's preset to the options not given explicitly.
+/// Returns -1 to go on, or the exit code to return now (0 after --help, non-zero for a bad
+/// command line, which it has reported).
+int parse_stream_options(int argc, char** argv, stream_options& o);
+
+}  // namespace htp::bench
