@@ -38,7 +38,11 @@ while IFS= read -r -d '' f; do files+=("$f"); done < <(
 jobs=$(nproc 2>/dev/null || echo 2)
 
 if [[ $mode == fix ]]; then
-  printf '%s\0' "${files[@]}" | xargs -0 -P "$jobs" -n 16 "$clang_format" -i --style=file
+  # Twice: clang-format 14 sometimes re-aligns trailing comments once more on a second pass (a
+  # struct whose member and comment did not fit one line), and --check holds files to that result.
+  for _ in 1 2; do
+    printf '%s\0' "${files[@]}" | xargs -0 -P "$jobs" -n 16 "$clang_format" -i --style=file
+  done
   echo "format.sh: formatted ${#files[@]} files"
   exit 0
 fi
