@@ -1,2 +1,2 @@
-# Tests of the scale simulator: timing-only sim devices (issue 14).
+# Tests of the scale simulator: timing-only sim devices (docs/sim.md).
 htp_add_test(test_timing_only timing_only_test.cpp)
