@@ -15,7 +15,8 @@ class registered_ranges {
   struct range {
     std::size_t bytes = 0;
     bool read_only = false;
-    void* device_base = nullptr;  ///< cudaHostGetDevicePointer of the first byte; null while pending
+    /// cudaHostGetDevicePointer of the first byte; null while pending.
+    void* device_base = nullptr;
   };
 
   /// True when [ptr, ptr + bytes) shares a byte with a registered range.

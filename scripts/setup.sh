@@ -4,8 +4,8 @@
 # (nvcc on PATH or in /usr/local/cuda); without it htp builds CPU-only with the sim backend.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ clang libclang-rt-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev python3-matplotlib)
+packages=(cmake ninja-build g++ clang clang-format libclang-rt-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev python3-matplotlib)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds htp (with the CUDA backend when the toolkit is
-# present, warnings as errors) and runs every test; then builds the CPU-only suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer and runs it.
+# The test command: installs what is missing, checks that every C++/CUDA source is formatted
+# (scripts/format.sh --check, before anything is built), builds htp (with the CUDA backend when the
+# toolkit is present, warnings as errors) and runs every test; then builds the CPU-only suite again
+# under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer and runs it.
 # Then the Python package (scripts/python.sh): pip install ., pytest, the bench's dry run.
 # Then runs each libFuzzer target for HTP_FUZZ_SECONDS (60) s (scripts/fuzz.sh). The stress test runs
 # HTP_STRESS_OPS=2000 operations per thread under the sanitizers (10,000 in the normal build).
@@ -12,6 +13,8 @@ bash "$root/scripts/setup.sh"
 cd "$root"
 
 start=$(date +%s)
+echo "== format (scripts/format.sh --check) =="
+bash "$root/scripts/format.sh" --check
 echo "== build (RelWithDebInfo, -Werror) =="
 configure_and_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHTP_WERROR=ON
 echo "== tests =="

@@ -112,6 +112,8 @@ const char* ncclGetErrorString(int) { return "fake NCCL error"; }
 }  // extern "C"
 
 #elif defined(HTP_FAKE_NCCL_TEST)
+#include "deadline.hpp"
+
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
 
@@ -145,17 +147,6 @@ std::vector<void*> comms(int n) {
   std::vector<void*> v;
   for (int r = 0; r < n; ++r) v.push_back(reinterpret_cast<void*>(static_cast<std::uintptr_t>(r + 1)));
   return v;
-}
-
-/// Runs `f` on another thread with a deadline; a call that never returns is a hang (ended).
-template <class F>
-void returns_or_die(F&& f, const char* what) {
-  auto done = std::async(std::launch::async, std::forward<F>(f));
-  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << what << " did not return within 60 s";
-    std::abort();
-  }
-  done.get();
 }
 
 int locked(htp_fake_nccl_state* f, const int& v) {
@@ -203,7 +194,8 @@ TEST(nccl_abort, a_communicator_a_thread_is_inside_is_aborted_when_the_call_retu
   std::thread inside([&] { c->all_gather(1, buf, buf, 64, stream_ref{}); });
   {
     std::unique_lock lock(f->mu);
-    ASSERT_TRUE(f->cv.wait_for(lock, std::chrono::seconds(60), [&] { return f->inside[1] == 1; }));
+    ASSERT_TRUE(f->cv.wait_for(lock, hang_limit, [&] { return f->inside[1] == 1; }))
+        << "the all-gather entering NCCL: not so after " << hang_limit.count() << " s (a hang)";
   }
   returns_or_die([&] { c->abort("test"); }, "abort() with a thread inside NCCL");
   EXPECT_EQ(locked(f, f->aborts[0]), 1);
@@ -273,6 +265,8 @@ TEST(nccl_abort, an_asynchronous_error_or_a_refused_call_aborts_the_object) {
 }  // namespace htp::test
 
 #else
+#include "deadline.hpp"
+
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
@@ -405,14 +399,8 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
 /// Waits for streams `ranks` of `g` on another thread, with a deadline: a stream that never
 /// drains is a hang, reported and ended (the waiting threads cannot be joined).
 void drain_or_die(sim_gpus& g, const std::vector<std::size_t>& ranks, const char* what) {
-  auto drained = std::async(std::launch::async, [&] {
-    for (std::size_t r : ranks) g.streams[r]->synchronize();
-  });
-  if (drained.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << what << ": the streams did not drain within 60 s";
-    std::abort();
-  }
-  drained.get();
+  returns_or_die([&] { for (std::size_t r : ranks) g.streams[r]->synchronize(); },
+                 std::string(what) + ": draining the streams");
 }
 
 /// The message of the htp::logic_error `f` throws ("" and a failure if it throws none).

@@ -1,4 +1,4 @@
-// Fault injection (issue 7): the fault-injecting device itself, a sweep that fails each call site
+// Fault injection: the fault-injecting device itself, a sweep that fails each call site
 // of a fixed pager scenario in turn (k = 1, 2, ... per kind of call) checking the strong guarantee
 // every time, and soak runs failing calls at seeded rates of 0.1 %, 1 % and 10 %.
 #include "fault_scenario.hpp"

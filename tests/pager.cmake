@@ -12,6 +12,6 @@ htp_add_test(test_pager_resident pager_resident_test.cpp)
 # GB-sized tensors: about 4.3 GB committed, so nothing else runs beside it.
 htp_add_test(test_pager_model_size SERIAL pager_model_size_test.cpp)
 htp_add_test(test_pager_file pager_file_test.cpp)
-# Logging, reset_metrics, the Prometheus exposition, the trace ring (issue 15).
+# Logging, reset_metrics, the Prometheus exposition, the trace ring.
 htp_add_test(test_observability observability_test.cpp)
 target_link_libraries(test_observability PRIVATE nlohmann_json::nlohmann_json)

@@ -2,6 +2,7 @@
 // depth; an enqueue into a full queue blocks the calling thread. If that thread holds a lock the
 // copy path needs, and the queue drains only once that copy runs, nothing moves again. The sim
 // backend models the depth (sim_config::stream_queue_limit) so these tests can show it.
+#include "deadline.hpp"
 #include "pager_fixture.hpp"
 
 #include <htp/sim_device.hpp>
@@ -73,11 +74,7 @@ TEST(queue_limit, acquire_into_a_full_compute_queue_does_not_deadlock) {
   for (std::size_t i = 1; i < queue_limit; ++i) dev->launch_host_func([] {}, compute);
   auto second = std::async(std::launch::async, [&] { return p.acquire(b, compute); });
   hold_copies.open();
-  if (second.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << "acquire into a full compute queue did not return: deadlock";
-    std::abort();  // the threads cannot be joined; fail loudly rather than hang
-  }
-  const device_span s = second.get();
+  const device_span s = get_or_die(second, "acquire into a full compute queue (a deadlock)");
   EXPECT_EQ(s.bytes, b_bytes.size());
   p.release(a, compute);
   p.release(b, compute);
@@ -107,17 +104,22 @@ TEST(queue_limit, a_release_stuck_on_a_full_compute_queue_holds_no_pager_lock) {
   p.acquire(a, compute);  // compute parks on A's copy, which the gate holds back
   for (std::size_t i = 1; i < queue_limit; ++i) dev->launch_host_func([] {}, compute);
   auto releasing = std::async(std::launch::async, [&] { p.release(b, compute); });
-  // Wait (bounded) until the release is stuck in its enqueue: the queue is full until A arrives.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (sim_blocked_enqueues(*dev) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  ASSERT_EQ(sim_blocked_enqueues(*dev), 1u) << "the release never reached the full queue";
+  // Wait until the release is stuck in its enqueue: the queue is full until A arrives.
+  const ::testing::AssertionResult stuck = wait_until(
+      [&] { return sim_blocked_enqueues(*dev) > 0; }, "the release reaching the full queue");
+  if (!stuck) {
+    hold_copies.open();  // lets the release finish, so the test can end
+    get_or_die(releasing, "the release");
+  }
+  ASSERT_TRUE(stuck);
+  ASSERT_EQ(sim_blocked_enqueues(*dev), 1u);
   auto third = std::async(std::launch::async, [&] { return p.acquire(t, other); });
-  const bool went_on = third.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  const bool went_on = third.wait_for(hang_limit) == std::future_status::ready;
   EXPECT_TRUE(went_on) << "an acquire on another stream waited for a release stuck on a full queue";
   EXPECT_EQ(sim_blocked_enqueues(*dev), 1u) << "the release must still be stuck: the gate is closed";
   hold_copies.open();
-  releasing.get();
-  const device_span s = third.get();
+  get_or_die(releasing, "the release, once the queue drained");
+  const device_span s = get_or_die(third, "the acquire on another stream");
   EXPECT_EQ(s.bytes, c_bytes.size());
   p.release(a, compute);
   p.release(t, other);

@@ -1,9 +1,9 @@
 // Device-resident tensors (pager::register_resident): HBM for life, no host copy, never evicted.
+#include "deadline.hpp"
 #include "pager_fixture.hpp"
 
 #include <future>
 #include <string>
-#include <thread>
 
 namespace htp::test {
 namespace {
@@ -136,9 +136,11 @@ TEST_F(pager_resident, the_fill_waits_for_kernels_still_reading_the_memory_it_ta
   });
   // Once a is evicted (counted under the pager's lock, in the same hold as the fill's device-side
   // wait for a's release event), let the kernel run.
-  while (p.metrics().evictions == 0) std::this_thread::yield();
-  g.open();
-  const tensor_handle r = registering.get();
+  const ::testing::AssertionResult evicted =
+      wait_until([&] { return p.metrics().evictions > 0; }, "the fill evicting a");
+  g.open();  // either way: the registration may be waiting for the kernel
+  const tensor_handle r = get_or_die(registering, "register_resident");
+  ASSERT_TRUE(evicted);
   compute.synchronize();
   EXPECT_EQ(*slot.value, checksum(ab.data(), ab.size())) << "the fill overwrote a while its kernel read it";
   EXPECT_EQ(device_checksum(p, *dev, r, compute, slot), checksum(rb.data(), rb.size()));

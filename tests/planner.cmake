@@ -1,4 +1,4 @@
-# Tests of model presets and the planner (issue 6)
+# Tests of model presets and the planner
 
 # Run as a script (cmake -DHTP_PLAN=... -DEXPECT_RC=N -DARGS=a;b -P planner.cmake): runs htp-plan
 # and checks its exit code exactly (WILL_FAIL would accept a crash).
@@ -54,7 +54,7 @@ if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
   htp_plan_cli_test(planner_cli_bad_matrix_batches 2 "is not a whole number"
     --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --matrix --matrix-batches 1,x)
 
-  # The htp model against the timing-only simulation (issue 14): scripts/plan-check.py re-plans the
+  # The htp model against the timing-only simulation: scripts/plan-check.py re-plans the
   # bench JSONs of its seven configurations committed with the results and fails beyond 10%.
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_Interpreter_FOUND)
@@ -91,7 +91,7 @@ if(HTP_BUILD_BENCH AND Python3_Interpreter_FOUND)
       $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny-llama.config.json
       ${CMAKE_CURRENT_BINARY_DIR}/stream_bench_node_check)
   set_tests_properties(stream_bench_node_json PROPERTIES TIMEOUT 600)
-  # The design's case study at full size on timing-only sim (issue 14): 350 GB on 8 x 40 GB.
+  # The design's case study at full size on timing-only sim: 350 GB on 8 x 40 GB.
   add_test(NAME stream_bench_case_study
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/case_study_check.py
       $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_BINARY_DIR}/case_study_check)

@@ -1,4 +1,4 @@
-# Reliability tests: fault injection, stress, fuzz regression replay (issue 7)
+# Reliability tests: fault injection, stress, fuzz regression replay (docs/reliability.md)
 htp_add_test(test_fault_injection fault_injection_test.cpp fault_scenario.cpp)
 htp_add_test(test_reliability_stress reliability_stress_test.cpp)
 

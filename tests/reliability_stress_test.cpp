@@ -1,7 +1,8 @@
-// Stress (issue 7): 8 threads x HTP_STRESS_OPS (default 10,000) operations on one pager: acquire
+// Stress: 8 threads x HTP_STRESS_OPS (default 10,000) operations on one pager: acquire
 // (verified on the device), write, release, prefetch, register, unregister, with a quarter of the
 // releases handed to another thread that orders them after the kernel on its own stream. Nothing
 // may be lost, nothing may deadlock, and every byte goes back at the end.
+#include "deadline.hpp"
 #include "pager_fixture.hpp"
 
 #include <atomic>
@@ -144,9 +145,11 @@ TEST(reliability_stress, eight_threads_ten_thousand_ops_each) {
             // a handed-off release still pending when unregister/copy_to_host ran: legal
           }
         }
-        // Wait for this thread's handed-off releases, then check and drop what it owns.
+        // Wait for this thread's handed-off releases, then check and drop what it owns. A release
+        // the releaser never makes is a hang: its thread could not be joined.
         for (auto& o : mine) {
-          while (p.info(o.h).pins > 0) std::this_thread::yield();
+          wait_until_or_die([&] { return p.info(o.h).pins == 0; },
+                            "the releaser thread releasing a handed-off KV block");
           std::vector<unsigned char> out(o.bytes);
           p.copy_to_host(o.h, out.data());
           if (checksum(out.data(), out.size()) != o.sum) ++mismatches;

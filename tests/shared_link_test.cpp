@@ -1,6 +1,8 @@
 // A link shared by two GPUs' transfer engines (two sim devices): its cap holds across them, and a
 // fault on one GPU goes before a prefetch on the other. The link runs on a virtual clock the test
 // advances, so "how many chunks crossed" is exact; waits are on the engines' state, never sleeps.
+#include "deadline.hpp"
+
 #include <htp/error.hpp>
 #include <htp/shared_link.hpp>
 #include <htp/sim_device.hpp>
@@ -44,24 +46,18 @@ struct crossing_log {
 };
 
 /// Advances the clock a chunk at a time until the request has finished (the bucket holds at most
-/// its burst, so one big step would let only that much through).
-void drain(virtual_clock& clock, transfer_engine& e, transfer_ticket t) {
-  while (e.status(t) == transfer_status::queued || e.status(t) == transfer_status::in_flight) {
-    clock.now += chunk_ns;
-    std::this_thread::yield();
-  }
-  e.wait(t);
-}
-
-/// Waits (yielding, up to 20 s of wall time as a hang guard) until `done` holds.
-template <class F>
-bool eventually(F done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
+/// its burst, so one big step would let only that much through); fails after hang_limit.
+::testing::AssertionResult drain(virtual_clock& clock, transfer_engine& e, transfer_ticket t) {
+  ::testing::AssertionResult finished = wait_until(
+      [&] {
+        const transfer_status s = e.status(t);
+        if (s != transfer_status::queued && s != transfer_status::in_flight) return true;
+        clock.now += chunk_ns;
+        return false;
+      },
+      "a drained request finishing");
+  if (finished) e.wait(t);
+  return finished;
 }
 
 struct gpu {
@@ -109,17 +105,22 @@ TEST(shared_link, two_gpus_together_never_cross_faster_than_the_shared_cap) {
   const transfer_ticket ta = a.load(16, 0, transfer_priority::prefetch);
   const transfer_ticket tb = b.load(16, 0, transfer_priority::prefetch);
   // The burst lets two chunks through; then both engines wait on the link.
-  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::prefetch) == 2; }));
+  ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::prefetch) == 2; },
+                         "both engines waiting on the link"));
   EXPECT_EQ(log.snapshot().size(), 2u);
   for (std::size_t step = 1; step <= 6; ++step) {
     clock.now += chunk_ns;  // exactly one more chunk's tokens
-    ASSERT_TRUE(eventually([&] {
-      return log.snapshot().size() == 2 + step && link->waiting(transfer_priority::prefetch) == 2;
-    })) << "step " << step << ": " << log.snapshot().size() << " chunks";
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return log.snapshot().size() == 2 + step &&
+                 link->waiting(transfer_priority::prefetch) == 2;
+        },
+        "one more chunk crossing, both engines waiting again"))
+        << "step " << step << ": " << log.snapshot().size() << " chunks";
   }
   EXPECT_EQ(link->bytes_taken(), 8 * chunk) << "burst + elapsed x rate, over both GPUs together";
-  drain(clock, *a.engine, ta);  // let the rest through
-  drain(clock, *b.engine, tb);
+  EXPECT_TRUE(drain(clock, *a.engine, ta));  // let the rest through
+  EXPECT_TRUE(drain(clock, *b.engine, tb));
 }
 
 TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
@@ -128,25 +129,32 @@ TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
   crossing_log log;
   gpu a(0, link, log), b(1, link, log);
   const transfer_ticket ta = a.load(16, 0, transfer_priority::prefetch);  // GPU 0 streams a long prefetch
-  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::prefetch) == 1; }));
+  ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::prefetch) == 1; },
+                         "GPU 0's prefetch waiting on the link"));
   ASSERT_EQ(log.snapshot().size(), 2u);
   const transfer_ticket tb = b.load(2, 0, transfer_priority::fault);  // GPU 1 faults meanwhile
-  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 1; }));
+  ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::fault) == 1; },
+                         "GPU 1's fault waiting on the link"));
   for (int k = 1; k <= 2; ++k) {
     // The fault's next chunk waits on the link before its tokens appear.
-    ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 1; }));
+    ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::fault) == 1; },
+                           "the fault's next chunk waiting on the link"));
     clock.now += chunk_ns;
-    ASSERT_TRUE(eventually([&] { return log.snapshot().size() == 2u + static_cast<std::size_t>(k); }));
+    ASSERT_TRUE(wait_until(
+        [&] { return log.snapshot().size() == 2u + static_cast<std::size_t>(k); },
+        "the fault's chunk crossing"))
+        << "chunk " << k;
     const auto c = log.snapshot().back();
     EXPECT_EQ(c.first, 1) << "chunk " << k << " of the fault";
     EXPECT_EQ(c.second, transfer_priority::fault);
   }
-  ASSERT_TRUE(eventually([&] { return link->waiting(transfer_priority::fault) == 0; }));
+  ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::fault) == 0; },
+                         "the fault leaving the link's queue"));
   clock.now += chunk_ns;  // the fault is through: the prefetch resumes
-  ASSERT_TRUE(eventually([&] { return log.snapshot().size() == 5u; }));
+  ASSERT_TRUE(wait_until([&] { return log.snapshot().size() == 5u; }, "the prefetch resuming"));
   EXPECT_EQ(log.snapshot().back().first, 0);
-  drain(clock, *a.engine, ta);
-  drain(clock, *b.engine, tb);
+  EXPECT_TRUE(drain(clock, *a.engine, ta));
+  EXPECT_TRUE(drain(clock, *b.engine, tb));
 }
 
 // Two levels: GPUs 0 and 1 under switch0, GPU 2 straight under numa0, which switch0 sits in.
@@ -165,7 +173,11 @@ TEST(shared_link, nested_links_cap_every_level_at_once) {
     if (step > 0) clock.now += chunk_ns;
     const std::uint64_t numa_cap = (4 + 2 * step) * chunk;  // burst + elapsed x rate
     // Every issued chunk crossed numa0 (the log is written just after the tokens are taken).
-    ASSERT_TRUE(eventually([&] { return numa->bytes_taken() == numa_cap && log.snapshot().size() * chunk == numa_cap; }))
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return numa->bytes_taken() == numa_cap && log.snapshot().size() * chunk == numa_cap;
+        },
+        "numa0 passing its burst plus the elapsed time's tokens"))
         << "step " << step << ": numa0 passed " << numa->bytes_taken() / chunk << " chunks, "
         << log.snapshot().size() << " issued";
     EXPECT_LE(sw->bytes_taken(), (2 + step) * chunk) << "step " << step << ": switch0 over its cap";
@@ -173,9 +185,9 @@ TEST(shared_link, nested_links_cap_every_level_at_once) {
   std::size_t under_switch = 0;
   for (const auto& [g, p] : log.snapshot()) under_switch += g != 2 ? 1 : 0;
   EXPECT_EQ(sw->bytes_taken(), under_switch * chunk) << "a chunk takes switch0's tokens only when it crosses";
-  drain(clock, *a.engine, ta);
-  drain(clock, *b.engine, tb);
-  drain(clock, *c.engine, tc);
+  EXPECT_TRUE(drain(clock, *a.engine, ta));
+  EXPECT_TRUE(drain(clock, *b.engine, tb));
+  EXPECT_TRUE(drain(clock, *c.engine, tc));
 }
 
 // The chain is taken whole or not at all, and a waiter counts at every level up to the one that

@@ -1,6 +1,8 @@
 // Swap-and-shard on N sim devices: every GPU sees every layer's exact bytes, step after step, from
 // peers (all-gather of the shards) or from host RAM, with the staging buffers double-buffered, one
 // synchronisation per group of layers, and the calls checked for order.
+#include "deadline.hpp"
+
 #include <htp/checksum.hpp>
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
@@ -223,17 +225,6 @@ TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
     ss.release(1, l, s1);
   }
   s1.synchronize();
-}
-
-/// Runs `f` on another thread and waits for it with a deadline: a call that never returns is a
-/// hang, reported and ended (its thread cannot be joined).
-void returns_or_die(const std::function<void()>& f, const char* what) {
-  auto done = std::async(std::launch::async, f);
-  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    ADD_FAILURE() << what << " did not return within 60 s: a stream is still parked";
-    std::abort();
-  }
-  done.get();
 }
 
 /// A host-path swap_shard whose engines have (almost) stopped issuing: 16 layers of 200 KiB on 2

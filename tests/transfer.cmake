@@ -1,4 +1,4 @@
-# Tests of the transfer engine (issue 4).
+# Tests of the transfer engine.
 htp_add_test(test_token_bucket token_bucket_test.cpp)
 htp_add_test(test_transfer transfer_engine_test.cpp)
 htp_add_test(test_shared_link shared_link_test.cpp)

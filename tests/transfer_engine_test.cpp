@@ -1,6 +1,8 @@
 // The transfer engine on the sim backend: chunking, priorities, cancellation, the compute stream
 // waiting on requests not yet issued, metrics, and every error path. Ordering is made observable by
 // holding the engine's stream at a gate (a host function waiting on a future), never by sleeping.
+#include "deadline.hpp"
+
 #include <htp/checksum.hpp>
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
@@ -50,9 +52,15 @@ struct issue_log {
     }
     cv.notify_all();
   }
-  void wait_for(std::size_t n) {
+  /// Waits until `n` chunks have been issued; fails after hang_limit.
+  ::testing::AssertionResult wait_for(std::size_t n) {
     std::unique_lock lock(mutex);
-    cv.wait(lock, [&] { return chunks.size() >= n; });
+    if (cv.wait_for(lock, hang_limit, [&] { return chunks.size() >= n; })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "waiting for " << n << " chunks to be issued: "
+                                         << chunks.size() << " after " << hang_limit.count()
+                                         << " s (a hang)";
   }
   std::vector<transfer_chunk_info> snapshot() {
     std::lock_guard lock(mutex);
@@ -144,7 +152,7 @@ TEST_F(transfer_test, a_fault_overtakes_queued_prefetches_after_at_most_the_in_f
   for (std::size_t i = 0; i < 16; ++i)
     pre.push_back(eng.submit(hbm->ptr + i * 2 * chunk, host->ptr + i * 2 * chunk, 2 * chunk,
                              copy_direction::host_to_device, transfer_priority::prefetch));
-  log.wait_for(3);  // the dispatcher has filled every in-flight slot
+  ASSERT_TRUE(log.wait_for(3));  // the dispatcher has filled every in-flight slot
   EXPECT_EQ(eng.metrics().classes[1].queue_depth, 15u);  // the first is partly issued, still queued
   fill_pattern(host->ptr + arena - 3 * chunk, 3 * chunk, 99);
   const auto fault = eng.submit(hbm->ptr + arena - 3 * chunk, host->ptr + arena - 3 * chunk,
@@ -191,7 +199,7 @@ TEST_F(transfer_test, priorities_rank_fault_prefetch_writeback_compaction) {
   for (std::size_t i = 0; i < 3; ++i)
     eng.submit(back->ptr + i * chunk, hbm->ptr + i * chunk, chunk, copy_direction::device_to_host,
                transfer_priority::compaction);
-  log.wait_for(3);
+  ASSERT_TRUE(log.wait_for(3));
   const auto comp = eng.submit(hbm->ptr + 4 * chunk, hbm->ptr, chunk, copy_direction::device_to_device,
                                transfer_priority::compaction);
   const auto wb = eng.submit(back->ptr + 5 * chunk, hbm->ptr, chunk, copy_direction::device_to_host,
@@ -220,7 +228,7 @@ TEST_F(transfer_test, only_queued_requests_can_be_cancelled_and_they_copy_nothin
   for (std::size_t i = 0; i < 8; ++i)
     t.push_back(eng.submit(hbm->ptr + i * chunk, host->ptr + i * chunk, chunk,
                            copy_direction::host_to_device, transfer_priority::prefetch));
-  log.wait_for(3);
+  ASSERT_TRUE(log.wait_for(3));
   EXPECT_EQ(eng.status(t[0]), transfer_status::in_flight);
   EXPECT_FALSE(eng.cancel(t[0]));  // already issued
   EXPECT_EQ(eng.status(t[6]), transfer_status::queued);
@@ -294,7 +302,7 @@ TEST_F(transfer_test, compute_stream_waits_for_a_request_not_yet_issued_without_
   fill_pattern(host->ptr + arena / 2, n, 42);
   const auto t = eng.submit(dst, host->ptr + arena / 2, n, copy_direction::host_to_device,
                             transfer_priority::prefetch);
-  log.wait_for(3);
+  ASSERT_TRUE(log.wait_for(3));
   ASSERT_EQ(eng.status(t), transfer_status::queued);  // its chunks cannot have been issued yet
   stream compute(*dev);
   std::atomic<bool> gate_opened{false};
@@ -324,7 +332,7 @@ TEST_F(transfer_test, a_late_prefetch_raised_to_fault_priority_overtakes_other_p
   for (std::size_t i = 0; i < 8; ++i)
     pre.push_back(eng.submit(hbm->ptr + i * 2 * chunk, host->ptr + i * 2 * chunk, 2 * chunk,
                              copy_direction::host_to_device, transfer_priority::prefetch));
-  log.wait_for(3);  // request 0 fully issued, request 1 partly: both in flight
+  ASSERT_TRUE(log.wait_for(3));  // request 0 fully issued, request 1 partly: both in flight
   // The last prefetch is needed now.
   EXPECT_TRUE(eng.raise_priority(pre[7], transfer_priority::fault));
   EXPECT_FALSE(eng.raise_priority(pre[7], transfer_priority::prefetch));  // never lowers
@@ -354,7 +362,7 @@ TEST_F(transfer_test, a_request_ordered_after_an_event_waits_for_it_on_the_devic
   fill_pattern(host->ptr, n, 4711);
   const auto t = eng.submit(hbm->ptr, host->ptr, n, copy_direction::host_to_device,
                             transfer_priority::fault, {read_done.ref()});
-  log.wait_for(1);  // the first chunk is issued (behind the wait) ...
+  ASSERT_TRUE(log.wait_for(1));  // the first chunk is issued (behind the wait) ...
   EXPECT_FALSE(eng.is_complete(t));  // ... but cannot run before the kernel is done
   g.open();
   eng.wait(t);
@@ -514,7 +522,7 @@ TEST_F(transfer_test, destruction_cancels_queued_requests_and_finishes_issued_on
     for (std::size_t i = 0; i < 32; ++i)
       eng.submit(hbm->ptr + i * chunk, host->ptr + i * chunk, chunk, copy_direction::host_to_device,
                  transfer_priority::prefetch);
-    log.wait_for(3);
+    ASSERT_TRUE(log.wait_for(3));
     g.open();
   }  // the destructor returns only once everything issued has landed
   const auto issued = log.snapshot();

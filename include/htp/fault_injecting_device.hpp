@@ -1,4 +1,5 @@
-// A device wrapper that makes chosen calls fail, for proving htp's failure paths (issue 7).
+// A device wrapper that makes chosen calls fail, for proving htp's failure paths
+// (docs/reliability.md).
 //
 // Note [Fault injection]
 // - `fault_injecting_device` wraps another device by reference and forwards every call to it.

@@ -55,7 +55,8 @@
 namespace htp {
 
 struct swap_shard_config {
-  std::size_t ahead = 2;  ///< staging buffers per GPU: groups gathered ahead (2 = double buffering).
+  /// Staging buffers per GPU: groups gathered ahead (2 = double buffering).
+  std::size_t ahead = 2;
   /// Layers per group: gathered together into one buffer, one synchronisation with compute per
   /// group. HBM for staging per GPU: ahead x layers_per_sync x the largest layer (padded to N).
   std::size_t layers_per_sync = 2;

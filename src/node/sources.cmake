@@ -1,4 +1,4 @@
-# Sources of the node: several GPUs over one host tier (issue 13).
+# Sources of the node: several GPUs over one host tier.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/topology.cpp
   ${CMAKE_CURRENT_LIST_DIR}/node.cpp

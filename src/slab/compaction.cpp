@@ -225,7 +225,8 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
   for (const reservation& r : reservations) {
     if (!r.ready) continue;
     const std::vector<segment> segs = segments_of(*this, r.first, r.first + r.pages, movable);
-    std::set<std::pair<std::size_t, std::size_t>> above;  // (pages, first page) of items above the gap
+    // (pages, first page) of items above the gap
+    std::set<std::pair<std::size_t, std::size_t>> above;
     auto is_item = [](const segment& s) { return s.kind == segment::movable_run || s.kind == segment::movable_bin; };
     for (const segment& s : segs) {
       if (is_item(s)) above.emplace(s.len, s.start);

@@ -1,4 +1,4 @@
-# Sources of the slab allocator (issue 3).
+# Sources of the slab allocator.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/bitmap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/size_classes.cpp

@@ -1,4 +1,4 @@
-# Sources of the transfer engine (issue 4).
+# Sources of the transfer engine.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/token_bucket.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shared_link.cpp
