@@ -86,13 +86,15 @@ int parse_options(int argc, char** argv, options& o) {
   htp::bench::add_backend_option(app, o.device.backend);
   app.add_option("--min-bytes", o.min_bytes, "smallest copy (bytes)");
   app.add_option("--max-bytes", o.max_bytes, "largest copy (bytes)");
-  app.add_option("--bytes-per-point", o.bytes_per_point, "bytes moved per measured point (sets repetitions)");
+  app.add_option("--bytes-per-point", o.bytes_per_point,
+                 "bytes moved per measured point (sets repetitions)");
   htp::bench::add_sim_link_options(app, o.device, "sim only: modelled link rate each way, GB/s",
                                    "sim only: modelled per-copy latency, microseconds");
   app.add_option("--json", o.json_path, "write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (o.min_bytes == 0 || o.max_bytes < o.min_bytes) {
-    fmt::print(stderr, "htp-bandwidth: need 0 < --min-bytes <= --max-bytes (got {}, {})\n", o.min_bytes, o.max_bytes);
+    fmt::print(stderr, "htp-bandwidth: need 0 < --min-bytes <= --max-bytes (got {}, {})\n",
+               o.min_bytes, o.max_bytes);
     return 2;
   }
   return -1;
@@ -121,8 +123,11 @@ std::vector<sample> sweep(htp::device& dev, const options& o) {
           const std::string m = mode;
           auto issue = [&] {
             for (int r = 0; r < reps; ++r) {
-              if (m != "D2H") dev.copy_async(dmem_a, host_src, n, copy_direction::host_to_device, s1);
-              if (m != "H2D") dev.copy_async(host_dst, dmem_b, n, copy_direction::device_to_host, m == "bidir" ? s2 : s1);
+              if (m != "D2H")
+                dev.copy_async(dmem_a, host_src, n, copy_direction::host_to_device, s1);
+              if (m != "H2D")
+                dev.copy_async(host_dst, dmem_b, n, copy_direction::device_to_host,
+                               m == "bidir" ? s2 : s1);
             }
             dev.synchronize_all();
           };
@@ -146,15 +151,18 @@ std::vector<sample> sweep(htp::device& dev, const options& o) {
   return rows;
 }
 
-/// Prints the samples' table, then each memory and direction's fitted line; returns the fits as JSON.
+/// Prints the samples' table, then each memory and direction's fitted line; returns the fits as
+/// JSON.
 nlohmann::json print_and_fit(const std::vector<sample>& rows) {
-  fmt::print("\n{:<8} {:<9} {:>10} {:>6} {:>12} {:>10}\n", "memory", "direction", "size", "reps", "us/copy", "GB/s");
+  fmt::print("\n{:<8} {:<9} {:>10} {:>6} {:>12} {:>10}\n", "memory", "direction", "size", "reps",
+             "us/copy", "GB/s");
   for (const auto& r : rows) {
-    fmt::print("{:<8} {:<9} {:>10} {:6} {:12.2f} {:10.2f}\n", r.pinned ? "pinned" : "pageable", r.mode,
-                human(r.bytes), r.reps, r.seconds_per_copy * 1e6, r.gb_per_s);
+    fmt::print("{:<8} {:<9} {:>10} {:6} {:12.2f} {:10.2f}\n", r.pinned ? "pinned" : "pageable",
+               r.mode, human(r.bytes), r.reps, r.seconds_per_copy * 1e6, r.gb_per_s);
   }
   nlohmann::json fits = nlohmann::json::object();
-  fmt::print("\n{:<8} {:<9} {:>14} {:>12} {:>16}\n", "memory", "direction", "overhead us", "peak GB/s", "n_half");
+  fmt::print("\n{:<8} {:<9} {:>14} {:>12} {:>16}\n", "memory", "direction", "overhead us",
+             "peak GB/s", "n_half");
   for (bool pinned : {true, false}) {
     for (const char* mode : {"H2D", "D2H"}) {
       std::vector<sample> sel;
@@ -162,10 +170,12 @@ nlohmann::json print_and_fit(const std::vector<sample>& rows) {
         if (r.pinned == pinned && r.mode == mode) sel.push_back(r);
       }
       const fit f = fit_line(sel);
-      fmt::print("{:<8} {:<9} {:14.2f} {:12.2f} {:>16}\n", pinned ? "pinned" : "pageable", mode, f.overhead_us,
-                  f.peak_gb_per_s, human(static_cast<std::size_t>(f.half_bandwidth_bytes)));
+      fmt::print("{:<8} {:<9} {:14.2f} {:12.2f} {:>16}\n", pinned ? "pinned" : "pageable", mode,
+                 f.overhead_us, f.peak_gb_per_s,
+                 human(static_cast<std::size_t>(f.half_bandwidth_bytes)));
       fits[std::string(pinned ? "pinned_" : "pageable_") + mode] = {
-          {"overhead_us", f.overhead_us}, {"peak_gb_per_s", f.peak_gb_per_s},
+          {"overhead_us", f.overhead_us},
+          {"peak_gb_per_s", f.peak_gb_per_s},
           {"half_bandwidth_bytes", f.half_bandwidth_bytes}};
     }
   }
@@ -173,21 +183,26 @@ nlohmann::json print_and_fit(const std::vector<sample>& rows) {
 }
 
 /// Writes the device, the sim's link, every sample and the fits as JSON to o.json_path.
-void write_json(const options& o, const htp::device_properties& props, const std::vector<sample>& rows,
-                const nlohmann::json& fits) {
+void write_json(const options& o, const htp::device_properties& props,
+                const std::vector<sample>& rows, const nlohmann::json& fits) {
   nlohmann::json j;
   j["benchmark"] = "htp-bandwidth";
-  j["device"] = {{"name", props.name}, {"backend", htp::to_string(props.kind)},
-                 {"total_memory", props.total_memory}, {"copy_engines", props.copy_engines},
+  j["device"] = {{"name", props.name},
+                 {"backend", htp::to_string(props.kind)},
+                 {"total_memory", props.total_memory},
+                 {"copy_engines", props.copy_engines},
                  {"compute_capability", std::to_string(props.compute_capability_major) + "." +
                                             std::to_string(props.compute_capability_minor)}};
   if (props.kind == htp::backend::sim) {
     j["sim_link"] = {{"gb_per_s", o.device.sim_link_gbps}, {"latency_us", o.device.sim_latency_us}};
   }
   for (const auto& r : rows) {
-    j["samples"].push_back({{"memory", r.pinned ? "pinned" : "pageable"}, {"direction", r.mode},
-                            {"bytes", r.bytes}, {"reps", r.reps},
-                            {"seconds_per_copy", r.seconds_per_copy}, {"gb_per_s", r.gb_per_s}});
+    j["samples"].push_back({{"memory", r.pinned ? "pinned" : "pageable"},
+                            {"direction", r.mode},
+                            {"bytes", r.bytes},
+                            {"reps", r.reps},
+                            {"seconds_per_copy", r.seconds_per_copy},
+                            {"gb_per_s", r.gb_per_s}});
   }
   j["fits"] = fits;
   std::ofstream(o.json_path) << j.dump(2) << "\n";
@@ -210,8 +225,9 @@ int main(int argc, char** argv) {
   const auto& props = dev->properties();
   fmt::print("htp-bandwidth on {} ({} backend)\n", props.name, htp::to_string(props.kind));
   if (props.kind == htp::backend::sim) {
-    fmt::print("  sim: the link is MODELLED at {:.1f} GB/s each way with {:.1f} us per copy; these are not GPU numbers\n",
-                o.device.sim_link_gbps, o.device.sim_latency_us);
+    fmt::print("  sim: the link is MODELLED at {:.1f} GB/s each way with {:.1f} us per copy; these "
+               "are not GPU numbers\n",
+               o.device.sim_link_gbps, o.device.sim_latency_us);
   }
   const std::vector<sample> rows = sweep(*dev, o);
   const nlohmann::json fits = print_and_fit(rows);

@@ -3,12 +3,12 @@
 // in HBM and host RAM, what is paged per step, the predicted step time against a budget, and what
 // would meet it. Exit codes: 0 a plan was made (whether or not it meets the budget), 2 bad input.
 // The model and its formulas: docs/planner.md.
-#include "shared/model_shapes.hpp"
 #include "planner/bench_json.hpp"
 #include "planner/gpu_presets.hpp"
 #include "planner/htp_model.hpp"
 #include "planner/matrix.hpp"
 #include "planner/planner.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <htp/error.hpp>
 
@@ -39,25 +39,28 @@ void print(const plan_inputs& in, const gpu_spec& gpu, const plan_result& r) {
               static_cast<double>(active_parameters_per_token(m)) / 1e9, m.layers);
   std::printf("  weights    %.2f GB total, %.2f GB per GPU\n", gb(r.total_bytes),
               gb(r.total_bytes_per_gpu));
-  std::printf("  layer      %.3f GB; per GPU %.1f MiB = %llu pages of %.0f MiB\n", gb(r.layer_bytes),
-              mib(r.layer_bytes_per_gpu), static_cast<unsigned long long>(r.pages_per_layer),
-              mib(in.page_bytes));
+  std::printf("  layer      %.3f GB; per GPU %.1f MiB = %llu pages of %.0f MiB\n",
+              gb(r.layer_bytes), mib(r.layer_bytes_per_gpu),
+              static_cast<unsigned long long>(r.pages_per_layer), mib(in.page_bytes));
   std::printf("  embeddings %.1f MiB per GPU = %llu pages (always resident)\n",
               mib(r.embedding_bytes_per_gpu), static_cast<unsigned long long>(r.embedding_pages));
-  std::printf("  HBM        %.1f GB per GPU, headroom %.2f GB (%.0f%% + KV %.2f GB), %llu pages for "
-              "weights, %llu staging\n",
-              in.hbm_gb, gb(r.headroom_bytes_per_gpu), in.headroom_fraction * 100,
-              gb(r.kv_bytes_per_gpu), static_cast<unsigned long long>(r.weight_pages),
-              static_cast<unsigned long long>(r.staging_pages));
+  std::printf(
+      "  HBM        %.1f GB per GPU, headroom %.2f GB (%.0f%% + KV %.2f GB), %llu pages for "
+      "weights, %llu staging\n",
+      in.hbm_gb, gb(r.headroom_bytes_per_gpu), in.headroom_fraction * 100, gb(r.kv_bytes_per_gpu),
+      static_cast<unsigned long long>(r.weight_pages),
+      static_cast<unsigned long long>(r.staging_pages));
   std::printf("  placement  %d resident, %d streamed (%.1f%% resident)%s%s\n", r.resident_layers,
               r.streamed_layers, 100.0 * r.resident_layers / m.layers,
               r.overlap ? "" : ", no overlap", r.degraded ? ", DEGRADED (mapped host)" : "");
   std::printf("  host RAM   %.1f GB needed of %.1f GB\n", gb(r.host_bytes_needed), in.host_gb);
-  std::printf("  paging     %llu pages = %.2f GB per GPU per step at %.3f ms/page (%.1f GB/s, %s)\n",
-              static_cast<unsigned long long>(r.paged_pages_per_step), gb(r.paged_bytes_per_step),
-              r.page_ms, r.link_gbps, r.link_source.c_str());
-  std::printf("  step       transfer %.2f ms, compute %.2f ms (memory %.2f, FLOPs %.2f) -> %.2f ms\n",
-              r.transfer_ms, r.compute_ms, r.memory_ms, r.flop_ms, r.step_ms);
+  std::printf(
+      "  paging     %llu pages = %.2f GB per GPU per step at %.3f ms/page (%.1f GB/s, %s)\n",
+      static_cast<unsigned long long>(r.paged_pages_per_step), gb(r.paged_bytes_per_step),
+      r.page_ms, r.link_gbps, r.link_source.c_str());
+  std::printf(
+      "  step       transfer %.2f ms, compute %.2f ms (memory %.2f, FLOPs %.2f) -> %.2f ms\n",
+      r.transfer_ms, r.compute_ms, r.memory_ms, r.flop_ms, r.step_ms);
   std::printf("  budget     %.1f ms: %s\n", in.budget_ms, r.meets_budget ? "MEETS" : "MISSES");
   if (r.min_resident_layers >= 0) {
     std::printf("  fewest resident layers that meet it: %d (%.1f%%)\n", r.min_resident_layers,
@@ -79,44 +82,59 @@ void print(const plan_inputs& in, const gpu_spec& gpu, const plan_result& r) {
 }
 
 void print_htp(const plan_inputs& in, const htp_settings& s, const htp_prediction& h) {
-  std::printf("htp model: %s, %s placement (what the library does; docs/planner.md)\n", to_string(s.how),
-              to_string(s.where));
+  std::printf("htp model: %s, %s placement (what the library does; docs/planner.md)\n",
+              to_string(s.how), to_string(s.where));
   if (!h.feasible) {
     std::printf("  does not fit: %s\n", h.why_not.c_str());
     return;
   }
-  std::printf("  HBM        budget %.2f GB per GPU: %d layers resident (%.2f GB with embeddings), %d paged through "
+  std::printf("  HBM        budget %.2f GB per GPU: %d layers resident (%.2f GB with embeddings), "
+              "%d paged through "
               "%.2f GB, KV %.2f GB\n",
               h.hbm_budget_bytes / 1e9, h.resident_layers, gb(h.resident_bytes), h.paged_layers,
               gb(h.paging_capacity), gb(h.kv_bytes));
-  std::printf("  host RAM   %.1f GB of host tier (paged tensors only) of %.1f GB\n", gb(h.host_bytes), in.host_gb);
-  std::printf("  paging     %.2f GB per GPU per step (Belady's rule, %llu KiB pages) at %.1f GB/s (%.0f%% cap of "
+  std::printf("  host RAM   %.1f GB of host tier (paged tensors only) of %.1f GB\n",
+              gb(h.host_bytes), in.host_gb);
+  std::printf("  paging     %.2f GB per GPU per step (Belady's rule, %llu KiB pages) at %.1f GB/s "
+              "(%.0f%% cap of "
               "%.1f GB/s, %llu MiB chunks, %.1f us each)\n",
-              h.paged_bytes_per_step / 1e9, static_cast<unsigned long long>(s.alloc_page_bytes >> 10), h.link_gbps,
+              h.paged_bytes_per_step / 1e9,
+              static_cast<unsigned long long>(s.alloc_page_bytes >> 10), h.link_gbps,
               s.link_cap_fraction * 100, s.link_peak_gbps > 0 ? s.link_peak_gbps : in.link_gbps,
               static_cast<unsigned long long>(s.chunk_bytes >> 20), s.copy_latency_us);
-  std::printf("  step       %.2f ms (transfer %.2f ms, compute %.2f ms, collective %.3f ms per layer): %s, %.1f tokens/s\n",
+  std::printf("  step       %.2f ms (transfer %.2f ms, compute %.2f ms, collective %.3f ms per "
+              "layer): %s, %.1f tokens/s\n",
               h.step_ms, h.transfer_ms, h.compute_ms, h.collective_ms_per_layer,
               h.meets_budget ? "MEETS" : "MISSES", h.tokens_per_second);
   if (in.measured.step_ms_p50 > 0) {
-    std::printf("  measured   step p50 %.2f ms: htp model off by %+.1f%%\n", in.measured.step_ms_p50,
+    std::printf("  measured   step p50 %.2f ms: htp model off by %+.1f%%\n",
+                in.measured.step_ms_p50,
                 (h.step_ms - in.measured.step_ms_p50) / in.measured.step_ms_p50 * 100.0);
   }
 }
 
 nlohmann::json to_json(const htp_settings& s, const htp_prediction& h, double measured) {
-  nlohmann::json j = {{"strategy", to_string(s.how)}, {"placement", to_string(s.where)}, {"feasible", h.feasible}};
+  nlohmann::json j = {
+      {"strategy", to_string(s.how)}, {"placement", to_string(s.where)}, {"feasible", h.feasible}};
   if (!h.feasible) {
     j["why_not"] = h.why_not;
     return j;
   }
-  j.update({{"hbm_budget_bytes", h.hbm_budget_bytes}, {"resident_layers", h.resident_layers},
-            {"paged_layers", h.paged_layers}, {"resident_bytes", h.resident_bytes}, {"kv_bytes", h.kv_bytes},
-            {"paging_capacity_bytes", h.paging_capacity}, {"host_bytes", h.host_bytes},
-            {"paged_bytes_per_step", h.paged_bytes_per_step}, {"link_gbps", h.link_gbps},
-            {"link_cap_fraction", s.link_cap_fraction}, {"transfer_ms", h.transfer_ms},
-            {"compute_ms", h.compute_ms}, {"collective_ms_per_layer", h.collective_ms_per_layer},
-            {"step_ms", h.step_ms}, {"tokens_per_second", h.tokens_per_second},
+  j.update({{"hbm_budget_bytes", h.hbm_budget_bytes},
+            {"resident_layers", h.resident_layers},
+            {"paged_layers", h.paged_layers},
+            {"resident_bytes", h.resident_bytes},
+            {"kv_bytes", h.kv_bytes},
+            {"paging_capacity_bytes", h.paging_capacity},
+            {"host_bytes", h.host_bytes},
+            {"paged_bytes_per_step", h.paged_bytes_per_step},
+            {"link_gbps", h.link_gbps},
+            {"link_cap_fraction", s.link_cap_fraction},
+            {"transfer_ms", h.transfer_ms},
+            {"compute_ms", h.compute_ms},
+            {"collective_ms_per_layer", h.collective_ms_per_layer},
+            {"step_ms", h.step_ms},
+            {"tokens_per_second", h.tokens_per_second},
             {"meets_budget", h.meets_budget}});
   if (measured > 0) {
     j["measured_step_ms_p50"] = measured;
@@ -126,8 +144,10 @@ nlohmann::json to_json(const htp_settings& s, const htp_prediction& h, double me
 }
 
 void print_matrix(const std::vector<matrix_row>& rows, double budget_ms, int context) {
-  std::printf("trade-off matrix: step ms / tokens per s per cell (htp model; KV cache of %d tokens per sequence; "
-              "* meets the %.0f ms budget)\n", context, budget_ms);
+  std::printf("trade-off matrix: step ms / tokens per s per cell (htp model; KV cache of %d tokens "
+              "per sequence; "
+              "* meets the %.0f ms budget)\n",
+              context, budget_ms);
   std::printf("  %-24s", "strategy \\ batch");
   for (const auto& c : rows.front().cells) std::printf(" %22d", c.batch);
   std::printf("\n");
@@ -139,7 +159,8 @@ void print_matrix(const std::vector<matrix_row>& rows, double budget_ms, int con
         continue;
       }
       char cell[64];
-      std::snprintf(cell, sizeof cell, "%.1f ms %.0f tok/s%s", c.step_ms, c.tokens_per_second, c.meets_budget ? "*" : " ");
+      std::snprintf(cell, sizeof cell, "%.1f ms %.0f tok/s%s", c.step_ms, c.tokens_per_second,
+                    c.meets_budget ? "*" : " ");
       std::printf(" %22s", cell);
     }
     std::printf("\n");
@@ -155,13 +176,16 @@ void print_matrix(const std::vector<matrix_row>& rows, double budget_ms, int con
 }
 
 nlohmann::json to_json(const std::vector<matrix_row>& rows, double budget_ms, int context) {
-  nlohmann::json j = {{"budget_ms", budget_ms}, {"context", context}, {"rows", nlohmann::json::array()}};
+  nlohmann::json j = {
+      {"budget_ms", budget_ms}, {"context", context}, {"rows", nlohmann::json::array()}};
   for (const auto& r : rows) {
     nlohmann::json cells = nlohmann::json::array();
     for (const auto& c : r.cells) {
       nlohmann::json cj = {{"batch", c.batch}, {"feasible", c.feasible}};
       if (c.feasible) {
-        cj.update({{"step_ms", c.step_ms}, {"tokens_per_second", c.tokens_per_second}, {"meets_budget", c.meets_budget}});
+        cj.update({{"step_ms", c.step_ms},
+                   {"tokens_per_second", c.tokens_per_second},
+                   {"meets_budget", c.meets_budget}});
       } else {
         cj["why_not"] = c.why_not;
       }
@@ -176,34 +200,58 @@ nlohmann::json to_json(const plan_inputs& in, const gpu_spec& gpu, const plan_re
   const model_shape& m = in.model;
   nlohmann::json j;
   j["tool"] = "htp-plan";
-  j["model"] = {{"name", m.name}, {"layers", m.layers}, {"hidden", m.hidden},
-                {"intermediate", m.intermediate}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
-                {"vocab", m.vocab}, {"experts", m.experts},
-                {"experts_per_token", m.experts_per_token}, {"parameters", r.parameters},
+  j["model"] = {{"name", m.name},
+                {"layers", m.layers},
+                {"hidden", m.hidden},
+                {"intermediate", m.intermediate},
+                {"heads", m.heads},
+                {"kv_heads", m.kv_heads},
+                {"vocab", m.vocab},
+                {"experts", m.experts},
+                {"experts_per_token", m.experts_per_token},
+                {"parameters", r.parameters},
                 {"active_parameters_per_token", active_parameters_per_token(m)}};
-  j["inputs"] = {{"dtype", to_string(in.weights)}, {"batch", in.batch}, {"gpus", in.gpus},
-                 {"gpu", gpu.name}, {"hbm_gb", in.hbm_gb}, {"hbm_gbps", in.hbm_gbps},
-                 {"dense_tflops", in.dense_tflops}, {"host_gb", in.host_gb},
-                 {"page_bytes", in.page_bytes}, {"budget_ms", in.budget_ms},
-                 {"headroom_fraction", in.headroom_fraction}, {"context", in.context},
+  j["inputs"] = {{"dtype", to_string(in.weights)},
+                 {"batch", in.batch},
+                 {"gpus", in.gpus},
+                 {"gpu", gpu.name},
+                 {"hbm_gb", in.hbm_gb},
+                 {"hbm_gbps", in.hbm_gbps},
+                 {"dense_tflops", in.dense_tflops},
+                 {"host_gb", in.host_gb},
+                 {"page_bytes", in.page_bytes},
+                 {"budget_ms", in.budget_ms},
+                 {"headroom_fraction", in.headroom_fraction},
+                 {"context", in.context},
                  {"phase", in.mode == phase::decode ? "decode" : "prefill"},
-                 {"prompt_tokens", in.prompt_tokens}, {"allow_degraded", in.allow_degraded}};
-  j["sizes"] = {{"layer_bytes", r.layer_bytes}, {"layer_bytes_per_gpu", r.layer_bytes_per_gpu},
+                 {"prompt_tokens", in.prompt_tokens},
+                 {"allow_degraded", in.allow_degraded}};
+  j["sizes"] = {{"layer_bytes", r.layer_bytes},
+                {"layer_bytes_per_gpu", r.layer_bytes_per_gpu},
                 {"pages_per_layer", r.pages_per_layer},
                 {"embedding_bytes_per_gpu", r.embedding_bytes_per_gpu},
-                {"embedding_pages", r.embedding_pages}, {"total_bytes", r.total_bytes},
+                {"embedding_pages", r.embedding_pages},
+                {"total_bytes", r.total_bytes},
                 {"total_bytes_per_gpu", r.total_bytes_per_gpu},
                 {"kv_bytes_per_gpu", r.kv_bytes_per_gpu},
                 {"headroom_bytes_per_gpu", r.headroom_bytes_per_gpu},
-                {"weight_pages", r.weight_pages}, {"staging_pages", r.staging_pages}};
-  j["placement"] = {{"resident_layers", r.resident_layers}, {"streamed_layers", r.streamed_layers},
-                    {"overlap", r.overlap}, {"degraded", r.degraded},
+                {"weight_pages", r.weight_pages},
+                {"staging_pages", r.staging_pages}};
+  j["placement"] = {{"resident_layers", r.resident_layers},
+                    {"streamed_layers", r.streamed_layers},
+                    {"overlap", r.overlap},
+                    {"degraded", r.degraded},
                     {"host_bytes_needed", r.host_bytes_needed}};
-  j["step"] = {{"paged_pages", r.paged_pages_per_step}, {"paged_bytes", r.paged_bytes_per_step},
-               {"link_gbps", r.link_gbps}, {"link_source", r.link_source},
-               {"page_ms", r.page_ms}, {"transfer_ms", r.transfer_ms},
-               {"memory_ms", r.memory_ms}, {"flop_ms", r.flop_ms},
-               {"compute_ms", r.compute_ms}, {"step_ms", r.step_ms},
+  j["step"] = {{"paged_pages", r.paged_pages_per_step},
+               {"paged_bytes", r.paged_bytes_per_step},
+               {"link_gbps", r.link_gbps},
+               {"link_source", r.link_source},
+               {"page_ms", r.page_ms},
+               {"transfer_ms", r.transfer_ms},
+               {"memory_ms", r.memory_ms},
+               {"flop_ms", r.flop_ms},
+               {"compute_ms", r.compute_ms},
+               {"step_ms", r.step_ms},
                {"meets_budget", r.meets_budget}};
   j["fits"] = {{"min_resident_layers", r.min_resident_layers},
                {"largest_batch", r.largest_batch},
@@ -219,14 +267,16 @@ nlohmann::json to_json(const plan_inputs& in, const gpu_spec& gpu, const plan_re
 /// htp-plan's options: the design arithmetic's inputs (`in`) and the htp model's settings (`hs`)
 /// as parsed, and the options that fill them in once the GPU preset is known.
 struct plan_options {
-  std::string model_name, config_path, dtype_name = "bf16", gpu_name = "H100-SXM", phase_name = "decode";
+  std::string model_name, config_path, dtype_name = "bf16", gpu_name = "H100-SXM",
+                                       phase_name = "decode";
   std::string bench_json, json_path;
   double hbm_gb = 0, hbm_gbps = 0, tflops = 0, link_gbps = 0;
   bool link_given = false;  ///< --link-gbps was given
   std::size_t page_mib = 64;
   plan_inputs in;
   htp_settings hs;
-  std::string placement_name = "resident", strategy_name = "tensor-parallel", batches_arg = "1,4,16,64";
+  std::string placement_name = "resident", strategy_name = "tensor-parallel",
+              batches_arg = "1,4,16,64";
   double budget_gb = 0, chunk_mib = 2;
   bool layers_only = false, matrix = false;
 };
@@ -234,25 +284,42 @@ struct plan_options {
 /// Adds the htp model's options (docs/planner.md, "The htp model") to `app`.
 void add_htp_model_options(CLI::App& app, plan_options& o) {
   htp_settings& hs = o.hs;
-  app.add_option("--hbm-budget-gb", o.budget_gb, "htp model: the pager's HBM budget per GPU, GB (default: the device's "
-                                                 "exposed HBM less --headroom and the KV cache)");
-  app.add_option("--placement", o.placement_name, "htp model: resident (layers resident beside a paging window) or paged")
-      ->check(CLI::IsMember({"resident", "paged"}))->capture_default_str();
-  app.add_option("--strategy", o.strategy_name, "htp model: tensor-parallel, swap-and-shard or degraded")
-      ->check(CLI::IsMember({"tensor-parallel", "swap-and-shard", "degraded"}))->capture_default_str();
-  app.add_option("--link-cap", hs.link_cap_fraction, "htp model: the token bucket's cap, a fraction of the link peak (1: uncapped)")
+  app.add_option("--hbm-budget-gb", o.budget_gb,
+                 "htp model: the pager's HBM budget per GPU, GB (default: the device's "
+                 "exposed HBM less --headroom and the KV cache)");
+  app.add_option("--placement", o.placement_name,
+                 "htp model: resident (layers resident beside a paging window) or paged")
+      ->check(CLI::IsMember({"resident", "paged"}))
       ->capture_default_str();
-  app.add_option("--link-peak-gbps", hs.link_peak_gbps, "htp model: the calibrated copy peak the cap applies to (default: "
-                                                        "the link rate, or the stream bench's calibration)");
-  app.add_option("--copy-latency-us", hs.copy_latency_us, "htp model: fixed cost of one copy")->capture_default_str();
-  app.add_option("--chunk-mib", o.chunk_mib, "htp model: transfer chunk, MiB")->capture_default_str();
-  app.add_option("--interconnect-gbps", hs.interconnect_gbps, "htp model: GPU-to-GPU GB/s for collectives")->capture_default_str();
-  app.add_option("--collective-latency-us", hs.collective_latency_us, "htp model: fixed cost of one collective")
+  app.add_option("--strategy", o.strategy_name,
+                 "htp model: tensor-parallel, swap-and-shard or degraded")
+      ->check(CLI::IsMember({"tensor-parallel", "swap-and-shard", "degraded"}))
       ->capture_default_str();
-  app.add_option("--lookahead", hs.lookahead, "htp model: tensors prefetched ahead (0: two layers' worth)")->capture_default_str();
-  app.add_flag("--layers-only", o.layers_only, "htp model: the decoder layers only, no embeddings (as htp-stream-bench runs)");
-  app.add_flag("--matrix", o.matrix, "print the trade-off matrix: strategies against batch sizes (--matrix-batches)");
-  app.add_option("--matrix-batches", o.batches_arg, "batch sizes of the matrix, comma-separated")->capture_default_str();
+  app.add_option("--link-cap", hs.link_cap_fraction,
+                 "htp model: the token bucket's cap, a fraction of the link peak (1: uncapped)")
+      ->capture_default_str();
+  app.add_option("--link-peak-gbps", hs.link_peak_gbps,
+                 "htp model: the calibrated copy peak the cap applies to (default: "
+                 "the link rate, or the stream bench's calibration)");
+  app.add_option("--copy-latency-us", hs.copy_latency_us, "htp model: fixed cost of one copy")
+      ->capture_default_str();
+  app.add_option("--chunk-mib", o.chunk_mib, "htp model: transfer chunk, MiB")
+      ->capture_default_str();
+  app.add_option("--interconnect-gbps", hs.interconnect_gbps,
+                 "htp model: GPU-to-GPU GB/s for collectives")
+      ->capture_default_str();
+  app.add_option("--collective-latency-us", hs.collective_latency_us,
+                 "htp model: fixed cost of one collective")
+      ->capture_default_str();
+  app.add_option("--lookahead", hs.lookahead,
+                 "htp model: tensors prefetched ahead (0: two layers' worth)")
+      ->capture_default_str();
+  app.add_flag("--layers-only", o.layers_only,
+               "htp model: the decoder layers only, no embeddings (as htp-stream-bench runs)");
+  app.add_flag("--matrix", o.matrix,
+               "print the trade-off matrix: strategies against batch sizes (--matrix-batches)");
+  app.add_option("--matrix-batches", o.batches_arg, "batch sizes of the matrix, comma-separated")
+      ->capture_default_str();
 }
 
 /// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help, 2
@@ -260,33 +327,49 @@ void add_htp_model_options(CLI::App& app, plan_options& o) {
 int parse_options(int argc, char** argv, plan_options& o) {
   CLI::App app{"htp-plan: capacity planner (what stays resident, what is paged, step time)"};
   plan_inputs& in = o.in;
-  auto* model_opt = app.add_option("--model", o.model_name, "model preset: " + [] {
-    std::string s;
-    for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }());
-  auto* config_opt = app.add_option("--config", o.config_path, "a Hugging Face config.json instead of a preset");
+  auto* model_opt = app.add_option(
+      "--model", o.model_name, "model preset: " + [] {
+        std::string s;
+        for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+        return s;
+      }());
+  auto* config_opt =
+      app.add_option("--config", o.config_path, "a Hugging Face config.json instead of a preset");
   model_opt->excludes(config_opt);
-  app.add_option("--dtype", o.dtype_name, "weight dtype: bf16, fp16, fp8, int8")->capture_default_str();
+  app.add_option("--dtype", o.dtype_name, "weight dtype: bf16, fp16, fp8, int8")
+      ->capture_default_str();
   app.add_option("--batch", in.batch, "sequences per step")->capture_default_str();
-  app.add_option("--gpus", in.gpus, "tensor-parallel GPUs (each holds 1/gpus of every layer)")->capture_default_str();
-  app.add_option("--gpu", o.gpu_name, "GPU preset: A100-40GB, A100-80GB, H100-SXM, H200, GH200")->capture_default_str();
+  app.add_option("--gpus", in.gpus, "tensor-parallel GPUs (each holds 1/gpus of every layer)")
+      ->capture_default_str();
+  app.add_option("--gpu", o.gpu_name, "GPU preset: A100-40GB, A100-80GB, H100-SXM, H200, GH200")
+      ->capture_default_str();
   app.add_option("--hbm-gb", o.hbm_gb, "HBM per GPU, GB (overrides the preset)");
   app.add_option("--hbm-gbps", o.hbm_gbps, "HBM bandwidth per GPU, GB/s (overrides the preset)");
   app.add_option("--tflops", o.tflops, "dense tensor-core TFLOP/s per GPU (overrides the preset)");
-  app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")->capture_default_str();
-  auto* link_opt = app.add_option("--link-gbps", o.link_gbps, "host->device GB/s per GPU (overrides the preset)");
-  auto* page_ms_opt = app.add_option("--page-ms", in.page_ms, "cost of moving one page, ms (instead of the link rate)");
-  app.add_option("--bench-json", o.bench_json,
-                                   "htp-bandwidth or stream bench JSON: use its measured H2D rate, compare its step time");
+  app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")
+      ->capture_default_str();
+  auto* link_opt = app.add_option("--link-gbps", o.link_gbps,
+                                  "host->device GB/s per GPU (overrides the preset)");
+  auto* page_ms_opt = app.add_option("--page-ms", in.page_ms,
+                                     "cost of moving one page, ms (instead of the link rate)");
+  app.add_option(
+      "--bench-json", o.bench_json,
+      "htp-bandwidth or stream bench JSON: use its measured H2D rate, compare its step time");
   link_opt->excludes(page_ms_opt);
   app.add_option("--page-mib", o.page_mib, "page (slab) size, MiB")->capture_default_str();
   app.add_option("--budget-ms", in.budget_ms, "step-time budget, ms")->capture_default_str();
-  app.add_option("--headroom", in.headroom_fraction, "fraction of HBM kept for activations and workspace")->capture_default_str();
-  app.add_option("--context", in.context, "KV-cache tokens per sequence kept in HBM")->capture_default_str();
-  app.add_option("--phase", o.phase_name, "decode or prefill")->check(CLI::IsMember({"decode", "prefill"}))->capture_default_str();
-  app.add_option("--prompt-tokens", in.prompt_tokens, "prefill: prompt tokens per sequence")->capture_default_str();
-  app.add_flag("--allow-degraded", in.allow_degraded, "when no layer can be staged, read weights from mapped host memory");
+  app.add_option("--headroom", in.headroom_fraction,
+                 "fraction of HBM kept for activations and workspace")
+      ->capture_default_str();
+  app.add_option("--context", in.context, "KV-cache tokens per sequence kept in HBM")
+      ->capture_default_str();
+  app.add_option("--phase", o.phase_name, "decode or prefill")
+      ->check(CLI::IsMember({"decode", "prefill"}))
+      ->capture_default_str();
+  app.add_option("--prompt-tokens", in.prompt_tokens, "prefill: prompt tokens per sequence")
+      ->capture_default_str();
+  app.add_flag("--allow-degraded", in.allow_degraded,
+               "when no layer can be staged, read weights from mapped host memory");
   app.add_option("--json", o.json_path, "write the plan as JSON to this file");
   add_htp_model_options(app, o);
   try {
@@ -349,7 +432,8 @@ void resolve_htp_settings(plan_options& o, const gpu_spec& gpu) {
                                                : strategy::tensor_parallel;
   hs.hbm_budget_bytes = o.budget_gb * 1e9;
   hs.hbm_exposed_gb = o.hbm_gb > 0 ? o.hbm_gb : gpu.hbm_exposed_gb;
-  if (hs.link_peak_gbps <= 0 && o.in.measured.link_peak_gbps > 0) hs.link_peak_gbps = o.in.measured.link_peak_gbps;
+  if (hs.link_peak_gbps <= 0 && o.in.measured.link_peak_gbps > 0)
+    hs.link_peak_gbps = o.in.measured.link_peak_gbps;
   if (!(o.chunk_mib > 0)) throw htp::invalid_argument("--chunk-mib must be positive");
   hs.chunk_bytes = static_cast<std::uint64_t>(o.chunk_mib * 1048576.0);
   hs.embeddings = !o.layers_only;
@@ -368,7 +452,8 @@ plan_inputs htp_model_inputs(const plan_options& o) {
       hin.link_gbps = in.measured.h2d_gbps;
     }
   }
-  if (in.page_ms > 0) hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
+  if (in.page_ms > 0)
+    hin.link_gbps = static_cast<double>(in.page_bytes) / (in.page_ms * 1e-3) / 1e9;
   return hin;
 }
 
@@ -380,7 +465,8 @@ std::vector<int> parse_batches(const std::string& batches_arg) {
     try {
       batches.push_back(std::stoi(x));
     } catch (const std::exception&) {
-      throw htp::invalid_argument("--matrix-batches '" + batches_arg + "': '" + x + "' is not a whole number");
+      throw htp::invalid_argument("--matrix-batches '" + batches_arg + "': '" + x +
+                                  "' is not a whole number");
     }
   }
   return batches;
@@ -420,7 +506,9 @@ void run(plan_options& o) {
   if (!design_error.empty() && !h.feasible) throw htp::invalid_argument(design_error);
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
-    nlohmann::json j = design_error.empty() ? to_json(in, gpu, r) : nlohmann::json{{"tool", "htp-plan"}, {"design_error", design_error}};
+    nlohmann::json j = design_error.empty()
+                           ? to_json(in, gpu, r)
+                           : nlohmann::json{{"tool", "htp-plan"}, {"design_error", design_error}};
     j["htp"] = to_json(o.hs, h, in.measured.step_ms_p50);
     if (o.matrix) j["matrix"] = to_json(rows, in.budget_ms, matrix_context);
     out << j.dump(2) << "\n";

@@ -15,12 +15,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/mman.h>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
-#include <sys/mman.h>
 #include <vector>
 
 namespace {
@@ -57,7 +57,8 @@ struct kv_cache {
     slot = free_slots.back();
     free_slots.pop_back();
     ++registered;
-    return pager.register_tensor_at("kv", block_bytes, htp::tensor_kind::mutable_state, pool + slot * block_bytes);
+    return pager.register_tensor_at("kv", block_bytes, htp::tensor_kind::mutable_state,
+                                    pool + slot * block_bytes);
   }
   void drop(sequence& s) {
     for (std::size_t l = 0; l < layers; ++l) {
@@ -146,7 +147,8 @@ mode_result run_steps(kv_cache& kv, std::vector<sequence>& seqs, const options& 
     }
   }
   compute.synchronize();
-  const double wall_ms = std::chrono::duration<double, std::milli>(clock_type::now() - wall0).count();
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(clock_type::now() - wall0).count();
   const auto after = p.metrics();
   mode_result r;
   r.host_us_per_step = host_ns / 1e3 / static_cast<double>(o.steps);
@@ -164,16 +166,19 @@ mode_result run_steps(kv_cache& kv, std::vector<sequence>& seqs, const options& 
 }
 
 nlohmann::json to_json(const mode_result& r, std::size_t steps) {
-  const auto per_step = [&](std::uint64_t v) { return static_cast<double>(v) / static_cast<double>(steps); };
-  return {{"host_us_per_step", r.host_us_per_step},
-          {"wall_ms_per_step", r.wall_ms_per_step},
-          {"block_acquires_per_step", r.block_acquires_per_step},
-          {"pager_calls_per_step", r.calls_per_step},
-          {"host_ns_per_block", r.host_us_per_step * 1e3 / std::max(1.0, r.block_acquires_per_step)},
-          {"page_in_bytes_per_step", per_step(r.delta.page_in_bytes)},
-          {"faults_per_step", per_step(r.delta.faults)},
-          {"write_back_bytes_per_step", per_step(r.delta.write_back_bytes)},
-          {"evictions_per_step", per_step(r.delta.evictions)}};
+  const auto per_step = [&](std::uint64_t v) {
+    return static_cast<double>(v) / static_cast<double>(steps);
+  };
+  return {
+      {"host_us_per_step", r.host_us_per_step},
+      {"wall_ms_per_step", r.wall_ms_per_step},
+      {"block_acquires_per_step", r.block_acquires_per_step},
+      {"pager_calls_per_step", r.calls_per_step},
+      {"host_ns_per_block", r.host_us_per_step * 1e3 / std::max(1.0, r.block_acquires_per_step)},
+      {"page_in_bytes_per_step", per_step(r.delta.page_in_bytes)},
+      {"faults_per_step", per_step(r.delta.faults)},
+      {"write_back_bytes_per_step", per_step(r.delta.write_back_bytes)},
+      {"evictions_per_step", per_step(r.delta.evictions)}};
 }
 
 /// Parses argv into `o`. Returns -1 to go on, or the exit code to return now (0 after --help,
@@ -198,12 +203,14 @@ int main(int argc, char** argv) {
   if (const int rc = parse_options(argc, argv, o); rc >= 0) return rc;
 
   const std::size_t pool_bytes = o.pool_blocks * block_bytes;
-  void* pool = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* pool = ::mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (pool == MAP_FAILED) {
     fmt::print(stderr, "cannot map {} bytes for the block pool\n", pool_bytes);
     return 1;
   }
-  const auto hbm = static_cast<std::size_t>(o.hbm_gib * double(std::size_t{1} << 30)) / (64 << 20) * (64 << 20);
+  const auto hbm =
+      static_cast<std::size_t>(o.hbm_gib * double(std::size_t{1} << 30)) / (64 << 20) * (64 << 20);
   htp::bench::device_options d;
   d.backend = "sim";
   d.sim_memory_bytes = hbm + (256 << 20);
@@ -230,7 +237,8 @@ int main(int argc, char** argv) {
       std::uniform_int_distribution<std::size_t> at(target / 4, target - 1);
       const std::size_t now = at(rng);  // sequences at different points of their lives
       if (!kv.start(s, now, target, compute)) {
-        fmt::print(stderr, "the pool of {} blocks cannot hold the batch; use --blocks or --batch\n", o.pool_blocks);
+        fmt::print(stderr, "the pool of {} blocks cannot hold the batch; use --blocks or --batch\n",
+                   o.pool_blocks);
         return 1;
       }
     }
@@ -239,21 +247,27 @@ int main(int argc, char** argv) {
     const auto naive = run_steps(kv, seqs, o, /*lists=*/false, compute, rng);
     const auto listed = run_steps(kv, seqs, o, /*lists=*/true, compute, rng);
     const auto m = p.metrics();
-    fmt::print("htp-kv-bench (sim): {}-block pool ({:.1f} GiB), {} sequences, {} layers, HBM {:.1f} GiB, {} steps per mode\n",
-                o.pool_blocks, double(pool_bytes) / double(1 << 30), o.batch, layers, double(hbm) / double(1 << 30), o.steps);
-    fmt::print("{:<22} {:>14} {:>12} {:>14} {:>12} {:>14} {:>14}\n", "mode", "host us/step", "ns/block", "blocks/step",
-                "calls/step", "page-in MB/step", "write-back MB/step");
-    for (const auto& [name, r] : {std::pair<const char*, const mode_result&>{"one call per block", naive},
-                                  std::pair<const char*, const mode_result&>{"block tables (lists)", listed}}) {
-      fmt::print("{:<22} {:14.0f} {:12.0f} {:14.0f} {:12.0f} {:14.1f} {:14.1f}\n", name, r.host_us_per_step,
-                  r.host_us_per_step * 1e3 / std::max(1.0, r.block_acquires_per_step), r.block_acquires_per_step,
-                  r.calls_per_step, double(r.delta.page_in_bytes) / 1e6 / double(o.steps),
-                  double(r.delta.write_back_bytes) / 1e6 / double(o.steps));
+    fmt::print("htp-kv-bench (sim): {}-block pool ({:.1f} GiB), {} sequences, {} layers, HBM "
+               "{:.1f} GiB, {} steps per mode\n",
+               o.pool_blocks, double(pool_bytes) / double(1 << 30), o.batch, layers,
+               double(hbm) / double(1 << 30), o.steps);
+    fmt::print("{:<22} {:>14} {:>12} {:>14} {:>12} {:>14} {:>14}\n", "mode", "host us/step",
+               "ns/block", "blocks/step", "calls/step", "page-in MB/step", "write-back MB/step");
+    for (const auto& [name, r] :
+         {std::pair<const char*, const mode_result&>{"one call per block", naive},
+          std::pair<const char*, const mode_result&>{"block tables (lists)", listed}}) {
+      fmt::print("{:<22} {:14.0f} {:12.0f} {:14.0f} {:12.0f} {:14.1f} {:14.1f}\n", name,
+                 r.host_us_per_step,
+                 r.host_us_per_step * 1e3 / std::max(1.0, r.block_acquires_per_step),
+                 r.block_acquires_per_step, r.calls_per_step,
+                 double(r.delta.page_in_bytes) / 1e6 / double(o.steps),
+                 double(r.delta.write_back_bytes) / 1e6 / double(o.steps));
     }
-    fmt::print("registered blocks now: {}; host memory htp holds: {} bytes of its own tier; caller pool: {} bytes\n",
-                static_cast<unsigned long long>(m.registered_tensors),
-                static_cast<unsigned long long>(m.host.capacity_bytes),
-                static_cast<unsigned long long>(m.caller_host_bytes));
+    fmt::print("registered blocks now: {}; host memory htp holds: {} bytes of its own tier; caller "
+               "pool: {} bytes\n",
+               static_cast<unsigned long long>(m.registered_tensors),
+               static_cast<unsigned long long>(m.host.capacity_bytes),
+               static_cast<unsigned long long>(m.caller_host_bytes));
     if (!o.json.empty()) {
       nlohmann::json j{{"bench", "htp-kv-bench"},
                        {"backend", "sim"},

@@ -27,7 +27,8 @@ struct world {
   std::unique_ptr<htp::pager> pager;
   std::unique_ptr<htp::stream> compute;
   std::vector<htp::tensor_handle> hs;
-  std::size_t cursor = 0;  // where the walk goes on: Google Benchmark calls a function several times
+  std::size_t cursor =
+      0;  // where the walk goes on: Google Benchmark calls a function several times
   /// Tears down in dependency order: the pager and stream before their device.
   void reset() {
     hs.clear();
@@ -51,7 +52,8 @@ world& get_world(std::size_t n, bool evicting) {
   const std::size_t slab = 64 * KiB;
   const auto round = [&](std::size_t b) { return (b + slab - 1) / slab * slab; };
   // All resident: HBM holds everything (bins pack 64 tensors a slab, plus room); evicting: half.
-  const std::size_t hbm = evicting ? std::max(slab, round(data / 2)) : round(data + data / 4 + slab);
+  const std::size_t hbm =
+      evicting ? std::max(slab, round(data / 2)) : round(data + data / 4 + slab);
   htp::bench::device_options d;
   d.backend = "sim";
   d.sim_memory_bytes = hbm + 64 * MiB;
@@ -70,7 +72,8 @@ world& get_world(std::size_t n, bool evicting) {
   w.compute = std::make_unique<htp::stream>(*w.dev);
   w.hs.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    w.hs.push_back(w.pager->register_tensor("t" + std::to_string(i), tensor_bytes, htp::tensor_kind::weight));
+    w.hs.push_back(
+        w.pager->register_tensor("t" + std::to_string(i), tensor_bytes, htp::tensor_kind::weight));
   }
   if (evicting) {
     // LRU on a sweep twice HBM's size: after one pass every acquire is a fault and an eviction.
@@ -109,10 +112,10 @@ void acquire_release_pair(benchmark::State& state, bool evicting) {
   w.compute->synchronize();
   const auto after = p.metrics();
   state.counters["tensors"] = static_cast<double>(n);
-  state.counters["page_ins_per_pair"] =
-      static_cast<double>(after.page_ins - before.page_ins) / static_cast<double>(state.iterations());
-  state.counters["evictions_per_pair"] =
-      static_cast<double>(after.evictions - before.evictions) / static_cast<double>(state.iterations());
+  state.counters["page_ins_per_pair"] = static_cast<double>(after.page_ins - before.page_ins) /
+                                        static_cast<double>(state.iterations());
+  state.counters["evictions_per_pair"] = static_cast<double>(after.evictions - before.evictions) /
+                                         static_cast<double>(state.iterations());
   state.SetItemsProcessed(state.iterations());
 }
 

@@ -7,9 +7,9 @@
 
 #include "common/bench_device.hpp"
 
-#include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -104,7 +104,8 @@ void replace_loop(benchmark::State& state, std::size_t live_n, Size size) {
 
 // A realistic small mix: 64 live blocks of 256 B..64 KiB per thread.
 void slab_small_mix(benchmark::State& state) {
-  replace_loop(state, 64, [](std::mt19937_64& rng) { return std::size_t{256} + rng() % (64 * 1024); });
+  replace_loop(state, 64,
+               [](std::mt19937_64& rng) { return std::size_t{256} + rng() % (64 * 1024); });
 }
 
 // The churn trace's mix: 256 live blocks (over all threads) log-uniform in 4 KiB..48 MiB (runs of
@@ -117,11 +118,33 @@ void slab_log_mix(benchmark::State& state) {
   });
 }
 
-BENCHMARK(slab_pair)->Name("slab_pair/small")->Arg(256)->Arg(4096)->Arg(64 * 1024)->Threads(1)->Threads(4);
+BENCHMARK(slab_pair)
+    ->Name("slab_pair/small")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(64 * 1024)
+    ->Threads(1)
+    ->Threads(4);
 BENCHMARK(slab_pair)->Name("slab_pair/mid")->Arg(1 * MiB)->Arg(9 * MiB)->Threads(1)->Threads(4);
-BENCHMARK(slab_pair)->Name("slab_pair/large")->Arg(64 * MiB)->Arg(512 * MiB)->Threads(1)->Threads(4);
-BENCHMARK(raw_pair)->Name("raw_sim_pair/small")->Arg(256)->Arg(4096)->Arg(64 * 1024)->Threads(1)->Threads(4);
-BENCHMARK(raw_pair)->Name("raw_sim_pair/large")->Arg(64 * MiB)->Arg(512 * MiB)->Threads(1)->Threads(4);
+BENCHMARK(slab_pair)
+    ->Name("slab_pair/large")
+    ->Arg(64 * MiB)
+    ->Arg(512 * MiB)
+    ->Threads(1)
+    ->Threads(4);
+BENCHMARK(raw_pair)
+    ->Name("raw_sim_pair/small")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(64 * 1024)
+    ->Threads(1)
+    ->Threads(4);
+BENCHMARK(raw_pair)
+    ->Name("raw_sim_pair/large")
+    ->Arg(64 * MiB)
+    ->Arg(512 * MiB)
+    ->Threads(1)
+    ->Threads(4);
 // Arg 0: 64 KiB pages; arg 1: pages of a whole slab (the design before pages).
 BENCHMARK(slab_small_mix)->Arg(0)->Arg(1)->Threads(1)->Threads(4);
 BENCHMARK(slab_log_mix)->Arg(0)->Arg(1)->Threads(1)->Threads(4);
@@ -160,7 +183,8 @@ struct live_set {
 };
 
 /// Plans and commits (the trace measures placement: no bytes are copied); returns moves.
-std::size_t compact(htp::slab_allocator& a, live_set& live, std::size_t request, std::size_t& copied) {
+std::size_t compact(htp::slab_allocator& a, live_set& live, std::size_t request,
+                    std::size_t& copied) {
   auto plan = a.plan_compaction([](const htp::extent&) { return true; }, request);
   for (const auto& m : plan.moves) {
     a.commit_move(m);
@@ -174,7 +198,8 @@ std::size_t compact(htp::slab_allocator& a, live_set& live, std::size_t request,
 /// tier near full, fragmentation sampled over time, then compaction (all allocations movable).
 /// A request that fails while the free bytes would hold it gets a compaction for that request
 /// (up to four rounds) and a retry, as the pager's out-of-memory ladder does.
-nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes, std::uint64_t seed) {
+nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes,
+                     std::uint64_t seed) {
   htp::bench::device_options d;
   d.backend = "sim";
   d.sim_memory_bytes = budget + GiB;
@@ -190,11 +215,12 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
   nlohmann::json samples = nlohmann::json::array();
   std::size_t requests = 0, failed_full = 0, failed_with_room = 0, rescued = 0, rescue_moves = 0,
               rescue_bytes = 0;
-  fmt::print("\nchurn trace: {} ops, budget {} GiB, slabs of {} MiB, pages of {} KiB, sizes 4 KiB..48 MiB "
-              "log-uniform\n",
-              ops, budget / GiB, c.slab_bytes / MiB, a.page_bytes() / 1024);
-  fmt::print("{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "op", "live", "used%", "external", "internal", "combined",
-              "waste");
+  fmt::print(
+      "\nchurn trace: {} ops, budget {} GiB, slabs of {} MiB, pages of {} KiB, sizes 4 KiB..48 MiB "
+      "log-uniform\n",
+      ops, budget / GiB, c.slab_bytes / MiB, a.page_bytes() / 1024);
+  fmt::print("{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "op", "live", "used%", "external",
+             "internal", "combined", "waste");
   for (std::size_t i = 1; i <= ops; ++i) {
     // Fill towards 85% of the tier, then churn around it.
     const double used_now = double(a.statistics().bytes_in_use) / double(budget);
@@ -233,8 +259,8 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
       const auto st = a.statistics();
       const auto& f = st.fragmentation;
       const double used = double(st.bytes_in_use) / double(a.capacity_bytes());
-      fmt::print("{:8} {:10} {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}%\n", i, live.v.size(), used * 100,
-                  f.external * 100, f.internal * 100, f.combined * 100, f.waste * 100);
+      fmt::print("{:8} {:10} {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}% {:8.1f}%\n", i, live.v.size(),
+                 used * 100, f.external * 100, f.internal * 100, f.combined * 100, f.waste * 100);
       auto j = frag_json(f);
       j["op"] = i;
       j["live"] = live.v.size();
@@ -250,19 +276,22 @@ nlohmann::json churn(std::size_t ops, std::size_t budget, std::size_t page_bytes
     if (m == 0) break;
     moves += m;
   }
-  const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double plan_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   a.audit();
   const auto after = a.fragmentation();
   const auto st = a.statistics();
-  fmt::print("before compaction: external {:.1f}% internal {:.1f}% combined {:.1f}% waste {:.1f}%\n",
-              before.external * 100, before.internal * 100, before.combined * 100, before.waste * 100);
+  fmt::print(
+      "before compaction: external {:.1f}% internal {:.1f}% combined {:.1f}% waste {:.1f}%\n",
+      before.external * 100, before.internal * 100, before.combined * 100, before.waste * 100);
   fmt::print("after compaction:  external {:.1f}% internal {:.1f}% combined {:.1f}% waste {:.1f}% "
-              "({} rounds, {} moves, {:.2f} GiB to copy, plan+commit {:.3f} s)\n",
-              after.external * 100, after.internal * 100, after.combined * 100, after.waste * 100, rounds,
-              moves, double(copied) / double(GiB), plan_s);
-  fmt::print("requests {}: {} failed with no room (free bytes < request), {} failed with room after "
-              "compaction, {} served after a compaction ({} moves)\n",
-              requests, failed_full, failed_with_room, rescued, rescue_moves);
+             "({} rounds, {} moves, {:.2f} GiB to copy, plan+commit {:.3f} s)\n",
+             after.external * 100, after.internal * 100, after.combined * 100, after.waste * 100,
+             rounds, moves, double(copied) / double(GiB), plan_s);
+  fmt::print(
+      "requests {}: {} failed with no room (free bytes < request), {} failed with room after "
+      "compaction, {} served after a compaction ({} moves)\n",
+      requests, failed_full, failed_with_room, rescued, rescue_moves);
   for (auto& e : live.v) a.deallocate(e.ptr, e.bytes);
   return {{"ops", ops},
           {"budget_bytes", budget},
@@ -299,11 +328,14 @@ struct options {
 int parse_options(int argc, char** argv, options& o) {
   CLI::App app{"htp-slab-bench: the slab allocator's Google Benchmark cases, then a churn trace. "
                "Flags it does not know (--benchmark_*) go to Google Benchmark."};
-  app.add_option("--json_out", o.json_out, "Google Benchmark's JSON (relative: the working directory)")
+  app.add_option("--json_out", o.json_out,
+                 "Google Benchmark's JSON (relative: the working directory)")
       ->capture_default_str();
   app.add_option("--churn_out", o.churn_out, "the churn trace's JSON")->capture_default_str();
-  app.add_option("--churn_ops", o.churn_ops, "operations of the churn trace (0: none)")->capture_default_str();
-  app.add_option("--churn_budget_gib", o.churn_gib, "the churn trace's budget, GiB")->capture_default_str();
+  app.add_option("--churn_ops", o.churn_ops, "operations of the churn trace (0: none)")
+      ->capture_default_str();
+  app.add_option("--churn_budget_gib", o.churn_gib, "the churn trace's budget, GiB")
+      ->capture_default_str();
   app.allow_extras();
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {

@@ -77,15 +77,17 @@ json rate_accuracy(htp::device& dev, const buffers& b, std::uint64_t link, std::
   const double burst = static_cast<double>(eng.config().h2d.burst_bytes);
   const double achieved = (moved - burst) / elapsed;  // the burst is free at t0
   const auto m = eng.metrics();
-  json r = {{"cap_gbps", static_cast<double>(cap) / 1e9},
-            {"bytes", pages * page},
-            {"seconds", elapsed},
-            {"achieved_gbps", achieved / 1e9},
-            {"error_percent", (achieved - static_cast<double>(cap)) / static_cast<double>(cap) * 100},
-            {"above_cap_plus_burst", moved > static_cast<double>(cap) * elapsed + burst},
-            {"token_wait_ms", static_cast<double>(m.h2d.token_wait_ns) / 1e6}};
+  json r = {
+      {"cap_gbps", static_cast<double>(cap) / 1e9},
+      {"bytes", pages * page},
+      {"seconds", elapsed},
+      {"achieved_gbps", achieved / 1e9},
+      {"error_percent", (achieved - static_cast<double>(cap)) / static_cast<double>(cap) * 100},
+      {"above_cap_plus_burst", moved > static_cast<double>(cap) * elapsed + burst},
+      {"token_wait_ms", static_cast<double>(m.h2d.token_wait_ns) / 1e6}};
   fmt::print("  cap {:7.3f} GB/s: achieved {:7.3f} GB/s over {:.2f} s, error {:+6.2f}%\n",
-              static_cast<double>(cap) / 1e9, achieved / 1e9, elapsed, r["error_percent"].get<double>());
+             static_cast<double>(cap) / 1e9, achieved / 1e9, elapsed,
+             r["error_percent"].get<double>());
   return r;
 }
 
@@ -137,13 +139,17 @@ json head_of_line(htp::device& dev, const buffers& b, std::uint64_t link, int re
       bulk.synchronize();
     }
   }
-  json r = {{"prefetch_page_mib", 64}, {"prefetch_pages_queued", pages}, {"fault_mib", 2},
-            {"engine", summarize(engine_ms)}, {"engine_reported", summarize(engine_own_ms)},
+  json r = {{"prefetch_page_mib", 64},
+            {"prefetch_pages_queued", pages},
+            {"fault_mib", 2},
+            {"engine", summarize(engine_ms)},
+            {"engine_reported", summarize(engine_own_ms)},
             {"naive", summarize(naive_ms)}};
-  fmt::print("  2 MiB fault behind {} x 64 MiB prefetches: engine p50 {:.3f} ms max {:.3f} ms | naive "
-              "p50 {:.3f} ms max {:.3f} ms\n",
-              pages, r["engine"]["p50_ms"].get<double>(), r["engine"]["max_ms"].get<double>(),
-              r["naive"]["p50_ms"].get<double>(), r["naive"]["max_ms"].get<double>());
+  fmt::print(
+      "  2 MiB fault behind {} x 64 MiB prefetches: engine p50 {:.3f} ms max {:.3f} ms | naive "
+      "p50 {:.3f} ms max {:.3f} ms\n",
+      pages, r["engine"]["p50_ms"].get<double>(), r["engine"]["max_ms"].get<double>(),
+      r["naive"]["p50_ms"].get<double>(), r["naive"]["max_ms"].get<double>());
   return r;
 }
 
@@ -153,13 +159,15 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
   double peak = 0;
   for (std::size_t n : {std::size_t{256} << 10, 2 * mib, 8 * mib, 32 * mib, 64 * mib}) {
     const int reps = static_cast<int>(std::clamp<std::size_t>(256 * mib / n, 2, 64));
-    const auto bps = static_cast<double>(htp::measure_copy_bandwidth(dev, htp::copy_direction::host_to_device, n, reps));
+    const auto bps = static_cast<double>(
+        htp::measure_copy_bandwidth(dev, htp::copy_direction::host_to_device, n, reps));
     peak = std::max(peak, bps);
     sweep.push_back({{"bytes", n}, {"gbps", bps / 1e9}});
     fmt::print("  raw H2D copy of {:6} KiB: {:7.3f} GB/s\n", n >> 10, bps / 1e9);
   }
   json engine_runs = json::array();
-  const std::pair<std::size_t, std::size_t> variants[] = {{2 * mib, 2}, {2 * mib, 3}, {2 * mib, 4}, {8 * mib, 3}};
+  const std::pair<std::size_t, std::size_t> variants[] = {
+      {2 * mib, 2}, {2 * mib, 3}, {2 * mib, 4}, {8 * mib, 3}};
   for (const auto& [chunk, in_flight] : variants) {
     auto c = engine_config(b, link);
     c.h2d.unlimited = true;
@@ -170,15 +178,19 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
     const std::size_t pages = std::max<std::size_t>(1, total / page);
     const auto t0 = clock_type::now();
     for (std::size_t i = 0; i < pages; ++i)
-      eng.submit(b.d(), b.h(page), page, htp::copy_direction::host_to_device, htp::transfer_priority::prefetch);
+      eng.submit(b.d(), b.h(page), page, htp::copy_direction::host_to_device,
+                 htp::transfer_priority::prefetch);
     eng.drain();
     const double bps = static_cast<double>(pages * page) / seconds_since(t0);
     const auto m = eng.metrics();
-    engine_runs.push_back({{"chunk_mib", chunk / mib}, {"max_in_flight_chunks", in_flight}, {"gbps", bps / 1e9},
+    engine_runs.push_back({{"chunk_mib", chunk / mib},
+                           {"max_in_flight_chunks", in_flight},
+                           {"gbps", bps / 1e9},
                            {"fraction_of_raw_peak", bps / peak},
                            {"utilization_vs_calibrated", m.h2d.utilization}});
-    fmt::print("  engine page-in, {} MiB chunks, {} in flight: {:7.3f} GB/s = {:5.1f}% of raw peak\n",
-                chunk / mib, in_flight, bps / 1e9, 100 * bps / peak);
+    fmt::print(
+        "  engine page-in, {} MiB chunks, {} in flight: {:7.3f} GB/s = {:5.1f}% of raw peak\n",
+        chunk / mib, in_flight, bps / 1e9, 100 * bps / peak);
   }
   return {{"raw_sweep", sweep}, {"raw_peak_gbps", peak / 1e9}, {"engine", engine_runs}};
 }
@@ -199,7 +211,8 @@ struct options {
 /// non-zero for a bad command line, which it has reported).
 int parse_options(int argc, char** argv, options& o) {
   CLI::App app{"htp transfer engine benchmark"};
-  app.add_option("--backend", o.backend_name, "auto|sim|cuda")->check(CLI::IsMember({"auto", "sim", "cuda"}));
+  app.add_option("--backend", o.backend_name, "auto|sim|cuda")
+      ->check(CLI::IsMember({"auto", "sim", "cuda"}));
   app.add_option("--json", o.json_path, "write the results as JSON to this file");
   app.add_option("--seconds", o.seconds, "length of each rate-accuracy run");
   app.add_option("--reps", o.reps, "repetitions of the head-of-line measurement");
@@ -233,7 +246,8 @@ int run(int argc, char** argv) {
     fmt::print("backend: cuda, {}\n", dev->properties().name);
   }
   buffers b(*dev, 64 * mib + 2 * mib + 64 * mib);  // page-sized windows on both sides
-  const std::uint64_t link = htp::measure_copy_bandwidth(*dev, htp::copy_direction::host_to_device, 64 * mib, 3);
+  const std::uint64_t link =
+      htp::measure_copy_bandwidth(*dev, htp::copy_direction::host_to_device, 64 * mib, 3);
   setup["calibrated_h2d_gbps"] = static_cast<double>(link) / 1e9;
   fmt::print("calibrated H2D link: {:.3f} GB/s\n", static_cast<double>(link) / 1e9);
 
@@ -241,7 +255,8 @@ int run(int argc, char** argv) {
   fmt::print("rate accuracy (H2D, 2 MiB chunks, burst 2 chunks):\n");
   json rates = json::array();
   for (double f : {0.125, 0.25, 0.5, 0.8})
-    rates.push_back(rate_accuracy(*dev, b, link, static_cast<std::uint64_t>(f * static_cast<double>(link)), seconds));
+    rates.push_back(rate_accuracy(
+        *dev, b, link, static_cast<std::uint64_t>(f * static_cast<double>(link)), seconds));
   out["rate_accuracy"] = rates;
   fmt::print("head-of-line blocking:\n");
   out["head_of_line"] = head_of_line(*dev, b, link, reps, 4);

@@ -4,8 +4,8 @@
 // host program has current.
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
-#include <htp/detail/topology.hpp>
 #include <htp/detail/cuda_backend.hpp>
+#include <htp/detail/topology.hpp>
 
 #include "checksum_scratch.hpp"
 #include "cuda_kernels.hpp"
@@ -104,9 +104,10 @@ class cuda_device final : public device {
                 ", 0 bytes): a request must be at least one byte");
     device_guard g(ordinal_);
     void* p = nullptr;
-    const cudaError_t e = kind == memory_kind::device
-                              ? cudaMalloc(&p, bytes)
-                              : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    const cudaError_t e =
+        kind == memory_kind::device
+            ? cudaMalloc(&p, bytes)
+            : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       throw out_of_memory(allocation_failure(kind, bytes), bytes);
@@ -153,7 +154,8 @@ class cuda_device final : public device {
         throw invalid_argument(detail::concat(
             "mapped_device_pointer(", pinned_host_ptr, "): not pinned host memory mapped for cuda ",
             "device ", ordinal_, host ? " (page-locked, but not mapped for this GPU)" : "",
-            "; use memory from device::allocate(pinned_host) or register_host_memory (both portable ",
+            "; use memory from device::allocate(pinned_host) or register_host_memory (both "
+            "portable ",
             "and mapped), or cudaHostAlloc/cudaHostRegister with the Portable and Mapped flags"));
       }
       return d;
@@ -170,8 +172,8 @@ class cuda_device final : public device {
       // the driver pins this one is refused; pinning runs without the lock, which the hot path
       // (value words, checksums) takes.
       std::lock_guard lock(memory_mutex_);
-      HTP_EXPECTS(!registered_.overlaps(ptr, bytes), invalid_argument, "register_host_memory(",
-                  ptr, ", ", bytes, "): the range overlaps one already registered with this device");
+      HTP_EXPECTS(!registered_.overlaps(ptr, bytes), invalid_argument, "register_host_memory(", ptr,
+                  ", ", bytes, "): the range overlaps one already registered with this device");
       HTP_EXPECTS(!overlaps_pinned_allocation(ptr, bytes), invalid_argument,
                   "register_host_memory(", ptr, ", ", bytes,
                   "): the range overlaps pinned host memory allocated from this device (already "
@@ -317,12 +319,11 @@ class cuda_device final : public device {
     // be pinned host memory of this device, as documented; invalid_argument otherwise).
     auto* result_device = static_cast<std::uint64_t*>(mapped_device_pointer(result));
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cuda::launch_checksum(ptr, bytes, scratch_.slot_for(native(s)), result_device,
-                                       native(s)));
+    HTP_CUDA_TRY(
+        cuda::launch_checksum(ptr, bytes, scratch_.slot_for(native(s)), result_device, native(s)));
   }
 
-  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
-                          stream_ref s) override {
+  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override {
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
     device_guard g(ordinal_);
@@ -372,7 +373,8 @@ class cuda_device final : public device {
     bool hit = false;
     allocations_.for_each([&](void* p, const detail::allocation_registry::entry& a) {
       const auto start = reinterpret_cast<std::uintptr_t>(p);
-      if (a.kind == memory_kind::pinned_host && start < lo + bytes && lo < start + a.bytes) hit = true;
+      if (a.kind == memory_kind::pinned_host && start < lo + bytes && lo < start + a.bytes)
+        hit = true;
     });
     return hit;
   }
@@ -380,10 +382,11 @@ class cuda_device final : public device {
   /// The diagnostic of a failed allocation: GPU facts for device memory, host facts for pinned.
   std::string allocation_failure(memory_kind kind, std::size_t bytes) const {
     if (kind == memory_kind::pinned_host) {
-      return detail::concat("cuda device ", ordinal_, ": cannot allocate ", bytes,
-                            " bytes of pinned host memory (", cuda::host_memory_facts(),
-                            "). Lower the host budget or free host RAM (and check the locked-memory "
-                            "limit).");
+      return detail::concat(
+          "cuda device ", ordinal_, ": cannot allocate ", bytes, " bytes of pinned host memory (",
+          cuda::host_memory_facts(),
+          "). Lower the host budget or free host RAM (and check the locked-memory "
+          "limit).");
     }
     std::size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
@@ -408,8 +411,7 @@ class cuda_device final : public device {
                                    "(cudaDevAttrHostRegisterReadOnlySupported is 0); register a "
                                    "writable mapping or copy into pinned memory"
                                  : "this GPU or driver cannot register host memory");
-      default:
-        return what + cudaGetErrorString(e);
+      default: return what + cudaGetErrorString(e);
     }
   }
 
@@ -465,7 +467,8 @@ cuda_probe probe_cuda() noexcept {
     p.code = static_cast<int>(cudaErrorNoDevice);
     p.code_name = "cudaErrorNoDevice";
     p.why = "the CUDA runtime reports 0 GPUs";
-    p.remedy = "Check CUDA_VISIBLE_DEVICES and that the GPU is visible to this process (nvidia-smi)";
+    p.remedy =
+        "Check CUDA_VISIBLE_DEVICES and that the GPU is visible to this process (nvidia-smi)";
     return p;
   }
   p.count = n;

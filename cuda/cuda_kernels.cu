@@ -34,7 +34,8 @@ __global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, check
     const std::size_t tail = bytes % 8;
     if (tail != 0) {
       std::uint64_t w = 0;
-      for (std::size_t b = 0; b < tail; ++b) w |= static_cast<std::uint64_t>(p[words * 8 + b]) << (8 * b);
+      for (std::size_t b = 0; b < tail; ++b)
+        w |= static_cast<std::uint64_t>(p[words * 8 + b]) << (8 * b);
       sum += detail::checksum_term(w, words);
     }
   }
@@ -65,8 +66,8 @@ __global__ void fill_kernel(unsigned char* p, std::size_t bytes, std::uint64_t s
   const unsigned int shift = static_cast<unsigned int>(8 * head);
   auto* body = reinterpret_cast<std::uint64_t*>(p + head);
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; k < body_words;
-       k += stride) {
+  for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+       k < body_words; k += stride) {
     const std::uint64_t lo = detail::mix64(seed + k);
     body[k] = shift == 0 ? lo : (lo >> shift) | (detail::mix64(seed + k + 1) << (64 - shift));
   }

@@ -19,11 +19,11 @@ struct driver_api {
   using device_get_fn = CUresult (*)(CUdevice*, int);
   using primary_state_fn = CUresult (*)(CUdevice, unsigned int*, int*);
 
-  memop_fn wait_value32 = nullptr;           ///< cuStreamWaitValue32 (required)
-  memop_fn write_value32 = nullptr;          ///< cuStreamWriteValue32 (required)
-  error_text_fn get_error_name = nullptr;    ///< cuGetErrorName (optional)
-  error_text_fn get_error_string = nullptr;  ///< cuGetErrorString (optional)
-  device_get_fn device_get = nullptr;        ///< cuDeviceGet (optional)
+  memop_fn wait_value32 = nullptr;               ///< cuStreamWaitValue32 (required)
+  memop_fn write_value32 = nullptr;              ///< cuStreamWriteValue32 (required)
+  error_text_fn get_error_name = nullptr;        ///< cuGetErrorName (optional)
+  error_text_fn get_error_string = nullptr;      ///< cuGetErrorString (optional)
+  device_get_fn device_get = nullptr;            ///< cuDeviceGet (optional)
   primary_state_fn primary_ctx_state = nullptr;  ///< cuDevicePrimaryCtxGetState (optional)
 
   /// The process's table, looked up on first use. Initialises the CUDA runtime (no context).
@@ -37,14 +37,16 @@ struct driver_api {
   /// "CUDA_ERROR_ILLEGAL_ADDRESS" for 700 and so on; "CUresult N" if the driver has no name for it.
   std::string error_name(CUresult r) const {
     const char* s = nullptr;
-    if (get_error_name != nullptr && get_error_name(r, &s) == CUDA_SUCCESS && s != nullptr) return s;
+    if (get_error_name != nullptr && get_error_name(r, &s) == CUDA_SUCCESS && s != nullptr)
+      return s;
     return detail::concat("CUresult ", static_cast<int>(r));
   }
 
   /// The driver's sentence for `r`, or "" when it has none.
   std::string error_string(CUresult r) const {
     const char* s = nullptr;
-    if (get_error_string != nullptr && get_error_string(r, &s) == CUDA_SUCCESS && s != nullptr) return s;
+    if (get_error_string != nullptr && get_error_string(r, &s) == CUDA_SUCCESS && s != nullptr)
+      return s;
     return "";
   }
 
@@ -64,7 +66,8 @@ struct driver_api {
   static void* lookup(const char* symbol, bool required) {
     cudaDriverEntryPointQueryResult found{};
     void* fn = nullptr;
-    const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       if (!required) return nullptr;
@@ -72,8 +75,9 @@ struct driver_api {
                                "cudaGetDriverEntryPointByVersion", __FILE__, __LINE__);
     }
     if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
-      HTP_EXPECTS(!required, invalid_argument, "the CUDA driver has no ", symbol,
-                  "; update the NVIDIA driver (htp's static CUDA 13 runtime needs driver 580 or later)");
+      HTP_EXPECTS(
+          !required, invalid_argument, "the CUDA driver has no ", symbol,
+          "; update the NVIDIA driver (htp's static CUDA 13 runtime needs driver 580 or later)");
       return nullptr;
     }
     return fn;
@@ -86,7 +90,8 @@ struct driver_api {
     d.get_error_name = reinterpret_cast<error_text_fn>(lookup("cuGetErrorName", false));
     d.get_error_string = reinterpret_cast<error_text_fn>(lookup("cuGetErrorString", false));
     d.device_get = reinterpret_cast<device_get_fn>(lookup("cuDeviceGet", false));
-    d.primary_ctx_state = reinterpret_cast<primary_state_fn>(lookup("cuDevicePrimaryCtxGetState", false));
+    d.primary_ctx_state =
+        reinterpret_cast<primary_state_fn>(lookup("cuDevicePrimaryCtxGetState", false));
     return d;
   }
 };
@@ -94,7 +99,8 @@ struct driver_api {
 /// Throws the typed htp error for a failed driver call: htp::cuda_error named by the driver
 /// ("CUDA_ERROR_ILLEGAL_ADDRESS", which cuda_error::is_sticky() recognises), or
 /// htp::out_of_memory for CUDA_ERROR_OUT_OF_MEMORY. Clears a non-sticky runtime error first.
-[[noreturn]] inline void throw_driver_error(CUresult r, const char* call, const char* file, int line) {
+[[noreturn]] inline void throw_driver_error(CUresult r, const char* call, const char* file,
+                                            int line) {
   (void)cudaGetLastError();
   const driver_api& d = driver_api::get();
   const std::string name = d.error_name(r);

@@ -29,8 +29,8 @@ inline constexpr int default_connections = 8;
 
 /// What htp saw before it touched CUDA, recorded once per process.
 struct queue_facts {
-  bool user_set = false;    ///< the variable was in the environment before htp set it
-  std::string user_value;   ///< its text then
+  bool user_set = false;   ///< the variable was in the environment before htp set it
+  std::string user_value;  ///< its text then
   /// Per runtime ordinal: the primary context was already active (1), not (0), unknown (-1).
   std::vector<int> active_before;
 };
@@ -124,9 +124,10 @@ inline int report_hardware_queues(int ordinal) {
         "variable before the first CUDA call of the process.",
         ordinal, default_connections);
   } else if (f.user_set && n < wanted_connections) {
-    detail::logger().info("GPU {} uses CUDA_DEVICE_MAX_CONNECTIONS={} from the environment (htp would "
-                 "set 32; a user's value wins)",
-                 ordinal, f.user_value);
+    detail::logger().info(
+        "GPU {} uses CUDA_DEVICE_MAX_CONNECTIONS={} from the environment (htp would "
+        "set 32; a user's value wins)",
+        ordinal, f.user_value);
   }
   return n;
 }

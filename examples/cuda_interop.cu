@@ -19,7 +19,8 @@ namespace {
 /// The engine's "layer": sums the weight bytes (one atomic per block).
 __global__ void sum_bytes(const unsigned char* w, std::size_t n, unsigned long long* out) {
   unsigned long long local = 0;
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) local += w[i];
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    local += w[i];
   atomicAdd(out, local);
 }
 
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
   // The engine initialised its GPU and created its stream before htp existed.
   if (!ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
   cudaStream_t engine_stream = nullptr;
-  if (!ok(cudaStreamCreateWithFlags(&engine_stream, cudaStreamNonBlocking), "cudaStreamCreate")) return 1;
+  if (!ok(cudaStreamCreateWithFlags(&engine_stream, cudaStreamNonBlocking), "cudaStreamCreate"))
+    return 1;
   unsigned long long* d_sum = nullptr;
   if (!ok(cudaMalloc(&d_sum, sizeof *d_sum), "cudaMalloc")) return 1;
   // The result lands in pinned memory: a copy into pageable memory would be synchronous, on a
@@ -77,15 +79,18 @@ int main(int argc, char** argv) {
       unsigned long long s = 0;
       for (unsigned char b : w) s += b;
       expected.push_back(s);
-      layers.push_back(pager.register_tensor("layer" + std::to_string(i), bytes, htp::tensor_kind::weight, w.data()));
+      layers.push_back(pager.register_tensor("layer" + std::to_string(i), bytes,
+                                             htp::tensor_kind::weight, w.data()));
     }
     pager.set_schedule(layers, /*cyclic=*/true);
 
     for (int step = 0; step < 2; ++step) {
       for (std::size_t i = 0; i < layers.size(); ++i) {
-        const htp::device_span s = pager.acquire(layers[i], compute);  // engine_stream waits on the GPU
+        const htp::device_span s =
+            pager.acquire(layers[i], compute);  // engine_stream waits on the GPU
         cudaMemsetAsync(d_sum, 0, sizeof *d_sum, engine_stream);
-        sum_bytes<<<64, 256, 0, htp::native_stream(compute)>>>(static_cast<const unsigned char*>(s.data), s.bytes, d_sum);
+        sum_bytes<<<64, 256, 0, htp::native_stream(compute)>>>(
+            static_cast<const unsigned char*>(s.data), s.bytes, d_sum);
         pager.release(layers[i], compute);  // the memory is reused only after the kernel
         cudaMemcpyAsync(h_sum, d_sum, sizeof *h_sum, cudaMemcpyDeviceToHost, engine_stream);
         if (!ok(cudaStreamSynchronize(engine_stream), "kernel")) return 1;
@@ -100,8 +105,8 @@ int main(int argc, char** argv) {
     }
     const auto m = pager.metrics();
     std::printf("cuda_interop: %llu acquires, %llu faults on the engine's stream; sums %s\n",
-                static_cast<unsigned long long>(m.acquires), static_cast<unsigned long long>(m.faults),
-                bad == 0 ? "match" : "DIFFER");
+                static_cast<unsigned long long>(m.acquires),
+                static_cast<unsigned long long>(m.faults), bad == 0 ? "match" : "DIFFER");
   }
   cudaFreeHost(h_sum);  // after the pager is gone: no htp stream is parked any more
   cudaFree(d_sum);

@@ -14,7 +14,8 @@ int main() {
   const std::size_t n = 8 << 20;
   void* host = dev->allocate(htp::memory_kind::pinned_host, n);
   void* hbm = dev->allocate(htp::memory_kind::device, n);
-  auto* sum = static_cast<std::uint64_t*>(dev->allocate(htp::memory_kind::pinned_host, sizeof(std::uint64_t)));
+  auto* sum = static_cast<std::uint64_t*>(
+      dev->allocate(htp::memory_kind::pinned_host, sizeof(std::uint64_t)));
   htp::fill_pattern(host, n, 2026);
 
   dev->copy_async(hbm, host, n, htp::copy_direction::host_to_device, copy_stream);

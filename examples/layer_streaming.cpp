@@ -34,18 +34,22 @@ int main(int argc, char** argv) {
     sums.push_back(htp::checksum(staging.data(), layer_bytes));
     weights.push_back(pager.register_tensor("layer" + std::to_string(i), layer_bytes,
                                             htp::tensor_kind::weight, staging.data()));
-    kv.push_back(pager.register_tensor("kv" + std::to_string(i), 256 << 10, htp::tensor_kind::mutable_state));
+    kv.push_back(pager.register_tensor("kv" + std::to_string(i), 256 << 10,
+                                       htp::tensor_kind::mutable_state));
   }
   pager.set_schedule(weights, /*cyclic=*/true);
 
-  auto* result = static_cast<std::uint64_t*>(dev->allocate(htp::memory_kind::pinned_host, 8 * static_cast<std::size_t>(layers)));
+  auto* result = static_cast<std::uint64_t*>(
+      dev->allocate(htp::memory_kind::pinned_host, 8 * static_cast<std::size_t>(layers)));
   int bad = 0;
   for (int s = 0; s < steps; ++s) {
     for (int i = 0; i < layers; ++i) {
       const auto w = pager.acquire(weights[static_cast<std::size_t>(i)], compute);
       const auto k = pager.acquire(kv[static_cast<std::size_t>(i)], compute);
-      dev->checksum_async(w.data, w.bytes, &result[i], compute);  // the layer's "GEMM" reads every byte
-      dev->fill_pattern_async(k.data, k.bytes, static_cast<std::uint64_t>(s), compute);  // appends to the KV cache
+      dev->checksum_async(w.data, w.bytes, &result[i],
+                          compute);  // the layer's "GEMM" reads every byte
+      dev->fill_pattern_async(k.data, k.bytes, static_cast<std::uint64_t>(s),
+                              compute);  // appends to the KV cache
       pager.release(kv[static_cast<std::size_t>(i)], compute, /*dirty=*/true);
       pager.release(weights[static_cast<std::size_t>(i)], compute);
     }
@@ -55,14 +59,18 @@ int main(int argc, char** argv) {
   dev->deallocate(htp::memory_kind::pinned_host, result, 8 * static_cast<std::size_t>(layers));
 
   const auto m = pager.metrics();
-  std::printf("%s: %d layers x %zu MiB through %zu MiB of HBM, %d steps\n", dev->properties().name.c_str(),
-              layers, layer_mib, hbm_mib, steps);
-  std::printf("  acquires %llu, faults %llu, prefetch hits %llu, late %llu, evictions %llu, write-backs %llu\n",
-              static_cast<unsigned long long>(m.acquires), static_cast<unsigned long long>(m.faults),
-              static_cast<unsigned long long>(m.prefetch_hits), static_cast<unsigned long long>(m.late_prefetches),
-              static_cast<unsigned long long>(m.evictions), static_cast<unsigned long long>(m.write_backs));
-  std::printf("  HBM occupancy mean %.1f%% peak %.1f%%, H2D %.2f GB/s, fault p99 %.3f ms\n", m.hbm.mean_pct,
-              m.hbm.peak_pct, m.transfers.h2d.achieved_gbps, static_cast<double>(m.fault_latency.p99_ns) / 1e6);
+  std::printf("%s: %d layers x %zu MiB through %zu MiB of HBM, %d steps\n",
+              dev->properties().name.c_str(), layers, layer_mib, hbm_mib, steps);
+  std::printf(
+      "  acquires %llu, faults %llu, prefetch hits %llu, late %llu, evictions %llu, write-backs "
+      "%llu\n",
+      static_cast<unsigned long long>(m.acquires), static_cast<unsigned long long>(m.faults),
+      static_cast<unsigned long long>(m.prefetch_hits),
+      static_cast<unsigned long long>(m.late_prefetches),
+      static_cast<unsigned long long>(m.evictions), static_cast<unsigned long long>(m.write_backs));
+  std::printf("  HBM occupancy mean %.1f%% peak %.1f%%, H2D %.2f GB/s, fault p99 %.3f ms\n",
+              m.hbm.mean_pct, m.hbm.peak_pct, m.transfers.h2d.achieved_gbps,
+              static_cast<double>(m.fault_latency.p99_ns) / 1e6);
   std::printf("  weight checksums: %s\n", bad == 0 ? "all match" : "MISMATCH");
   return bad == 0 ? 0 : 1;
 }

@@ -36,7 +36,8 @@ std::string run_and_expose() {
   std::vector<htp::tensor_handle> layers;
   for (int i = 0; i < 6; ++i) {
     htp::fill_pattern(w.data(), w.size(), static_cast<std::uint64_t>(i));
-    layers.push_back(pager.register_tensor("layer" + std::to_string(i), w.size(), htp::tensor_kind::weight, w.data()));
+    layers.push_back(pager.register_tensor("layer" + std::to_string(i), w.size(),
+                                           htp::tensor_kind::weight, w.data()));
   }
   pager.set_schedule(layers, /*cyclic=*/true);
   for (int step = 0; step < 3; ++step) {
@@ -65,11 +66,13 @@ int serve(int port, const std::string& body, int max_requests, int max_seconds) 
     ::close(fd);
     return 1;
   }
-  std::printf("serving http://127.0.0.1:%d/metrics (%d requests or %d s)\n", port, max_requests, max_seconds);
+  std::printf("serving http://127.0.0.1:%d/metrics (%d requests or %d s)\n", port, max_requests,
+              max_seconds);
   std::fflush(stdout);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(max_seconds);
   for (int served = 0; served < max_requests;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -78,8 +81,9 @@ int serve(int port, const std::string& body, int max_requests, int max_seconds) 
     char request[1024];
     (void)::recv(c, request, sizeof request, 0);  // any request gets the exposition
     const std::string response = std::string("HTTP/1.0 200 OK\r\nContent-Type: ") +
-                                 htp::prometheus_content_type + "\r\nContent-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+                                 htp::prometheus_content_type +
+                                 "\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\nConnection: close\r\n\r\n" + body;
     (void)::send(c, response.data(), response.size(), MSG_NOSIGNAL);
     ::close(c);
     ++served;
@@ -92,7 +96,8 @@ int serve(int port, const std::string& body, int max_requests, int max_seconds) 
 
 int main(int argc, char** argv) {
   const std::string body = run_and_expose();
-  if (argc == 3 && std::strcmp(argv[1], "--serve") == 0) return serve(std::atoi(argv[2]), body, 3, 30);
+  if (argc == 3 && std::strcmp(argv[1], "--serve") == 0)
+    return serve(std::atoi(argv[2]), body, 3, 30);
   std::fputs(body.c_str(), stdout);
   return 0;
 }

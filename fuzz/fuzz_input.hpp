@@ -4,8 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace htp::fuzz {
 
@@ -31,11 +31,11 @@ class input {
 }  // namespace htp::fuzz
 
 /// Fails the fuzz run (a crash libFuzzer records; a failure the replay test reports).
-#define HTP_FUZZ_CHECK(cond, what)                                                      \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s (%s)\n", __FILE__, __LINE__, \
-                   #cond, what);                                                        \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define HTP_FUZZ_CHECK(cond, what)                                                                 \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, \
+                   what);                                                                          \
+      std::abort();                                                                                \
+    }                                                                                              \
   } while (0)

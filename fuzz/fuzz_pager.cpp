@@ -72,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const std::uint8_t op = in.byte() % 10;
       if (op == 0 || live.empty()) {  // register
         const std::size_t bytes = 1 + in.below(3 * slab);
-        const auto kind = (in.byte() & 1) ? htp::tensor_kind::weight : htp::tensor_kind::mutable_state;
+        const auto kind =
+            (in.byte() & 1) ? htp::tensor_kind::weight : htp::tensor_kind::mutable_state;
         std::vector<unsigned char> b(bytes);
         htp::fill_pattern(b.data(), bytes, ++seed);
         try {

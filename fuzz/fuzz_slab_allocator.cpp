@@ -97,8 +97,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const std::size_t request = (mode & 1) ? 1 + in.below(4 * slab) : 0;
       htp::compaction_plan plan;
       try {
-        plan = a.plan_compaction([&](const htp::extent& e) { return (reinterpret_cast<std::uintptr_t>(e.ptr) >> 8) % 3 != static_cast<std::uintptr_t>(mode % 3); },
-                                 request);
+        plan = a.plan_compaction(
+            [&](const htp::extent& e) {
+              return (reinterpret_cast<std::uintptr_t>(e.ptr) >> 8) % 3 !=
+                     static_cast<std::uintptr_t>(mode % 3);
+            },
+            request);
       } catch (const htp::invalid_argument&) {
         continue;  // a request larger than any extent
       }

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (!entry.is_regular_file()) continue;
       std::ifstream f(entry.path(), std::ios::binary);
-      const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const std::vector<char> bytes((std::istreambuf_iterator<char>(f)),
+                                    std::istreambuf_iterator<char>());
       std::printf("replay %s (%zu bytes)\n", entry.path().string().c_str(), bytes.size());
       std::fflush(stdout);
       LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());

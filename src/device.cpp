@@ -115,11 +115,12 @@ namespace {
 std::unique_ptr<device> make_cuda(int ordinal) {
   const detail::cuda_probe p = detail::probe_cuda();
   if (p.count == 0) {
-    throw cuda_error(p.code, p.code_name, "htp::make_device(backend::cuda)", __FILE__, __LINE__,
-                     detail::concat("the cuda backend cannot run: ", p.why, ". ", p.remedy,
-                                    ". To run on the CPU emulation instead pass backend::sim, or "
-                                    "backend::cuda_or_sim to fall back when CUDA is unusable "
-                                    "(HTP_BACKEND=sim or HTP_BACKEND=auto for backend::automatic)"));
+    throw cuda_error(
+        p.code, p.code_name, "htp::make_device(backend::cuda)", __FILE__, __LINE__,
+        detail::concat("the cuda backend cannot run: ", p.why, ". ", p.remedy,
+                       ". To run on the CPU emulation instead pass backend::sim, or "
+                       "backend::cuda_or_sim to fall back when CUDA is unusable "
+                       "(HTP_BACKEND=sim or HTP_BACKEND=auto for backend::automatic)"));
   }
   HTP_EXPECTS(ordinal >= 0 && ordinal < p.count, invalid_argument, "GPU ordinal ", ordinal,
               " does not exist: ", p.count, " visible (0..", p.count - 1, ")");
@@ -136,8 +137,7 @@ std::unique_ptr<device> make_device(backend which, int ordinal) {
     case backend::sim:
       detail::logger().info("using the sim backend (asked for explicitly)");
       return make_sim_device();
-    case backend::cuda:
-      return make_cuda(ordinal);
+    case backend::cuda: return make_cuda(ordinal);
     case backend::cuda_or_sim: {
       std::string why;
       if (detail::cuda_device_count(&why) > 0) return make_cuda(ordinal);
@@ -145,8 +145,7 @@ std::unique_ptr<device> make_device(backend which, int ordinal) {
                             why);
       return make_sim_device();
     }
-    case backend::automatic:
-      break;
+    case backend::automatic: break;
   }
   throw invalid_argument("make_device: unknown backend value");
 }

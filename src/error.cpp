@@ -13,24 +13,33 @@ cuda_error::cuda_error(int code, std::string name, std::string call, std::string
                        std::string detail)
     : std::runtime_error(detail::concat("CUDA error ", name, " (", code, "): ", detail, " in ",
                                         call, " at ", file, ":", line)),
-      code_(code),
-      name_(std::move(name)) {}
+      code_(code), name_(std::move(name)) {}
 
 bool cuda_error::is_sticky() const noexcept {
   // The errors after which the context is corrupt and every later call fails the same way, by
   // their runtime names (cudaError_t) and by their driver names (CUresult, from the stream memory
   // operations, which the cuda backend calls through the driver).
   static constexpr const char* sticky[] = {
-      "cudaErrorIllegalAddress",     "CUDA_ERROR_ILLEGAL_ADDRESS",
-      "cudaErrorLaunchFailure",      "CUDA_ERROR_LAUNCH_FAILED",
-      "cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR",
-      "cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-      "cudaErrorMisalignedAddress",  "CUDA_ERROR_MISALIGNED_ADDRESS",
-      "cudaErrorInvalidAddressSpace", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-      "cudaErrorInvalidPc",          "CUDA_ERROR_INVALID_PC",
-      "cudaErrorAssert",             "CUDA_ERROR_ASSERT",
-      "cudaErrorECCUncorrectable",   "CUDA_ERROR_ECC_UNCORRECTABLE",
-      "cudaErrorLaunchTimeout",      "CUDA_ERROR_LAUNCH_TIMEOUT",
+      "cudaErrorIllegalAddress",
+      "CUDA_ERROR_ILLEGAL_ADDRESS",
+      "cudaErrorLaunchFailure",
+      "CUDA_ERROR_LAUNCH_FAILED",
+      "cudaErrorHardwareStackError",
+      "CUDA_ERROR_HARDWARE_STACK_ERROR",
+      "cudaErrorIllegalInstruction",
+      "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+      "cudaErrorMisalignedAddress",
+      "CUDA_ERROR_MISALIGNED_ADDRESS",
+      "cudaErrorInvalidAddressSpace",
+      "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+      "cudaErrorInvalidPc",
+      "CUDA_ERROR_INVALID_PC",
+      "cudaErrorAssert",
+      "CUDA_ERROR_ASSERT",
+      "cudaErrorECCUncorrectable",
+      "CUDA_ERROR_ECC_UNCORRECTABLE",
+      "cudaErrorLaunchTimeout",
+      "CUDA_ERROR_LAUNCH_TIMEOUT",
   };
   for (const char* s : sticky) {
     if (name_ == s) return true;
@@ -54,11 +63,13 @@ void throw_cuda_error(int code, const char* name, const char* description, const
 void check_stream_handle(const void* native, const char* who) {
   const auto v = reinterpret_cast<std::uintptr_t>(native);
   if (v > 2) return;
-  const char* what = v == 0   ? "a null stream_ref"
-                     : v == 1 ? "cudaStreamLegacy (the legacy default stream)"
-                              : "cudaStreamPerThread (a different real stream on every host thread)";
+  const char* what = v == 0 ? "a null stream_ref"
+                     : v == 1
+                         ? "cudaStreamLegacy (the legacy default stream)"
+                         : "cudaStreamPerThread (a different real stream on every host thread)";
   throw invalid_argument(concat(
-      who, ": ", what, " cannot be used as an htp stream: htp keys per-stream state by "
+      who, ": ", what,
+      " cannot be used as an htp stream: htp keys per-stream state by "
       "the handle and orders work on one real stream. Create a stream (device::create_stream, or "
       "cudaStreamCreateWithFlags(..., cudaStreamNonBlocking) and htp::wrap_stream) and pass it"));
 }

@@ -35,7 +35,8 @@ std::string escape(std::string_view v) {
 class exposition {
  public:
   void family(std::string_view name, std::string_view type, std::string_view help) {
-    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                   type);
   }
   /// A sample; `labels` is the inside of {...} without braces (empty: none).
   void sample(std::string_view name, std::string_view labels, double value) {
@@ -64,7 +65,8 @@ struct pager_family {
   const char* name;
   const char* type;
   const char* help;
-  std::function<void(exposition&, const char* name, const std::string& labels, const pager_metrics&)>
+  std::function<void(exposition&, const char* name, const std::string& labels,
+                     const pager_metrics&)>
       write;
 };
 
@@ -111,7 +113,8 @@ const std::vector<pager_family>& pager_families() {
       scalar("htp_degraded_acquires_total", "counter",
              "Acquires served from mapped host memory because HBM was full of pinned tensors.",
              [](const pager_metrics& m) { return u(m.degraded_acquires); }),
-      scalar("htp_page_ins_total", "counter", "Host-to-device loads started (faults and prefetches).",
+      scalar("htp_page_ins_total", "counter",
+             "Host-to-device loads started (faults and prefetches).",
              [](const pager_metrics& m) { return u(m.page_ins); }),
       scalar("htp_page_in_bytes_total", "counter", "Bytes of the loads started.",
              [](const pager_metrics& m) { return u(m.page_in_bytes); }),
@@ -123,7 +126,8 @@ const std::vector<pager_family>& pager_families() {
       scalar("htp_late_prefetches_total", "counter",
              "First acquires that found their prefetch still in flight.",
              [](const pager_metrics& m) { return u(m.late_prefetches); }),
-      scalar("htp_wasted_prefetches_total", "counter", "Prefetched tensors evicted before any acquire.",
+      scalar("htp_wasted_prefetches_total", "counter",
+             "Prefetched tensors evicted before any acquire.",
              [](const pager_metrics& m) { return u(m.wasted_prefetches); }),
       scalar("htp_prefetch_skipped_total", "counter", "Prefetch hints dropped for lack of room.",
              [](const pager_metrics& m) { return u(m.prefetch_skipped); }),
@@ -145,10 +149,14 @@ const std::vector<pager_family>& pager_families() {
       {"htp_oom_ladder_total", "counter", "Uses of each rung of the out-of-memory ladder.",
        [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
          const std::pair<const char*, std::uint64_t> rungs[] = {
-             {"evict_clean", m.oom.evict_clean}, {"write_back_dirty", m.oom.write_back_dirty},
-             {"wait_in_flight", m.oom.wait_in_flight}, {"compact", m.oom.compact},
-             {"degraded", m.oom.degraded}, {"thrown", m.oom.thrown}};
-         for (const auto& [rung, v] : rungs) e.sample(n, join(l, fmt::format("rung=\"{}\"", rung)), u(v));
+             {"evict_clean", m.oom.evict_clean},
+             {"write_back_dirty", m.oom.write_back_dirty},
+             {"wait_in_flight", m.oom.wait_in_flight},
+             {"compact", m.oom.compact},
+             {"degraded", m.oom.degraded},
+             {"thrown", m.oom.thrown}};
+         for (const auto& [rung, v] : rungs)
+           e.sample(n, join(l, fmt::format("rung=\"{}\"", rung)), u(v));
        }},
       per_tier("htp_tier_capacity_bytes", "Capacity of the memory tier.",
                [](const tier_occupancy& t) { return u(t.capacity_bytes); }),
@@ -167,8 +175,10 @@ const std::vector<pager_family>& pager_families() {
          const std::string bucket = std::string(n) + "_bucket";
          const auto& w = m.fault_wait;
          for (std::size_t b = 0; b < w.bucket_counts.size(); ++b) {
-           e.sample(bucket, join(l, fmt::format("le=\"{}\"", fault_wait_summary::bucket_bounds_ms[b] / 1e3)),
-                    u(w.bucket_counts[b]));
+           e.sample(
+               bucket,
+               join(l, fmt::format("le=\"{}\"", fault_wait_summary::bucket_bounds_ms[b] / 1e3)),
+               u(w.bucket_counts[b]));
          }
          e.sample(bucket, join(l, "le=\"+Inf\""), u(w.count));
          e.sample(std::string(n) + "_sum", l, w.sum_ms / 1e3);
@@ -179,17 +189,21 @@ const std::vector<pager_family>& pager_families() {
       per_direction("htp_transfer_token_wait_seconds_total", "counter",
                     "Time the dispatcher waited for token-bucket tokens.",
                     [](const transfer_direction_metrics& d) { return u(d.token_wait_ns) / 1e9; }),
-      per_direction("htp_transfer_rate_cap_bytes_per_second", "gauge",
-                    "The direction's rate cap (0: not capped).",
-                    [](const transfer_direction_metrics& d) { return u(d.rate_cap_bytes_per_second); }),
+      per_direction(
+          "htp_transfer_rate_cap_bytes_per_second", "gauge",
+          "The direction's rate cap (0: not capped).",
+          [](const transfer_direction_metrics& d) { return u(d.rate_cap_bytes_per_second); }),
       {"htp_transfer_queue_depth", "gauge", "Transfer requests queued or partly issued, per class.",
        [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
          for (std::size_t c = 0; c < transfer_priority_count; ++c) {
-           e.sample(n, join(l, fmt::format("class=\"{}\"", to_string(static_cast<transfer_priority>(c)))),
-                    u(m.transfers.classes[c].queue_depth));
+           e.sample(
+               n,
+               join(l, fmt::format("class=\"{}\"", to_string(static_cast<transfer_priority>(c)))),
+               u(m.transfers.classes[c].queue_depth));
          }
        }},
-      {"htp_transfer_requests_total", "counter", "Transfer requests finished, per class and outcome.",
+      {"htp_transfer_requests_total", "counter",
+       "Transfer requests finished, per class and outcome.",
        [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
          for (std::size_t c = 0; c < transfer_priority_count; ++c) {
            const auto& k = m.transfers.classes[c];
@@ -242,7 +256,8 @@ std::string to_prometheus(const node_metrics& m) {
     const std::string link = fmt::format("link=\"{}\"", escape(l.name));
     e.sample("htp_node_link_bytes_total", join(link, "direction=\"h2d\""), u(l.h2d_bytes));
     e.sample("htp_node_link_bytes_total", join(link, "direction=\"d2h\""), u(l.d2h_bytes));
-    e.sample("htp_node_link_bytes_total", join(link, "direction=\"combined\""), u(l.combined_bytes));
+    e.sample("htp_node_link_bytes_total", join(link, "direction=\"combined\""),
+             u(l.combined_bytes));
   }
   return e.take();
 }

@@ -8,7 +8,8 @@ namespace {
 
 TEST(belady_min, equal_sizes_match_the_closed_form_of_the_optimum) {
   // n tensors swept cyclically through room for k: the optimum misses n (n - k) / (n - 1) a cycle.
-  for (const auto& [n, k] : std::vector<std::pair<int, int>>{{3, 2}, {4, 3}, {4, 2}, {8, 5}, {7, 3}, {6, 1}}) {
+  for (const auto& [n, k] :
+       std::vector<std::pair<int, int>>{{3, 2}, {4, 3}, {4, 2}, {8, 5}, {7, 3}, {6, 1}}) {
     const std::vector<std::uint64_t> sizes(static_cast<std::size_t>(n), 1000);
     EXPECT_DOUBLE_EQ(belady_bytes_per_cycle(sizes, static_cast<std::uint64_t>(k) * 1000),
                      1000.0 * n * (n - k) / (n - 1))
@@ -27,7 +28,8 @@ TEST(belady_min, unequal_sizes_move_at_least_what_does_not_fit) {
   for (auto b : sizes) total += b;
   for (std::uint64_t cap : {150u, 250u, 350u}) {
     const double moved = belady_bytes_per_cycle(sizes, cap);
-    EXPECT_GE(moved, static_cast<double>(total - cap)) << cap;  // each cycle must bring back the rest
+    EXPECT_GE(moved, static_cast<double>(total - cap))
+        << cap;  // each cycle must bring back the rest
     EXPECT_LE(moved, static_cast<double>(total)) << cap;
   }
 }

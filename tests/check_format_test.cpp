@@ -49,13 +49,38 @@ TEST(CheckFormat, IntegersAsFmt) {
 
 TEST(CheckFormat, FloatingPointAsFmt) {
   constexpr double inf = std::numeric_limits<double>::infinity();
-  for (double d : {0.0, -0.0, 1.0, -1.5, 100.0, 0.1, 0.3, 2.5, 123.456, 1e15, 1e16, 9.999999999999998e15,
-                   1234567890123456.7, 1e-4, 1e-5, 0.00012, 0.5e-4, 1e22, 1e23, 1e100, 1e-300, 5e-324,
-                   std::numeric_limits<double>::max(), std::numeric_limits<double>::min(), inf, -inf,
-                   std::nan(""), -std::nan("")}) {
+  for (double d : {0.0,
+                   -0.0,
+                   1.0,
+                   -1.5,
+                   100.0,
+                   0.1,
+                   0.3,
+                   2.5,
+                   123.456,
+                   1e15,
+                   1e16,
+                   9.999999999999998e15,
+                   1234567890123456.7,
+                   1e-4,
+                   1e-5,
+                   0.00012,
+                   0.5e-4,
+                   1e22,
+                   1e23,
+                   1e100,
+                   1e-300,
+                   5e-324,
+                   std::numeric_limits<double>::max(),
+                   std::numeric_limits<double>::min(),
+                   inf,
+                   -inf,
+                   std::nan(""),
+                   -std::nan("")}) {
     expect_as_fmt(d);
   }
-  for (float f : {0.0f, 1.0f, 0.1f, 3.4028235e38f, 1e-45f, 1e16f, 1e15f, 65536.0f}) expect_as_fmt(f);
+  for (float f : {0.0f, 1.0f, 0.1f, 3.4028235e38f, 1e-45f, 1e16f, 1e15f, 65536.0f})
+    expect_as_fmt(f);
   std::mt19937_64 rng(2);
   for (int i = 0; i < 200000; ++i) {
     const std::uint64_t bits = rng();
@@ -96,7 +121,8 @@ TEST(CheckFormat, StringsPointersEnumsAsFmt) {
 TEST(CheckFormat, MacrosThrowTheMessage) {
   const std::size_t n = 5;
   try {
-    HTP_EXPECTS(n < 3, htp::invalid_argument, "bytes=", n, " exceeds ", 2.5, " (", colour::red, ")");
+    HTP_EXPECTS(n < 3, htp::invalid_argument, "bytes=", n, " exceeds ", 2.5, " (", colour::red,
+                ")");
     FAIL() << "no throw";
   } catch (const htp::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "bytes=5 exceeds 2.5 (7)");
@@ -105,7 +131,8 @@ TEST(CheckFormat, MacrosThrowTheMessage) {
     HTP_ASSERT(n == 0, "n=", n);
     FAIL() << "no throw";
   } catch (const htp::logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("htp invariant broken at "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("htp invariant broken at "), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find(": n == 0 n=5"), std::string::npos) << e.what();
   }
 }

@@ -25,8 +25,8 @@ struct htp_fake_nccl_state {
   int inside[max_comms] = {};         // threads blocked in a collective now
   bool release = false;
   int open_groups = 0;
-  int aborted_while_inside = 0;       // a communicator freed under a thread: must stay 0
-  int aborted_in_open_group = 0;      // freed while a group could still launch on it: must stay 0
+  int aborted_while_inside = 0;   // a communicator freed under a thread: must stay 0
+  int aborted_in_open_group = 0;  // freed while a group could still launch on it: must stay 0
 };
 #endif
 
@@ -68,7 +68,8 @@ htp_fake_nccl_state* htp_fake_nccl(int reset) {
   if (reset != 0) {
     std::lock_guard lock(state.mu);
     for (int r = 0; r < htp_fake_nccl_state::max_comms; ++r) {
-      state.calls[r] = state.aborts[r] = state.destroys[r] = state.async_error[r] = state.enqueue_error[r] = 0;
+      state.calls[r] = state.aborts[r] = state.destroys[r] = state.async_error[r] =
+          state.enqueue_error[r] = 0;
       state.block[r] = false;
     }
     state.release = false;
@@ -95,8 +96,12 @@ int ncclCommGetAsyncError(void* comm, int* result) {
   *result = state.async_error[index_of(comm)];
   return 0;
 }
-int ncclAllGather(const void*, void*, std::size_t, int, void* comm, void*) { return collective(comm); }
-int ncclAllReduce(const void*, void*, std::size_t, int, int, void* comm, void*) { return collective(comm); }
+int ncclAllGather(const void*, void*, std::size_t, int, void* comm, void*) {
+  return collective(comm);
+}
+int ncclAllReduce(const void*, void*, std::size_t, int, int, void* comm, void*) {
+  return collective(comm);
+}
 int ncclGroupStart() {
   std::lock_guard lock(state.mu);
   ++state.open_groups;
@@ -136,16 +141,19 @@ htp_fake_nccl_state* fake() {
   if (!nccl_available(&why)) return nullptr;
   const char* path = std::getenv("HTP_NCCL_LIBRARY");
   void* lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;  // the library htp loaded
-  auto* get = lib ? reinterpret_cast<htp_fake_nccl_state* (*)(int)>(dlsym(lib, "htp_fake_nccl")) : nullptr;
+  auto* get =
+      lib ? reinterpret_cast<htp_fake_nccl_state* (*)(int)>(dlsym(lib, "htp_fake_nccl")) : nullptr;
   return get ? get(1) : nullptr;
 }
-#define HTP_FAKE_OR_SKIP(f)                                                                       \
-  htp_fake_nccl_state* f = fake();                                                                \
-  if (f == nullptr) GTEST_SKIP() << "HTP_NCCL_LIBRARY does not name the stand-in NCCL (ctest sets it)"
+#define HTP_FAKE_OR_SKIP(f)        \
+  htp_fake_nccl_state* f = fake(); \
+  if (f == nullptr)                \
+  GTEST_SKIP() << "HTP_NCCL_LIBRARY does not name the stand-in NCCL (ctest sets it)"
 
 std::vector<void*> comms(int n) {
   std::vector<void*> v;
-  for (int r = 0; r < n; ++r) v.push_back(reinterpret_cast<void*>(static_cast<std::uintptr_t>(r + 1)));
+  for (int r = 0; r < n; ++r)
+    v.push_back(reinterpret_cast<void*>(static_cast<std::uintptr_t>(r + 1)));
   return v;
 }
 
@@ -168,7 +176,8 @@ TEST(nccl_abort, aborts_every_communicator_once_never_destroys_them_and_later_ca
     c->all_reduce_sum(1, buf, buf, 16, element_type::float32, stream_ref{});
     ADD_FAILURE() << "a call after abort() was accepted";
   } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 2's thread failed (test)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 2's thread failed (test)"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(locked(f, f->calls[1]), 0) << "nothing reached NCCL";
   EXPECT_THROW(c->group_start(), logic_error);
@@ -177,7 +186,8 @@ TEST(nccl_abort, aborts_every_communicator_once_never_destroys_them_and_later_ca
   c.reset();
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(locked(f, f->aborts[r]), 1) << "communicator " << r << " aborted once";
-    EXPECT_EQ(locked(f, f->destroys[r]), 0) << "communicator " << r << ": an aborted one is never destroyed";
+    EXPECT_EQ(locked(f, f->destroys[r]), 0)
+        << "communicator " << r << ": an aborted one is never destroyed";
   }
 }
 
@@ -306,20 +316,23 @@ TEST(collectives, sim_all_gather_puts_every_ranks_bytes_in_rank_order_on_every_r
   EXPECT_EQ(c->size(), 4u);
   EXPECT_EQ(c->backend_name(), "sim");
   const std::size_t bytes = 1000;
-  std::vector<std::vector<unsigned char>> send(4, std::vector<unsigned char>(bytes)), recv(4, std::vector<unsigned char>(4 * bytes));
+  std::vector<std::vector<unsigned char>> send(4, std::vector<unsigned char>(bytes)),
+      recv(4, std::vector<unsigned char>(4 * bytes));
   for (std::size_t r = 0; r < 4; ++r) {
     for (std::size_t i = 0; i < bytes; ++i) send[r][i] = static_cast<unsigned char>(r * 37 + i);
   }
   // One thread per rank, as an engine with a thread per GPU calls it.
   std::vector<std::thread> ts;
   for (std::size_t r = 0; r < 4; ++r) {
-    ts.emplace_back([&, r] { c->all_gather(r, send[r].data(), recv[r].data(), bytes, *g.streams[r]); });
+    ts.emplace_back(
+        [&, r] { c->all_gather(r, send[r].data(), recv[r].data(), bytes, *g.streams[r]); });
   }
   for (auto& t : ts) t.join();
   for (auto& s : g.streams) s->synchronize();
   for (std::size_t r = 0; r < 4; ++r) {
     for (std::size_t k = 0; k < 4; ++k) {
-      EXPECT_EQ(std::memcmp(recv[r].data() + k * bytes, send[k].data(), bytes), 0) << "rank " << r << " block " << k;
+      EXPECT_EQ(std::memcmp(recv[r].data() + k * bytes, send[k].data(), bytes), 0)
+          << "rank " << r << " block " << k;
     }
   }
 }
@@ -341,12 +354,18 @@ TEST(collectives, sim_all_reduce_sums_float32_and_bfloat16_and_runs_in_stream_or
   for (std::size_t r = 0; r < 3; ++r) {
     c->all_reduce_sum(r, f[r].data(), f[r].data(), 64, element_type::float32, *g.streams[r]);
     c->all_reduce_sum(r, b[r].data(), b[r].data(), 8, element_type::bfloat16, *g.streams[r]);
-    g.devs[r]->launch_host_func([&, r] { std::lock_guard l(m); order.push_back(int(r)); }, *g.streams[r]);
+    g.devs[r]->launch_host_func(
+        [&, r] {
+          std::lock_guard l(m);
+          order.push_back(int(r));
+        },
+        *g.streams[r]);
   }
   c->group_end();
   for (auto& s : g.streams) s->synchronize();
   for (std::size_t r = 0; r < 3; ++r) {
-    for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(f[r][i], 6.0f * float(i)) << "rank " << r << " element " << i;
+    for (std::size_t i = 0; i < 64; ++i)
+      ASSERT_EQ(f[r][i], 6.0f * float(i)) << "rank " << r << " element " << i;
     for (std::uint16_t v : b[r]) ASSERT_EQ(v, 0x40e0) << "7.0 in bfloat16";
   }
   EXPECT_EQ(order.size(), 3u) << "work queued after the collectives ran after them";
@@ -361,7 +380,8 @@ TEST(collectives, mismatched_calls_and_bad_arguments_are_named) {
     c->all_gather(1, a.data(), r.data(), 32, *g.streams[1]);
     FAIL() << "a size mismatch was accepted";
   } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("same calls in the same order"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("same calls in the same order"), std::string::npos)
+        << e.what();
   }
   c->all_gather(1, a.data(), r.data(), 64, *g.streams[1]);  // the matching call completes it
   for (auto& s : g.streams) s->synchronize();
@@ -380,7 +400,8 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
   const std::size_t bytes = 3000;
   auto* send = static_cast<unsigned char*>(d.allocate(memory_kind::device, bytes));
   auto* recv = static_cast<unsigned char*>(d.allocate(memory_kind::device, bytes));
-  for (std::size_t i = 0; i < bytes; ++i) send[i] = static_cast<unsigned char>(i * 13);  // sim memory is host memory
+  for (std::size_t i = 0; i < bytes; ++i)
+    send[i] = static_cast<unsigned char>(i * 13);  // sim memory is host memory
   std::memset(recv, 0, bytes);
   c->all_gather(0, send, recv, bytes, s);
   s.synchronize();
@@ -399,8 +420,11 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
 /// Waits for streams `ranks` of `g` on another thread, with a deadline: a stream that never
 /// drains is a hang, reported and ended (the waiting threads cannot be joined).
 void drain_or_die(sim_gpus& g, const std::vector<std::size_t>& ranks, const char* what) {
-  returns_or_die([&] { for (std::size_t r : ranks) g.streams[r]->synchronize(); },
-                 std::string(what) + ": draining the streams");
+  returns_or_die(
+      [&] {
+        for (std::size_t r : ranks) g.streams[r]->synchronize();
+      },
+      std::string(what) + ": draining the streams");
 }
 
 /// The message of the htp::logic_error `f` throws ("" and a failure if it throws none).
@@ -420,7 +444,8 @@ std::string logic_error_of(F&& f) {
 TEST(collectives, sim_abort_releases_ranks_waiting_for_one_that_never_calls) {
   sim_gpus g(3);
   auto c = make_sim_collectives(g.ptrs);
-  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 7)), recv(3, std::vector<unsigned char>(192, 0));
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 7)),
+      recv(3, std::vector<unsigned char>(192, 0));
   c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]);
   c->all_gather(1, send[1].data(), recv[1].data(), 64, *g.streams[1]);
   EXPECT_FALSE(c->aborted());
@@ -428,17 +453,23 @@ TEST(collectives, sim_abort_releases_ranks_waiting_for_one_that_never_calls) {
   EXPECT_TRUE(c->aborted());
   drain_or_die(g, {0, 1}, "after abort()");
   for (std::size_t r = 0; r < 2; ++r) {
-    EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r << ": nothing is copied after an abort";
+    EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0))
+        << "rank " << r << ": nothing is copied after an abort";
   }
   for (std::size_t r = 0; r < 3; ++r) {
-    const std::string msg = logic_error_of([&] { c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]); });
+    const std::string msg = logic_error_of(
+        [&] { c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]); });
     EXPECT_NE(msg.find("rank 2's thread failed (test)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("make new collectives"), std::string::npos) << msg;
   }
-  EXPECT_THROW(c->all_reduce_sum(0, send[0].data(), send[0].data(), 32, element_type::bfloat16, *g.streams[0]), logic_error);
+  EXPECT_THROW(c->all_reduce_sum(0, send[0].data(), send[0].data(), 32, element_type::bfloat16,
+                                 *g.streams[0]),
+               logic_error);
   EXPECT_THROW(c->group_start(), logic_error);
   c->abort("a second reason");  // idempotent: the first reason stays
-  EXPECT_EQ(logic_error_of([&] { c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]); }).find("second"),
+  EXPECT_EQ(logic_error_of([&] {
+              c->all_gather(0, send[0].data(), recv[0].data(), 64, *g.streams[0]);
+            }).find("second"),
             std::string::npos);
 }
 
@@ -449,13 +480,17 @@ TEST(collectives, sim_collectives_enqueued_before_an_abort_complete_without_copy
   auto c = make_sim_collectives(g.ptrs);
   std::promise<void> open;
   std::shared_future<void> opened = open.get_future().share();
-  g.devs[2]->launch_host_func([opened] { (void)opened.wait_for(std::chrono::seconds(60)); }, *g.streams[2]);
-  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 9)), recv(3, std::vector<unsigned char>(192, 0));
-  for (std::size_t r = 0; r < 3; ++r) c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]);
+  g.devs[2]->launch_host_func([opened] { (void)opened.wait_for(std::chrono::seconds(60)); },
+                              *g.streams[2]);
+  std::vector<std::vector<unsigned char>> send(3, std::vector<unsigned char>(64, 9)),
+      recv(3, std::vector<unsigned char>(192, 0));
+  for (std::size_t r = 0; r < 3; ++r)
+    c->all_gather(r, send[r].data(), recv[r].data(), 64, *g.streams[r]);
   c->abort("test");
   open.set_value();
   drain_or_die(g, {0, 1, 2}, "after abort() and the gate");
-  for (std::size_t r = 0; r < 3; ++r) EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r;
+  for (std::size_t r = 0; r < 3; ++r)
+    EXPECT_EQ(recv[r], std::vector<unsigned char>(192, 0)) << "rank " << r;
 }
 
 // Nobody calls abort: the ranks waiting at the rendezvous give up after its timeout, abort the
@@ -469,7 +504,8 @@ TEST(collectives, sim_rendezvous_timeout_aborts_and_names_the_ranks_that_did_not
   drain_or_die(g, {0, 1}, "the rendezvous timeout");
   EXPECT_TRUE(c->aborted());
   EXPECT_EQ(a, std::vector<float>(16, 1.0f)) << "nothing summed";
-  const std::string msg = logic_error_of([&] { c->all_reduce_sum(2, a.data(), a.data(), 16, element_type::float32, *g.streams[2]); });
+  const std::string msg = logic_error_of(
+      [&] { c->all_reduce_sum(2, a.data(), a.data(), 16, element_type::float32, *g.streams[2]); });
   EXPECT_NE(msg.find("for rank(s) 2 that did not arrive"), std::string::npos) << msg;
   EXPECT_NE(msg.find("never called: 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rendezvous timeout"), std::string::npos) << msg;
@@ -490,7 +526,10 @@ TEST(collectives, a_completed_collective_needs_no_timeout_and_one_rank_collectiv
   auto one = make_one_rank_collectives(*g.devs[0]);
   one->abort("test");
   EXPECT_TRUE(one->aborted());
-  EXPECT_NE(logic_error_of([&] { one->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]); }).find("test"), std::string::npos);
+  EXPECT_NE(logic_error_of([&] {
+              one->all_gather(0, s0.data(), r0.data(), 8, *g.streams[0]);
+            }).find("test"),
+            std::string::npos);
 }
 
 TEST(collectives, nccl_loads_at_run_time_or_says_why_not) {

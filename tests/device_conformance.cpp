@@ -25,17 +25,20 @@ struct buffer {
   memory_kind kind;
   std::size_t bytes;
   void* ptr;
-  buffer(device& d, memory_kind k, std::size_t n) : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
+  buffer(device& d, memory_kind k, std::size_t n)
+      : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
   ~buffer() { dev.deallocate(kind, ptr, bytes); }
   unsigned char* bytes_at(std::size_t off) const { return static_cast<unsigned char*>(ptr) + off; }
 };
 
 TYPED_TEST(device_conformance, allocates_both_kinds_aligned) {
   for (auto kind : {memory_kind::device, memory_kind::pinned_host}) {
-    for (std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{4096}, std::size_t{3} << 20}) {
+    for (std::size_t n :
+         {std::size_t{1}, std::size_t{255}, std::size_t{4096}, std::size_t{3} << 20}) {
       void* p = this->dev->allocate(kind, n);
       ASSERT_NE(p, nullptr);
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % device::alignment, 0u) << to_string(kind) << " " << n;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % device::alignment, 0u)
+          << to_string(kind) << " " << n;
       this->dev->deallocate(kind, p, n);
     }
   }
@@ -63,7 +66,8 @@ TYPED_TEST(device_conformance, oversize_request_is_out_of_memory) {
 
 TYPED_TEST(device_conformance, releasing_foreign_or_mismatched_memory_is_invalid_argument) {
   std::vector<unsigned char> foreign(4096);
-  EXPECT_THROW(this->dev->deallocate(memory_kind::device, foreign.data(), foreign.size()), invalid_argument);
+  EXPECT_THROW(this->dev->deallocate(memory_kind::device, foreign.data(), foreign.size()),
+               invalid_argument);
   void* p = this->dev->allocate(memory_kind::device, 4096);
   EXPECT_THROW(this->dev->deallocate(memory_kind::device, p, 4095), invalid_argument);
   EXPECT_THROW(this->dev->deallocate(memory_kind::pinned_host, p, 4096), invalid_argument);
@@ -87,7 +91,8 @@ TYPED_TEST(device_conformance, copy_round_trip_preserves_bytes_at_odd_sizes_and_
       fill_pattern(host_in.bytes_at(off), n, ++seed);
       std::memset(host_out.ptr, 0, cap);
       d.copy_async(dmem.bytes_at(off), host_in.bytes_at(off), n, copy_direction::host_to_device, s);
-      d.copy_async(host_out.bytes_at(off), dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      d.copy_async(host_out.bytes_at(off), dmem.bytes_at(off), n, copy_direction::device_to_host,
+                   s);
       // pageable host memory works too
       d.copy_async(pageable.data() + off, dmem.bytes_at(off), n, copy_direction::device_to_host, s);
       s.synchronize();
@@ -119,10 +124,13 @@ TYPED_TEST(device_conformance, bad_copies_are_invalid_argument) {
   stream s(d);
   buffer a(d, memory_kind::device, 4096);
   buffer h(d, memory_kind::pinned_host, 4096);
-  EXPECT_THROW(d.copy_async(nullptr, h.ptr, 16, copy_direction::host_to_device, s), invalid_argument);
-  EXPECT_THROW(d.copy_async(a.ptr, nullptr, 16, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(d.copy_async(nullptr, h.ptr, 16, copy_direction::host_to_device, s),
+               invalid_argument);
+  EXPECT_THROW(d.copy_async(a.ptr, nullptr, 16, copy_direction::host_to_device, s),
+               invalid_argument);
   EXPECT_THROW(d.copy_async(a.ptr, h.ptr, 0, copy_direction::host_to_device, s), invalid_argument);
-  EXPECT_THROW(d.copy_async(a.bytes_at(8), a.ptr, 64, copy_direction::device_to_device, s), invalid_argument);
+  EXPECT_THROW(d.copy_async(a.bytes_at(8), a.ptr, 64, copy_direction::device_to_device, s),
+               invalid_argument);
 }
 
 TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
@@ -131,7 +139,8 @@ TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
   buffer dmem(d, memory_kind::device, (std::size_t{1} << 20) + 16);
   buffer result(d, memory_kind::pinned_host, sizeof(std::uint64_t));
   std::vector<unsigned char> host(dmem.bytes);
-  for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{13}, std::size_t{4096} + 5, std::size_t{1} << 20}) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{13}, std::size_t{4096} + 5,
+                        std::size_t{1} << 20}) {
     for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {
       d.fill_pattern_async(dmem.bytes_at(off), n, 1234 + n, s);
       d.checksum_async(dmem.bytes_at(off), n, static_cast<std::uint64_t*>(result.ptr), s);
@@ -140,7 +149,8 @@ TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
       std::vector<unsigned char> want(n);
       fill_pattern(want.data(), n, 1234 + n);
       ASSERT_EQ(std::memcmp(host.data(), want.data(), n), 0) << "fill n=" << n << " off=" << off;
-      ASSERT_EQ(*static_cast<std::uint64_t*>(result.ptr), checksum(want.data(), n)) << "n=" << n << " off=" << off;
+      ASSERT_EQ(*static_cast<std::uint64_t*>(result.ptr), checksum(want.data(), n))
+          << "n=" << n << " off=" << off;
     }
   }
 }
@@ -150,7 +160,8 @@ TYPED_TEST(device_conformance, one_stream_runs_in_order) {
   stream s(d);
   std::vector<int> order;  // written only by host functions of one stream, in order
   const std::size_t n = 1 << 20;
-  buffer h(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n), back(d, memory_kind::pinned_host, n);
+  buffer h(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n),
+      back(d, memory_kind::pinned_host, n);
   for (int i = 0; i < 50; ++i) {
     d.launch_host_func([&order, i] { order.push_back(i); }, s);
   }
@@ -238,7 +249,8 @@ TYPED_TEST(device_conformance, many_threads_submit_copies_at_once) {
     pool.emplace_back([&, t] {
       stream s(d);
       const std::size_t n = 64 * 1024 + static_cast<std::size_t>(t) * 17;
-      buffer in(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n), out(d, memory_kind::pinned_host, n);
+      buffer in(d, memory_kind::pinned_host, n), dm(d, memory_kind::device, n),
+          out(d, memory_kind::pinned_host, n);
       for (int round = 0; round < 20; ++round) {
         fill_pattern(in.ptr, n, static_cast<std::uint64_t>(t * 1000 + round));
         d.copy_async(dm.ptr, in.ptr, n, copy_direction::host_to_device, s);
@@ -273,7 +285,8 @@ TYPED_TEST(device_conformance, pinned_memory_has_a_device_address) {
   EXPECT_THROW(this->dev->mapped_device_pointer(foreign.data()), invalid_argument);
 }
 
-TYPED_TEST(device_conformance, another_device_objects_pinned_memory_is_mapped_and_plain_memory_is_not) {
+TYPED_TEST(device_conformance,
+           another_device_objects_pinned_memory_is_mapped_and_plain_memory_is_not) {
   // A node's GPUs share one host tier that the first device object allocated: pinned memory is
   // allocated portable, so every device object maps it; plain host memory is refused by both
   // backends, registered memory is mapped by every device object too.
@@ -300,13 +313,15 @@ TYPED_TEST(device_conformance, the_legacy_and_per_thread_stream_handles_are_refu
     EXPECT_THROW(d.synchronize(s), invalid_argument);
     EXPECT_THROW(d.record(e, s), invalid_argument);
     EXPECT_THROW(d.wait(e, s), invalid_argument);
-    EXPECT_THROW(d.write_value_async(static_cast<std::uint32_t*>(word.ptr), 1, s), invalid_argument);
+    EXPECT_THROW(d.write_value_async(static_cast<std::uint32_t*>(word.ptr), 1, s),
+                 invalid_argument);
     try {
       d.launch_host_func([] {}, s);
       ADD_FAILURE() << "a host function was queued on handle " << v;
     } catch (const invalid_argument& err) {
       EXPECT_NE(std::string(err.what()).find(v == 1 ? "cudaStreamLegacy" : "cudaStreamPerThread"),
-                std::string::npos) << err.what();
+                std::string::npos)
+          << err.what();
     }
   }
 }

@@ -40,7 +40,9 @@ using backends = ::testing::Types<sim_backend, cuda_backend>;
 /// Names the typed instances by backend ("sim", "cuda") instead of a number.
 struct backend_names {
   template <typename T>
-  static std::string GetName(int) { return T::name; }
+  static std::string GetName(int) {
+    return T::name;
+  }
 };
 
 /// Fixture giving each test a fresh device `dev` of the backend, or skipping.

@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,8 +24,11 @@ TEST(sim_device, streams_without_an_event_run_concurrently) {
   auto arrived = from_b.get_future();
   bool a_saw_b = false;
   // a's function can only finish early if b's runs while a's is still running. The 60 s bound only
-  // stops a broken (serialising) build from hanging; it is never reached when streams are concurrent.
-  dev->launch_host_func([&] { a_saw_b = arrived.wait_for(std::chrono::seconds(60)) == std::future_status::ready; }, a);
+  // stops a broken (serialising) build from hanging; it is never reached when streams are
+  // concurrent.
+  dev->launch_host_func(
+      [&] { a_saw_b = arrived.wait_for(std::chrono::seconds(60)) == std::future_status::ready; },
+      a);
   dev->launch_host_func([&] { from_b.set_value(); }, b);
   a.synchronize();
   b.synchronize();
@@ -66,11 +69,14 @@ TEST(sim_device, copies_outside_a_device_allocation_are_rejected) {
   void* d = dev->allocate(memory_kind::device, 4096);
   std::vector<unsigned char> host(8192);
   // overruns the device allocation by one byte
-  EXPECT_THROW(dev->copy_async(d, host.data(), 4097, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(dev->copy_async(d, host.data(), 4097, copy_direction::host_to_device, s),
+               invalid_argument);
   // host memory named as device memory
-  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_device, s), invalid_argument);
+  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_device, s),
+               invalid_argument);
   // device memory named as host memory
-  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_host, s), invalid_argument);
+  EXPECT_THROW(dev->copy_async(host.data(), d, 16, copy_direction::host_to_host, s),
+               invalid_argument);
   s.synchronize();
   dev->deallocate(memory_kind::device, d, 4096);
 }

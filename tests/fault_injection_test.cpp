@@ -24,10 +24,10 @@ TEST(fault_injecting_device, fails_the_kth_selected_call_and_counts) {
   plan.kinds = mask_of(fault_kind::device_allocation);
   plan.fail_at = 2;
   dev.set_plan(plan);
-  void* a = dev.allocate(memory_kind::pinned_host, 256);  // not selected
-  void* b = dev.allocate(memory_kind::device, 256);       // selected call 1
+  void* a = dev.allocate(memory_kind::pinned_host, 256);                // not selected
+  void* b = dev.allocate(memory_kind::device, 256);                     // selected call 1
   EXPECT_THROW(dev.allocate(memory_kind::device, 512), out_of_memory);  // selected call 2
-  void* c = dev.allocate(memory_kind::device, 256);       // selected call 3
+  void* c = dev.allocate(memory_kind::device, 256);                     // selected call 3
   EXPECT_EQ(dev.calls(fault_kind::device_allocation), 3u);
   EXPECT_EQ(dev.injected(fault_kind::device_allocation), 1u);
   EXPECT_EQ(dev.outstanding_bytes(memory_kind::device), 512u);
@@ -64,7 +64,9 @@ TEST(fault_injecting_device, other_calls_throw_a_recognisable_cuda_error) {
 TEST(cuda_error, sticky_errors_are_recognised_by_runtime_and_driver_names) {
   // A stream memory operation (called through the driver) reports CUresult names; the runtime
   // reports cudaError_t names. Both must be recognised as corrupting the context.
-  const auto named = [](int code, const char* name) { return cuda_error(code, name, "call", "f", 1, "d"); };
+  const auto named = [](int code, const char* name) {
+    return cuda_error(code, name, "call", "f", 1, "d");
+  };
   EXPECT_TRUE(named(700, "CUDA_ERROR_ILLEGAL_ADDRESS").is_sticky());
   EXPECT_TRUE(named(700, "cudaErrorIllegalAddress").is_sticky());
   EXPECT_TRUE(named(702, "CUDA_ERROR_LAUNCH_TIMEOUT").is_sticky());
@@ -99,7 +101,7 @@ TEST(fault_injecting_device, persistent_and_seeded_rates) {
     }
   }
   EXPECT_EQ(static_cast<std::uint64_t>(failed), dev.injected(fault_kind::kernel));
-  EXPECT_GT(failed, 800);   // ~1000 expected; deterministic for the seed
+  EXPECT_GT(failed, 800);  // ~1000 expected; deterministic for the seed
   EXPECT_LT(failed, 1200);
   s.synchronize();
 }

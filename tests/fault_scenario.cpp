@@ -95,8 +95,8 @@ void fault_scenario::verify_all(pager& p) {
     ASSERT_EQ(info.pins, 0) << "tensor " << i;
     std::vector<unsigned char> out(t.bytes);
     p.copy_to_host(t.h, out.data());
-    ASSERT_EQ(checksum(out.data(), out.size()), t.sum) << "tensor " << i << " lost its bytes ("
-                                                       << to_string(info.where) << ")";
+    ASSERT_EQ(checksum(out.data(), out.size()), t.sum)
+        << "tensor " << i << " lost its bytes (" << to_string(info.where) << ")";
   }
   const auto m = p.metrics();
   ASSERT_LE(m.hbm.used_bytes, m.hbm.capacity_bytes);
@@ -135,32 +135,60 @@ scenario_result fault_scenario::run(const fault_plan& plan, std::optional<fault_
       // 4 slabs of HBM, so eviction, write-back and compaction all happen.
       const std::size_t sizes[] = {100 << 10, 40 << 10, 70 << 10, 20 << 10, 60 << 10, 30 << 10};
       for (std::size_t i = 0; i < 6; ++i) {
-        step(pg, [&] { register_one(pg, sizes[i], i < 4 ? tensor_kind::weight : tensor_kind::mutable_state, 100 + i); },
-             "register");
+        step(
+            pg,
+            [&] {
+              register_one(pg, sizes[i], i < 4 ? tensor_kind::weight : tensor_kind::mutable_state,
+                           100 + i);
+            },
+            "register");
       }
       std::uint64_t seed = 1000;
       for (int round = 0; round < 2 && !::testing::Test::HasFatalFailure(); ++round) {
         for (std::size_t i = 0; i < live_.size(); ++i) {
           if (live_[i].kind == tensor_kind::mutable_state) {
-            step(pg, [&] { acquire_write(pg, i, ++seed); }, "acquire+write");
+            step(
+                pg, [&] { acquire_write(pg, i, ++seed); }, "acquire+write");
           } else {
-            step(pg, [&] { acquire_read(pg, i); }, "acquire");
+            step(
+                pg, [&] { acquire_read(pg, i); }, "acquire");
           }
         }
-        step(pg, [&] { pg.evict(live_[4].h); }, "evict dirty");
-        step(pg, [&] { pg.prefetch(live_[0].h); pg.prefetch(live_[4].h); }, "prefetch");
-        step(pg, [&] { pg.compact(); }, "compact");
-        step(pg, [&] { pg.set_schedule({live_[1].h, live_[2].h, live_[5].h}, true); }, "schedule");
-        step(pg, [&] { acquire_read(pg, 1); }, "acquire (scheduled)");
-        step(pg, [&] { acquire_write(pg, 5, ++seed); }, "acquire+write (scheduled)");
-        step(pg, [&] { pg.set_schedule({}, false); }, "clear schedule");
+        step(
+            pg, [&] { pg.evict(live_[4].h); }, "evict dirty");
+        step(
+            pg,
+            [&] {
+              pg.prefetch(live_[0].h);
+              pg.prefetch(live_[4].h);
+            },
+            "prefetch");
+        step(
+            pg, [&] { pg.compact(); }, "compact");
+        step(
+            pg,
+            [&] {
+              pg.set_schedule({live_[1].h, live_[2].h, live_[5].h}, true);
+            },
+            "schedule");
+        step(
+            pg, [&] { acquire_read(pg, 1); }, "acquire (scheduled)");
+        step(
+            pg, [&] { acquire_write(pg, 5, ++seed); }, "acquire+write (scheduled)");
+        step(
+            pg, [&] { pg.set_schedule({}, false); }, "clear schedule");
       }
-      step(pg, [&] {
-        pg.unregister_tensor(live_[3].h);
-        live_.erase(live_.begin() + 3);
-      }, "unregister");
-      step(pg, [&] { register_one(pg, 50 << 10, tensor_kind::mutable_state, 200); }, "register");
-      step(pg, [&] { acquire_write(pg, live_.size() - 1, ++seed); }, "acquire+write new");
+      step(
+          pg,
+          [&] {
+            pg.unregister_tensor(live_[3].h);
+            live_.erase(live_.begin() + 3);
+          },
+          "unregister");
+      step(
+          pg, [&] { register_one(pg, 50 << 10, tensor_kind::mutable_state, 200); }, "register");
+      step(
+          pg, [&] { acquire_write(pg, live_.size() - 1, ++seed); }, "acquire+write new");
       fdev_.disarm();
       recover_and_verify(pg);
       // Nothing lost, also on the device path, then everything unregistered.

@@ -17,8 +17,8 @@ namespace htp::test {
 
 /// What one run of the scenario saw.
 struct scenario_result {
-  int failures = 0;             ///< typed errors thrown by pager calls (each one checked).
-  bool constructed = false;     ///< the pager's constructor succeeded.
+  int failures = 0;                 ///< typed errors thrown by pager calls (each one checked).
+  bool constructed = false;         ///< the pager's constructor succeeded.
   std::vector<std::string> errors;  ///< messages of the failures (for diagnostics).
 };
 

@@ -2,10 +2,10 @@
 // the node bench does it, Belady's bytes, the link's cap and chunk costs, the serial chain of a
 // link-bound sweep, what does not fit and why. The agreement with the timing-only simulation
 // itself is the ctest planner_predicts_sim (scripts/plan-check.py on committed bench JSON).
-#include "shared/htp_layout.hpp"
-#include "shared/belady_min.hpp"
 #include "planner/htp_model.hpp"
 #include "planner/matrix.hpp"
+#include "shared/belady_min.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/error.hpp>
 
@@ -64,7 +64,8 @@ TEST(htp_model, case_study_placement_matches_the_node_bench) {
   EXPECT_EQ(p.paged_layers, 12);
   // The host tier holds the paged layers only, every GPU's shard: 12 x 3.624 GB.
   const std::uint64_t layer_bytes = layer_parameters(in.model) * 2;
-  EXPECT_NEAR(static_cast<double>(p.host_bytes), 12.0 * static_cast<double>(layer_bytes), 8 * 12 * 8.0);
+  EXPECT_NEAR(static_cast<double>(p.host_bytes), 12.0 * static_cast<double>(layer_bytes),
+              8 * 12 * 8.0);
   // The cap: 80% of 55 GB/s, above which 64 MiB chunks' 5 us cannot lift it.
   EXPECT_NEAR(p.link_gbps, 44.0, 0.01);
   // Link-bound: the step is at least its copies, and the copies are what Belady's rule pages.
@@ -87,7 +88,8 @@ TEST(htp_model, paged_bytes_follow_beladys_rule) {
     s.hbm_budget_bytes = frac * static_cast<double>(total);
     const htp_prediction p = predict_htp(in, s);
     ASSERT_TRUE(p.feasible) << p.why_not;
-    const double reference = belady_bytes_per_cycle(sizes, static_cast<std::uint64_t>(s.hbm_budget_bytes));
+    const double reference =
+        belady_bytes_per_cycle(sizes, static_cast<std::uint64_t>(s.hbm_budget_bytes));
     EXPECT_NEAR(p.paged_bytes_per_step, reference, 0.05 * reference) << "budget " << frac;
     EXPECT_LT(p.paged_bytes_per_step, static_cast<double>(total));
   }
@@ -158,8 +160,10 @@ TEST(htp_model, the_default_budget_is_the_exposed_hbm_less_headroom_and_holds_th
   EXPECT_DOUBLE_EQ(p.hbm_budget_bytes, 42.9e9 * 0.9);  // KV not taken off here ...
   EXPECT_GT(p.kv_bytes, 0u);
   // ... but once, with the resident weights, from what paging gets.
-  EXPECT_LE(static_cast<double>(p.resident_bytes + p.kv_bytes + p.paging_capacity), p.hbm_budget_bytes);
-  EXPECT_GT(static_cast<double>(p.resident_bytes + p.kv_bytes + p.paging_capacity), p.hbm_budget_bytes - 1e6);
+  EXPECT_LE(static_cast<double>(p.resident_bytes + p.kv_bytes + p.paging_capacity),
+            p.hbm_budget_bytes);
+  EXPECT_GT(static_cast<double>(p.resident_bytes + p.kv_bytes + p.paging_capacity),
+            p.hbm_budget_bytes - 1e6);
 }
 
 TEST(htp_model, inputs_no_model_can_take_are_refused) {

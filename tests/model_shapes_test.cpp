@@ -87,7 +87,8 @@ TEST(model_shapes, LayerTensorsSumToLayerParameters) {
       sum += t.rows * t.cols;
     }
     EXPECT_EQ(sum, layer_parameters(m)) << name;
-    EXPECT_EQ(total_parameters(m), m.layers * layer_parameters(m) + embedding_parameters(m)) << name;
+    EXPECT_EQ(total_parameters(m), m.layers * layer_parameters(m) + embedding_parameters(m))
+        << name;
   }
 }
 
@@ -150,11 +151,14 @@ TEST(model_shapes, ConfigJsonMatchesPresets) {
 
 TEST(model_shapes, BadConfigJsonIsNamed) {
   const std::string missing = data_dir + "/no-such.config.json";
-  EXPECT_TRUE(throws_naming([&] { from_hf_config(missing); }, {"no-such.config.json", "cannot be opened"}));
+  EXPECT_TRUE(
+      throws_naming([&] { from_hf_config(missing); }, {"no-such.config.json", "cannot be opened"}));
   const std::string malformed = data_dir + "/malformed.config.json";
-  EXPECT_TRUE(throws_naming([&] { from_hf_config(malformed); }, {"malformed.config.json", "not valid JSON"}));
+  EXPECT_TRUE(throws_naming([&] { from_hf_config(malformed); },
+                            {"malformed.config.json", "not valid JSON"}));
   const std::string no_layers = data_dir + "/missing-field.config.json";
-  EXPECT_TRUE(throws_naming([&] { from_hf_config(no_layers); }, {"num_hidden_layers", "missing field"}));
+  EXPECT_TRUE(
+      throws_naming([&] { from_hf_config(no_layers); }, {"num_hidden_layers", "missing field"}));
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // into any GPU from one host copy, shards only into their own GPU, local mutable tensors written
 // back into the shared tier, configured shared links, and errors that name the rule.
 #include <htp/checksum.hpp>
-#include <htp/error.hpp>
 #include <htp/detail/topology.hpp>
+#include <htp/error.hpp>
 #include <htp/node.hpp>
 #include <htp/sim_device.hpp>
 
@@ -61,7 +61,8 @@ node_config switch0_config() {
 
 std::vector<unsigned char> pattern(std::size_t bytes, unsigned seed) {
   std::vector<unsigned char> v(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed * 17) >> 3);
+  for (std::size_t i = 0; i < bytes; ++i)
+    v[i] = static_cast<unsigned char>((i * 131 + seed * 17) >> 3);
   return v;
 }
 
@@ -85,10 +86,12 @@ TEST(node, gpus_on_two_numa_nodes_get_a_host_tier_each_and_their_shards_live_in_
   EXPECT_EQ(before.host_tiers[1].numa_node, 1);
   EXPECT_EQ(before.host_tiers[0].gpus, (std::vector<std::size_t>{0, 1}));
   EXPECT_EQ(before.host_tiers[1].gpus, (std::vector<std::size_t>{2, 3}));
-  EXPECT_EQ(before.host_capacity_bytes, before.host_tiers[0].capacity_bytes + before.host_tiers[1].capacity_bytes);
+  EXPECT_EQ(before.host_capacity_bytes,
+            before.host_tiers[0].capacity_bytes + before.host_tiers[1].capacity_bytes);
   for (const auto& t : before.host_tiers) {
     // Applied, or the clean fallback that says why (a machine without that node).
-    EXPECT_TRUE(t.placement == "node " + std::to_string(t.numa_node) || t.placement.rfind("not placed: ", 0) == 0)
+    EXPECT_TRUE(t.placement == "node " + std::to_string(t.numa_node) ||
+                t.placement.rfind("not placed: ", 0) == 0)
         << t.placement;
   }
   std::vector<std::vector<unsigned char>> shards;
@@ -97,15 +100,18 @@ TEST(node, gpus_on_two_numa_nodes_get_a_host_tier_each_and_their_shards_live_in_
     shards.push_back(pattern(100 * KiB + g * KiB, g));
     srcs.push_back(shards.back().data());
   }
-  const node_tensor t = n.register_sharded("w", {shards[0].size(), shards[1].size(), shards[2].size(), shards[3].size()},
-                                           tensor_kind::weight, srcs);
+  const node_tensor t = n.register_sharded(
+      "w", {shards[0].size(), shards[1].size(), shards[2].size(), shards[3].size()},
+      tensor_kind::weight, srcs);
   const node_metrics after = n.metrics();
   EXPECT_EQ(after.host_tiers[0].used_bytes, shards[0].size() + shards[1].size());
   EXPECT_EQ(after.host_tiers[1].used_bytes, shards[2].size() + shards[3].size());
   if (after.host_tiers[0].placement == "node 0") {
-    EXPECT_EQ(detail::numa_node_of_address(n.host_copy(t, 0).ptr), 0) << "the page is not on GPU 0's node";
+    EXPECT_EQ(detail::numa_node_of_address(n.host_copy(t, 0).ptr), 0)
+        << "the page is not on GPU 0's node";
   }
-  for (std::size_t g = 0; g < 4; ++g) EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), shards[g]) << "GPU " << g;
+  for (std::size_t g = 0; g < 4; ++g)
+    EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), shards[g]) << "GPU " << g;
   const node_tensor r = n.register_replicated("shared", 10 * KiB);  // GPU 0's node
   EXPECT_EQ(n.metrics().host_tiers[0].used_bytes, after.host_tiers[0].used_bytes + 10 * KiB);
   n.unregister(t);
@@ -136,7 +142,8 @@ TEST(node, a_replicated_weight_has_one_host_copy_and_pages_into_every_gpu) {
   EXPECT_EQ(m.replicated_bytes, w.size());
   EXPECT_EQ(m.per_gpu.size(), 3u);
   for (std::size_t g = 0; g < 3; ++g) {
-    EXPECT_EQ(checksum(read_on(n, g, n.on(t, g), *sn.devs[g]).data(), w.size()), checksum(w.data(), w.size()))
+    EXPECT_EQ(checksum(read_on(n, g, n.on(t, g), *sn.devs[g]).data(), w.size()),
+              checksum(w.data(), w.size()))
         << "GPU " << g;
   }
   for (std::size_t g = 0; g < 3; ++g) EXPECT_EQ(n.gpu(g).metrics().faults, 1u);
@@ -155,13 +162,15 @@ TEST(node, any_gpu_serves_a_shard_degraded_from_the_shared_host_tier) {
   const auto big = pattern(1536 * KiB, 4);
   const node_tensor hold = n.register_replicated("hold", big.size(), big.data());
   const auto s0 = pattern(700 * KiB, 5), s1 = pattern(900 * KiB, 6);
-  const node_tensor w = n.register_sharded("w", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
+  const node_tensor w =
+      n.register_sharded("w", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
   stream s(*sn.devs[1]);
   n.gpu(1).acquire(n.on(hold, 1), s, /*wait=*/true);  // pinned: 1.5 of the 2 MiB budget
   const device_span sp = n.gpu(1).acquire(n.on(w, 1), s, /*wait=*/true);
   EXPECT_TRUE(sp.degraded);
   ASSERT_EQ(sp.bytes, s1.size());
-  EXPECT_EQ(std::memcmp(sp.data, s1.data(), s1.size()), 0) << "GPU 1 read other bytes than its shard";
+  EXPECT_EQ(std::memcmp(sp.data, s1.data(), s1.size()), 0)
+      << "GPU 1 read other bytes than its shard";
   n.gpu(1).release(n.on(w, 1), s);
   n.gpu(1).release(n.on(hold, 1), s);
   s.synchronize();
@@ -174,7 +183,8 @@ TEST(node, shards_page_only_into_their_own_gpu) {
   sim_node sn(2);
   node& n = *sn.n;
   const auto s0 = pattern(300 * KiB, 2), s1 = pattern(200 * KiB, 3);
-  const node_tensor t = n.register_sharded("wq", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
+  const node_tensor t =
+      n.register_sharded("wq", {s0.size(), s1.size()}, tensor_kind::weight, {s0.data(), s1.data()});
   EXPECT_EQ(n.metrics().host_used_bytes, s0.size() + s1.size());
   EXPECT_EQ(read_on(n, 0, n.on(t, 0), *sn.devs[0]), s0);
   EXPECT_EQ(read_on(n, 1, n.on(t, 1), *sn.devs[1]), s1);
@@ -219,7 +229,8 @@ TEST(node, configured_shared_links_feed_each_gpus_engine_and_bad_groups_are_name
   const node_metrics m = n.metrics();
   ASSERT_EQ(m.links.size(), 1u);
   EXPECT_EQ(m.links[0].h2d_rate_bytes_per_second, 2'000'000'000u);
-  EXPECT_EQ(m.links[0].h2d_bytes, 2 * w.size()) << "GPUs 0 and 1 crossed the shared link; GPU 2 did not";
+  EXPECT_EQ(m.links[0].h2d_bytes, 2 * w.size())
+      << "GPUs 0 and 1 crossed the shared link; GPU 2 did not";
 
   auto expect_bad = [&](node_config bad, const char* what) {
     try {
@@ -279,7 +290,8 @@ TEST(node, nested_link_groups_chain_a_switch_under_its_numa_node) {
   ASSERT_EQ(n.shared_links().size(), 2u);
   const auto w = pattern(512 * KiB, 5);
   const node_tensor t = n.register_replicated("w", w.size(), w.data());
-  for (std::size_t g = 0; g < 4; ++g) EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), w) << "GPU " << g;
+  for (std::size_t g = 0; g < 4; ++g)
+    EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), w) << "GPU " << g;
 
   const node_tensor kv = n.register_local(2, "kv", 256 * KiB, tensor_kind::mutable_state);
   const tensor_handle h = n.on(kv, 2);
@@ -300,7 +312,8 @@ TEST(node, nested_link_groups_chain_a_switch_under_its_numa_node) {
   EXPECT_EQ(lnuma.combined_rate_bytes_per_second, 8'000'000'000u);
   EXPECT_EQ(lsw.h2d_bytes, 2 * w.size()) << "GPUs 0 and 1";
   const std::uint64_t kv_in = sp.bytes;  // the acquire paged in zeros, the eviction wrote back
-  EXPECT_EQ(lnuma.combined_bytes, 3 * w.size() + kv_in + sp.bytes) << "GPUs 0-2, both directions; not GPU 3";
+  EXPECT_EQ(lnuma.combined_bytes, 3 * w.size() + kv_in + sp.bytes)
+      << "GPUs 0-2, both directions; not GPU 3";
   EXPECT_EQ(lnuma.h2d_bytes, 0u) << "numa0 has no directional cap";
 }
 

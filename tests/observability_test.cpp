@@ -23,7 +23,8 @@ struct captured_log {
   std::vector<std::pair<log_level, std::string>> lines;
   log_level before = get_log_level();
   captured_log() {
-    set_log_sink([this](log_level l, std::string_view m) { lines.emplace_back(l, std::string(m)); });
+    set_log_sink(
+        [this](log_level l, std::string_view m) { lines.emplace_back(l, std::string(m)); });
   }
   ~captured_log() {
     set_log_sink({});
@@ -47,8 +48,8 @@ TEST(log, the_callers_sink_gets_messages_at_or_above_the_level) {
 }
 
 TEST(log, level_names_parse_and_unknown_ones_are_refused_by_name) {
-  for (auto l : {log_level::trace, log_level::debug, log_level::info, log_level::warn, log_level::error,
-                 log_level::critical, log_level::off}) {
+  for (auto l : {log_level::trace, log_level::debug, log_level::info, log_level::warn,
+                 log_level::error, log_level::critical, log_level::off}) {
     EXPECT_EQ(parse_log_level(to_string(l)), l);
   }
   EXPECT_EQ(parse_log_level("warning"), log_level::warn);
@@ -69,7 +70,8 @@ TEST(version, the_library_and_the_headers_agree) {
 pager_metrics exercised_metrics(pager& p, device& dev) {
   stream compute(dev);
   std::vector<tensor_handle> hs;
-  for (int i = 0; i < 6; ++i) hs.push_back(p.register_tensor("t" + std::to_string(i), 2 * slab, tensor_kind::weight));
+  for (int i = 0; i < 6; ++i)
+    hs.push_back(p.register_tensor("t" + std::to_string(i), 2 * slab, tensor_kind::weight));
   for (int step = 0; step < 2; ++step) {
     for (auto h : hs) {
       p.acquire(h, compute);
@@ -82,7 +84,7 @@ pager_metrics exercised_metrics(pager& p, device& dev) {
 }
 
 struct parsed_exposition {
-  std::map<std::string, std::string> type;                 // family -> type
+  std::map<std::string, std::string> type;                            // family -> type
   std::vector<std::tuple<std::string, std::string, double>> samples;  // name, labels, value
 };
 
@@ -91,7 +93,8 @@ struct parsed_exposition {
 parsed_exposition parse(const std::string& text) {
   parsed_exposition out;
   const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)");
-  const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  const std::regex type(
+      R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
   const std::regex sample(
       R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*)\})? (\S+))");
   std::string current;
@@ -112,9 +115,10 @@ parsed_exposition parse(const std::string& text) {
     } else if (std::regex_match(line, m, sample)) {
       const std::string name = m[1];
       const std::string& t = out.type[current];
-      const bool ok = name == current || (t == "histogram" && (name == current + "_bucket" ||
-                                                               name == current + "_sum" ||
-                                                               name == current + "_count"));
+      const bool ok =
+          name == current ||
+          (t == "histogram" &&
+           (name == current + "_bucket" || name == current + "_sum" || name == current + "_count"));
       EXPECT_TRUE(ok) << "sample " << name << " outside its family (" << current << ")";
       std::size_t used = 0;
       const double v = std::stod(m[4].str(), &used);
@@ -127,7 +131,8 @@ parsed_exposition parse(const std::string& text) {
   return out;
 }
 
-double value_of(const parsed_exposition& e, const std::string& name, const std::string& labels = "") {
+double value_of(const parsed_exposition& e, const std::string& name,
+                const std::string& labels = "") {
   for (const auto& [n, l, v] : e.samples) {
     if (n == name && l == labels) return v;
   }
@@ -151,8 +156,10 @@ TEST(prometheus, a_pagers_exposition_is_well_formed_and_carries_its_metrics) {
   EXPECT_EQ(value_of(e, "htp_faults_total"), static_cast<double>(m.faults));
   EXPECT_EQ(value_of(e, "htp_acquires_total"), static_cast<double>(m.acquires));
   EXPECT_EQ(value_of(e, "htp_evictions_total"), static_cast<double>(m.evictions));
-  EXPECT_EQ(value_of(e, "htp_tier_capacity_bytes", "tier=\"hbm\""), static_cast<double>(m.hbm.capacity_bytes));
-  EXPECT_EQ(value_of(e, "htp_transfer_bytes_total", "direction=\"h2d\""), static_cast<double>(m.transfers.h2d.bytes));
+  EXPECT_EQ(value_of(e, "htp_tier_capacity_bytes", "tier=\"hbm\""),
+            static_cast<double>(m.hbm.capacity_bytes));
+  EXPECT_EQ(value_of(e, "htp_transfer_bytes_total", "direction=\"h2d\""),
+            static_cast<double>(m.transfers.h2d.bytes));
   // The histogram: cumulative, ending at +Inf with the count.
   double previous = 0;
   for (const auto& [n, l, v] : e.samples) {
@@ -160,7 +167,8 @@ TEST(prometheus, a_pagers_exposition_is_well_formed_and_carries_its_metrics) {
     EXPECT_GE(v, previous) << l;
     previous = v;
   }
-  EXPECT_EQ(value_of(e, "htp_fault_wait_seconds_bucket", "le=\"+Inf\""), static_cast<double>(m.fault_wait.count));
+  EXPECT_EQ(value_of(e, "htp_fault_wait_seconds_bucket", "le=\"+Inf\""),
+            static_cast<double>(m.fault_wait.count));
   EXPECT_EQ(value_of(e, "htp_fault_wait_seconds_count"), static_cast<double>(m.fault_wait.count));
   EXPECT_NEAR(value_of(e, "htp_fault_wait_seconds_sum"), m.fault_wait.sum_ms / 1e3, 1e-9);
 }
@@ -176,7 +184,8 @@ TEST(prometheus, a_nodes_exposition_labels_each_gpu_and_escapes_link_names) {
   const parsed_exposition e = parse(to_prometheus(nm));
   EXPECT_EQ(value_of(e, "htp_faults_total", "gpu=\"0\""), 0);
   EXPECT_EQ(value_of(e, "htp_faults_total", "gpu=\"1\""), 7);
-  EXPECT_EQ(value_of(e, "htp_node_link_bytes_total", R"(link="odd \"name\"\\",direction="h2d")"), 42);
+  EXPECT_EQ(value_of(e, "htp_node_link_bytes_total", R"(link="odd \"name\"\\",direction="h2d")"),
+            42);
 }
 
 TEST(reset_metrics, counters_start_afresh_and_the_exposition_follows) {
@@ -210,7 +219,8 @@ TEST(trace, the_trace_is_a_ring_of_the_configured_size) {
   for (const auto& ev : j.at("traceEvents")) {
     if (ev.at("ph") == "X") names.push_back(ev.at("name"));
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"span2", "span3", "span4"})) << "the newest three, oldest first";
+  EXPECT_EQ(names, (std::vector<std::string>{"span2", "span3", "span4"}))
+      << "the newest three, oldest first";
   EXPECT_EQ(j.at("otherData").at("dropped_spans"), 2);
   std::remove(path.c_str());
 }

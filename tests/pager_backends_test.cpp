@@ -7,9 +7,9 @@
 #include <htp/checksum.hpp>
 #include <htp/tensor_file.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
 #include <vector>
 
 namespace htp::test {
@@ -34,13 +34,15 @@ TYPED_TEST(pager_backend, a_sweep_larger_than_hbm_keeps_every_byte) {
   for (int i = 0; i < 12; ++i) {
     const std::size_t bytes = (1 + i % 4) * slab + 4096 * static_cast<std::size_t>(i);
     const auto data = payload(bytes, 100 + static_cast<std::uint64_t>(i));
-    weights.push_back(p.register_tensor("w" + std::to_string(i), bytes, tensor_kind::weight, data.data()));
+    weights.push_back(
+        p.register_tensor("w" + std::to_string(i), bytes, tensor_kind::weight, data.data()));
     sums.push_back(checksum(data.data(), bytes));
     total += bytes;
   }
   ASSERT_GT(total, 2 * c.hbm_budget_bytes);
   std::vector<tensor_handle> kv;
-  for (int i = 0; i < 4; ++i) kv.push_back(p.register_tensor("kv" + std::to_string(i), slab, tensor_kind::mutable_state));
+  for (int i = 0; i < 4; ++i)
+    kv.push_back(p.register_tensor("kv" + std::to_string(i), slab, tensor_kind::mutable_state));
   p.set_schedule(weights, /*cyclic=*/true);
   std::uint64_t mismatches = 0;
   for (int step = 0; step < 3; ++step) {
@@ -53,7 +55,8 @@ TYPED_TEST(pager_backend, a_sweep_larger_than_hbm_keeps_every_byte) {
       if (i % 3 == 0) {  // a KV block written by a "kernel" on the device
         const auto& h = kv[(i / 3) % kv.size()];
         const device_span k = p.acquire(h, compute);
-        d.fill_pattern_async(k.data, k.bytes, 1000 + static_cast<std::uint64_t>(step * 100 + i), compute);
+        d.fill_pattern_async(k.data, k.bytes, 1000 + static_cast<std::uint64_t>(step * 100 + i),
+                             compute);
         p.release(h, compute, /*dirty=*/true);
       }
     }
@@ -79,7 +82,8 @@ TYPED_TEST(pager_backend, a_sweep_larger_than_hbm_keeps_every_byte) {
     fill_pattern(expect.data(), expect.size(), 1000 + static_cast<std::uint64_t>(200 + last_i));
     back.resize(slab);
     p.copy_to_host(kv[b], back.data());
-    EXPECT_EQ(checksum(back.data(), back.size()), checksum(expect.data(), expect.size())) << "kv " << b;
+    EXPECT_EQ(checksum(back.data(), back.size()), checksum(expect.data(), expect.size()))
+        << "kv " << b;
   }
   const auto m = p.metrics();
   EXPECT_GT(m.evictions, 0u);
@@ -99,8 +103,10 @@ TYPED_TEST(pager_backend, file_backed_weights_page_in_from_their_file) {
   {
     std::ofstream out(name, std::ios::binary);
     for (int i = 0; i < 6; ++i) {
-      parts.push_back(payload(slab + 4096 * static_cast<std::size_t>(i) + 7, 300 + static_cast<std::uint64_t>(i)));
-      out.write(reinterpret_cast<const char*>(parts.back().data()), static_cast<std::streamsize>(parts.back().size()));
+      parts.push_back(payload(slab + 4096 * static_cast<std::size_t>(i) + 7,
+                              300 + static_cast<std::uint64_t>(i)));
+      out.write(reinterpret_cast<const char*>(parts.back().data()),
+                static_cast<std::streamsize>(parts.back().size()));
     }
   }
   auto file = tensor_file::open(name);
@@ -117,7 +123,8 @@ TYPED_TEST(pager_backend, file_backed_weights_page_in_from_their_file) {
   std::uint64_t mismatches = 0;
   for (int step = 0; step < 3; ++step) {
     for (std::size_t i = 0; i < h.size(); ++i) {
-      if (device_checksum(p, d, h[i], compute, slot) != checksum(parts[i].data(), parts[i].size())) ++mismatches;
+      if (device_checksum(p, d, h[i], compute, slot) != checksum(parts[i].data(), parts[i].size()))
+        ++mismatches;
     }
   }
   EXPECT_EQ(mismatches, 0u);

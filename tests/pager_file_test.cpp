@@ -5,10 +5,10 @@
 
 #include <htp/tensor_file.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace htp::test {
 namespace {
@@ -38,17 +38,20 @@ using pager_file = sim_pager_test;
 
 TEST_F(pager_file, weights_read_from_their_file_survive_evictions_and_take_no_host_memory) {
   // Sizes across chunk (16 KiB) and page boundaries; 4 slabs of HBM cannot hold all three.
-  const std::vector<std::vector<unsigned char>> parts = {payload(100 << 10, 1), payload(70'001, 2), payload(130 << 10, 3)};
+  const std::vector<std::vector<unsigned char>> parts = {payload(100 << 10, 1), payload(70'001, 2),
+                                                         payload(130 << 10, 3)};
   temp_file tf(parts);
   auto file = tensor_file::open(tf.path);
   pager p(*dev, small_pager_config(4));
   std::vector<tensor_handle> h;
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    h.push_back(p.register_file_tensor("w" + std::to_string(i), parts[i].size(), file, tf.offsets[i]));
+    h.push_back(
+        p.register_file_tensor("w" + std::to_string(i), parts[i].size(), file, tf.offsets[i]));
   }
   for (int round = 0; round < 3; ++round) {
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      EXPECT_EQ(device_checksum(p, *dev, h[i], compute, slot), checksum(parts[i].data(), parts[i].size()))
+      EXPECT_EQ(device_checksum(p, *dev, h[i], compute, slot),
+                checksum(parts[i].data(), parts[i].size()))
           << "round " << round << ", tensor " << i;
     }
   }
@@ -82,7 +85,8 @@ TEST_F(pager_file, a_failed_read_fails_the_page_in_with_the_reason_and_a_later_o
   EXPECT_EQ(p.info(h).where, residency::host);
   {
     std::ofstream out(tf.path, std::ios::binary | std::ios::trunc);  // restored
-    out.write(reinterpret_cast<const char*>(parts[0].data()), static_cast<std::streamsize>(parts[0].size()));
+    out.write(reinterpret_cast<const char*>(parts[0].data()),
+              static_cast<std::streamsize>(parts[0].size()));
   }
   EXPECT_EQ(device_checksum(p, *dev, h, compute, slot), checksum(parts[0].data(), parts[0].size()));
 }
@@ -102,11 +106,18 @@ TEST_F(pager_file, bad_file_tensors_are_refused_naming_the_problem) {
   };
   expect_bad([&] { p.register_file_tensor("n", 10, nullptr, 0); }, "null file");
   expect_bad([&] { p.register_file_tensor("past", 8 << 10, file, 1); }, "past the end");
-  expect_bad([&] { p.register_file_tensor("big", 1 << 20, tensor_file::modelled("m", 1 << 20, 1'000'000), 0); },
-             "larger than the largest HBM extent");
-  expect_bad([&] { (void)tensor_file::open("/nonexistent/htp-weights.bin"); }, "/nonexistent/htp-weights.bin");
-  expect_bad([&] { p.register_file_tensor("m", 8 << 10, tensor_file::modelled("m", 8 << 10, 1'000'000'000), 0); },
-             "modelled file");
+  expect_bad(
+      [&] {
+        p.register_file_tensor("big", 1 << 20, tensor_file::modelled("m", 1 << 20, 1'000'000), 0);
+      },
+      "larger than the largest HBM extent");
+  expect_bad([&] { (void)tensor_file::open("/nonexistent/htp-weights.bin"); },
+             "/nonexistent/htp-weights.bin");
+  expect_bad(
+      [&] {
+        p.register_file_tensor("m", 8 << 10, tensor_file::modelled("m", 8 << 10, 1'000'000'000), 0);
+      },
+      "modelled file");
   const tensor_handle h = p.register_file_tensor("w", 8 << 10, file, 0);
   (void)p.acquire(h, compute, true);
   expect_bad([&] { p.release(h, compute, /*dirty=*/true); }, "read-only");

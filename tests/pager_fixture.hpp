@@ -1,6 +1,7 @@
 // Shared set-up for the pager tests: a small sim device, small geometry (64 KiB slabs), an
 // unlimited link with a known peak (no calibration), and helpers that verify a tensor's bytes on
-// the device (a checksum "kernel" on the compute stream), as a model runner's kernel would read them.
+// the device (a checksum "kernel" on the compute stream), as a model runner's kernel would read
+// them.
 #pragma once
 
 #include <htp/checksum.hpp>
@@ -43,7 +44,9 @@ struct gate {
   std::promise<void> promise;
   std::shared_future<void> future = promise.get_future().share();
   bool opened = false;
-  void hold(device& dev, stream_ref s) { dev.launch_host_func([f = future] { f.wait(); }, s); }
+  void hold(device& dev, stream_ref s) {
+    dev.launch_host_func([f = future] { f.wait(); }, s);
+  }
   void open() {
     if (!opened) promise.set_value();
     opened = true;

@@ -46,11 +46,13 @@ TEST(pager_metrics, a_late_prefetch_is_a_wait_sample_and_a_completed_one_is_not)
   pager p(*dev, c);
   stream compute(*dev);
   std::vector<tensor_handle> hs;
-  for (int i = 0; i < 3; ++i) hs.push_back(p.register_tensor("t" + std::to_string(i), slab, tensor_kind::weight));
+  for (int i = 0; i < 3; ++i)
+    hs.push_back(p.register_tensor("t" + std::to_string(i), slab, tensor_kind::weight));
   gate hold_copies;  // held before the schedule starts prefetching, so no copy lands early
   hold_copies.hold(*dev, p.engine().prefetch_stream());
   p.set_schedule(hs, /*cyclic=*/false);
-  p.acquire(hs[0], compute);  // set_schedule prefetched t0 (held): a late prefetch; t1 queues behind
+  p.acquire(hs[0],
+            compute);  // set_schedule prefetched t0 (held): a late prefetch; t1 queues behind
   p.release(hs[0], compute);
   p.acquire(hs[1], compute);  // t1 still queued behind the gate: a late prefetch
   p.release(hs[1], compute);

@@ -12,10 +12,10 @@
 
 #include <htp/checksum.hpp>
 
+#include <sys/mman.h>
 #include <algorithm>
 #include <fstream>
 #include <string>
-#include <sys/mman.h>
 
 namespace htp::test {
 namespace {
@@ -29,12 +29,14 @@ struct lazy_buffer {
   void* p = nullptr;
   std::size_t bytes = 0;
   explicit lazy_buffer(std::size_t b) : bytes(b) {
-    p = ::mmap(nullptr, b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p = ::mmap(nullptr, b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+               0);
     if (p == MAP_FAILED) {
       p = nullptr;
       return;
     }
-    ::madvise(p, b, MADV_NOHUGEPAGE);  // read faults map the 4 KiB zero page, never a fresh huge page
+    ::madvise(p, b,
+              MADV_NOHUGEPAGE);  // read faults map the 4 KiB zero page, never a fresh huge page
   }
   lazy_buffer(const lazy_buffer&) = delete;
   lazy_buffer& operator=(const lazy_buffer&) = delete;
@@ -74,7 +76,8 @@ std::size_t available_memory() {
   }
   const std::pair<const char*, const char*> cgroups[] = {
       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+       "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
   for (const auto& [limit_path, usage_path] : cgroups) {
     const std::size_t limit = read_number(limit_path), usage = read_number(usage_path);
     if (limit != 0 && limit > usage && limit < (std::size_t{1} << 60)) {
@@ -111,13 +114,14 @@ TEST(pager_model_size, a_llama_405b_layer_and_the_70b_embedding_register_and_pag
   constexpr std::size_t needs = 6 * GiB;  // 4.3 GB committed, with room for the rest of the system
   if (const std::size_t avail = available_memory(); avail != 0 && avail < needs) {
     GTEST_SKIP() << "this test commits about 4.3 GB; the machine has " << avail / MiB
-                 << " MiB available (MemAvailable), under the " << needs / MiB << " MiB it asks for";
+                 << " MiB available (MemAvailable), under the " << needs / MiB
+                 << " MiB it asks for";
   }
   // Llama-3.1-405B: hidden 16384, 8 KV heads of 128, MLP 53248. Each MLP matrix is 1.74 GB.
   const std::size_t h = 16384, kv = 1024, ffn = 53248, bf16 = 2;
   const std::vector<std::pair<std::string, std::size_t>> layer = {
-      {"q_proj", h * h * bf16},   {"k_proj", h * kv * bf16},     {"v_proj", h * kv * bf16},
-      {"o_proj", h * h * bf16},   {"gate_proj", h * ffn * bf16}, {"up_proj", h * ffn * bf16},
+      {"q_proj", h * h * bf16},      {"k_proj", h * kv * bf16},     {"v_proj", h * kv * bf16},
+      {"o_proj", h * h * bf16},      {"gate_proj", h * ffn * bf16}, {"up_proj", h * ffn * bf16},
       {"down_proj", ffn * h * bf16}, {"input_norm", h * bf16}};
   const std::size_t embedding = std::size_t{128256} * 8192 * bf16;  // Llama-3.1-70B, 2.1 GB
   const std::size_t hbm = 2 * GiB;

@@ -7,11 +7,11 @@
 
 #include <htp/sim_device.hpp>
 
+#include <unistd.h>
 #include <csignal>
 #include <future>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
 namespace htp::test {
 namespace {
@@ -70,7 +70,7 @@ TEST(queue_limit, acquire_into_a_full_compute_queue_does_not_deadlock) {
   const auto b = p.register_tensor("b", b_bytes.size(), tensor_kind::weight, b_bytes.data());
   gate hold_copies;
   hold_copies.hold(*dev, p.engine().prefetch_stream());  // A's chunks queue up behind this
-  p.acquire(a, compute);                                  // compute now waits for A's copy
+  p.acquire(a, compute);                                 // compute now waits for A's copy
   for (std::size_t i = 1; i < queue_limit; ++i) dev->launch_host_func([] {}, compute);
   auto second = std::async(std::launch::async, [&] { return p.acquire(b, compute); });
   hold_copies.open();
@@ -82,7 +82,6 @@ TEST(queue_limit, acquire_into_a_full_compute_queue_does_not_deadlock) {
   checksum_slot slot(*dev);
   EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(b_bytes.data(), b_bytes.size()));
 }
-
 
 // release records its event on the caller's stream outside the pager's lock: while one thread is
 // stuck recording into a full compute queue, other threads' pager calls go on. (Before, release
@@ -116,7 +115,8 @@ TEST(queue_limit, a_release_stuck_on_a_full_compute_queue_holds_no_pager_lock) {
   auto third = std::async(std::launch::async, [&] { return p.acquire(t, other); });
   const bool went_on = third.wait_for(hang_limit) == std::future_status::ready;
   EXPECT_TRUE(went_on) << "an acquire on another stream waited for a release stuck on a full queue";
-  EXPECT_EQ(sim_blocked_enqueues(*dev), 1u) << "the release must still be stuck: the gate is closed";
+  EXPECT_EQ(sim_blocked_enqueues(*dev), 1u)
+      << "the release must still be stuck: the gate is closed";
   hold_copies.open();
   get_or_die(releasing, "the release, once the queue drained");
   const device_span s = get_or_die(third, "the acquire on another stream");

@@ -13,7 +13,8 @@ class pager_resident : public sim_pager_test {};
 TEST_F(pager_resident, holds_its_bytes_in_hbm_and_no_host_memory) {
   pager p(*dev, small_pager_config(8));
   const auto bytes = payload(3 * slab + 17, 1);
-  const tensor_handle h = p.register_resident("embedding", bytes.size(), tensor_kind::weight, bytes.data());
+  const tensor_handle h =
+      p.register_resident("embedding", bytes.size(), tensor_kind::weight, bytes.data());
   const tensor_info i = p.info(h);
   EXPECT_EQ(i.where, residency::resident);
   EXPECT_TRUE(i.device_resident);
@@ -42,12 +43,14 @@ TEST_F(pager_resident, needs_no_host_tier_and_is_zero_filled_without_a_source) {
 TEST_F(pager_resident, is_never_evicted_while_paged_tensors_cycle_through_the_rest) {
   pager p(*dev, small_pager_config(4));
   const auto rb = payload(2 * slab, 7);
-  const tensor_handle r = p.register_resident("resident", rb.size(), tensor_kind::weight, rb.data());
+  const tensor_handle r =
+      p.register_resident("resident", rb.size(), tensor_kind::weight, rb.data());
   std::vector<tensor_handle> hs;
   std::vector<std::uint64_t> sums;
   for (int i = 0; i < 4; ++i) {
     const auto b = payload(slab, 20 + i);
-    hs.push_back(p.register_tensor("w" + std::to_string(i), b.size(), tensor_kind::weight, b.data()));
+    hs.push_back(
+        p.register_tensor("w" + std::to_string(i), b.size(), tensor_kind::weight, b.data()));
     sums.push_back(checksum(b.data(), b.size()));
   }
   for (int round = 0; round < 3; ++round) {
@@ -102,7 +105,8 @@ TEST_F(pager_resident, registration_evicts_paged_tensors_and_fails_cleanly_when_
   const tensor_handle later = p.register_resident("later", slab, tensor_kind::weight);
   EXPECT_EQ(p.info(later).where, residency::resident);
   p.unregister_tensor(later);  // r and a fill HBM again
-  EXPECT_EQ(device_checksum(p, *dev, a, compute, slot), checksum(ab.data(), ab.size())) << "a came back intact";
+  EXPECT_EQ(device_checksum(p, *dev, a, compute, slot), checksum(ab.data(), ab.size()))
+      << "a came back intact";
   (void)r;
 }
 
@@ -142,7 +146,8 @@ TEST_F(pager_resident, the_fill_waits_for_kernels_still_reading_the_memory_it_ta
   const tensor_handle r = get_or_die(registering, "register_resident");
   ASSERT_TRUE(evicted);
   compute.synchronize();
-  EXPECT_EQ(*slot.value, checksum(ab.data(), ab.size())) << "the fill overwrote a while its kernel read it";
+  EXPECT_EQ(*slot.value, checksum(ab.data(), ab.size()))
+      << "the fill overwrote a while its kernel read it";
   EXPECT_EQ(device_checksum(p, *dev, r, compute, slot), checksum(rb.data(), rb.size()));
 }
 

@@ -1,17 +1,17 @@
 // The pager at real-model scale: absurd budgets and config errors, recycled release events, block
-// tables (list acquire/release), caller-owned host memory, and the schedule at its edges. Tensors of
-// real-model size (GB each) are in pager_model_size_test.cpp, a binary that runs alone.
+// tables (list acquire/release), caller-owned host memory, and the schedule at its edges. Tensors
+// of real-model size (GB each) are in pager_model_size_test.cpp, a binary that runs alone.
 #include "pager_fixture.hpp"
 #include "throws_naming.hpp"
 
 #include <htp/checksum.hpp>
 
-#include <cstring>
 #include <fcntl.h>
-#include <random>
-#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cstring>
+#include <random>
+#include <string>
 
 namespace htp::test {
 namespace {
@@ -20,7 +20,8 @@ TEST(pager_scale, a_host_budget_above_memtotal_is_not_refused) {
   // A microVM's MemTotal can read far below the RAM it can use, so physical memory is no bound on
   // the host budget (the address space is): the pager starts, and what the host cannot pin fails
   // typed, when it is pinned (the first slab here; the sim's capacity stands for the host's).
-  const auto phys = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const auto phys = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   ASSERT_GT(phys, 0u);
   auto c = small_pager_config(4);
   c.host_budget_bytes = (2 * phys / slab + 1) * slab;
@@ -52,7 +53,8 @@ TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
     pager p(*dev, c);
     FAIL() << "a 2^62-byte HBM budget was accepted";
   } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("pager_config.hbm_budget_bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pager_config.hbm_budget_bytes"), std::string::npos)
+        << e.what();
   }
   c = small_pager_config(4);
   c.host_budget_bytes = std::size_t{1} << 62;
@@ -60,7 +62,8 @@ TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
     pager p(*dev, c);
     FAIL() << "a 2^62-byte host budget was accepted";
   } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("pager_config.host_budget_bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pager_config.host_budget_bytes"), std::string::npos)
+        << e.what();
   }
   c = small_pager_config(4);
   c.slab_bytes = 3;
@@ -71,7 +74,8 @@ TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
   EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.max_in_flight_chunks is 0"}));
   c = small_pager_config(4);
   c.h2d.rate_bytes_per_second = 0;
-  EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.h2d.rate_bytes_per_second is 0"}));
+  EXPECT_TRUE(
+      throws_naming([&] { pager p(*dev, c); }, {"pager_config.h2d.rate_bytes_per_second is 0"}));
   c = small_pager_config(4);
   c.d2h.burst_bytes = 1;
   EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.d2h.burst_bytes is 1"}));
@@ -80,8 +84,8 @@ TEST(pager_scale, absurd_budgets_are_out_of_memory_naming_the_field) {
   EXPECT_TRUE(throws_naming([&] { pager p(*dev, c); }, {"pager_config.latency_budget is -5"}));
   c = small_pager_config(4);
   pager p(*dev, c);
-  EXPECT_TRUE(throws_naming(
-      [&] { p.register_tensor("huge", 5 * slab, tensor_kind::weight); }, {"pager_config.hbm_budget_bytes"}));
+  EXPECT_TRUE(throws_naming([&] { p.register_tensor("huge", 5 * slab, tensor_kind::weight); },
+                            {"pager_config.hbm_budget_bytes"}));
 }
 
 TEST(pager_scale, release_events_are_recycled_for_a_resident_tensor) {
@@ -110,7 +114,8 @@ TEST(pager_scale, a_block_table_is_acquired_and_released_in_one_call_with_one_ev
   std::vector<std::uint64_t> sums;
   for (int i = 0; i < 48; ++i) {
     const auto b = payload(16 << 10, 500 + i);
-    blocks.push_back(p.register_tensor("kv" + std::to_string(i), b.size(), tensor_kind::mutable_state, b.data()));
+    blocks.push_back(p.register_tensor("kv" + std::to_string(i), b.size(),
+                                       tensor_kind::mutable_state, b.data()));
     sums.push_back(checksum(b.data(), b.size()));
   }
   const auto spans = p.acquire(blocks, compute);
@@ -125,8 +130,11 @@ TEST(pager_scale, a_block_table_is_acquired_and_released_in_one_call_with_one_ev
   EXPECT_LE(p.metrics().events_created, events_before + 1);
   for (auto b : blocks) EXPECT_EQ(p.info(b).pins, 0);
   // A repeated handle is refused before anything is pinned.
-  EXPECT_TRUE(throws_naming([&] { p.acquire({blocks[0], blocks[1], blocks[0]}, compute); },
-                                              {"appears twice"}));
+  EXPECT_TRUE(throws_naming(
+      [&] {
+        p.acquire({blocks[0], blocks[1], blocks[0]}, compute);
+      },
+      {"appears twice"}));
   EXPECT_EQ(p.info(blocks[0]).pins, 0);
   EXPECT_EQ(p.info(blocks[1]).pins, 0);
 }
@@ -136,7 +144,8 @@ TEST(pager_scale, a_block_table_that_does_not_fit_is_all_or_nothing) {
   pager p(*dev, small_pager_config(4));
   stream compute(*dev);
   std::vector<tensor_handle> blocks;
-  for (int i = 0; i < 6; ++i) blocks.push_back(p.register_tensor("kv" + std::to_string(i), slab, tensor_kind::mutable_state));
+  for (int i = 0; i < 6; ++i)
+    blocks.push_back(p.register_tensor("kv" + std::to_string(i), slab, tensor_kind::mutable_state));
   EXPECT_THROW(p.acquire(blocks, compute), out_of_memory);
   for (auto b : blocks) EXPECT_EQ(p.info(b).pins, 0);
   const auto m = p.metrics();
@@ -166,7 +175,8 @@ TEST(pager_scale, caller_memory_is_never_copied_and_receives_write_backs) {
                                       model.data() + i * slab));
   }
   // htp's own host memory: the engine's completion words only (stated in docs/pager.md).
-  const std::size_t overhead = sim_pinned_bytes_in_use(*dev) - pinned_before - sizeof(std::uint64_t);
+  const std::size_t overhead =
+      sim_pinned_bytes_in_use(*dev) - pinned_before - sizeof(std::uint64_t);
   EXPECT_LE(overhead, std::size_t{64} << 10);
   const auto m0 = p.metrics();
   EXPECT_EQ(m0.host.capacity_bytes, 0u);
@@ -189,8 +199,9 @@ TEST(pager_scale, caller_memory_is_never_copied_and_receives_write_backs) {
   EXPECT_TRUE(throws_naming([&] { p.remove_host_region(model.data()); }, {"still live"}));
   for (auto h : hs) p.unregister_tensor(h);
   p.remove_host_region(model.data());
-  EXPECT_TRUE(throws_naming(
-      [&] { p.register_tensor_at("late", slab, tensor_kind::weight, model.data()); }, {"add_host_region"}));
+  EXPECT_TRUE(
+      throws_naming([&] { p.register_tensor_at("late", slab, tensor_kind::weight, model.data()); },
+                    {"add_host_region"}));
 }
 
 TEST(pager_scale, weights_page_from_a_read_only_mapped_file) {
@@ -213,13 +224,17 @@ TEST(pager_scale, weights_page_from_a_read_only_mapped_file) {
     checksum_slot slot(*dev);
     p.add_host_region(map, bytes, host_region_kind::pageable_read_only);
     auto* base = static_cast<char*>(map);
-    EXPECT_TRUE(throws_naming(
-        [&] { p.register_tensor_at("kv", slab, tensor_kind::mutable_state, base); }, {"read-only"}));
+    EXPECT_TRUE(
+        throws_naming([&] { p.register_tensor_at("kv", slab, tensor_kind::mutable_state, base); },
+                      {"read-only"}));
     std::vector<tensor_handle> hs;
-    for (int i = 0; i < 8; ++i) hs.push_back(p.register_tensor_at("w" + std::to_string(i), slab, tensor_kind::weight, base + i * slab));
+    for (int i = 0; i < 8; ++i)
+      hs.push_back(p.register_tensor_at("w" + std::to_string(i), slab, tensor_kind::weight,
+                                        base + i * slab));
     for (int pass = 0; pass < 2; ++pass) {
       for (int i = 0; i < 8; ++i) {
-        EXPECT_EQ(device_checksum(p, *dev, hs[i], compute, slot), checksum(content.data() + i * slab, slab));
+        EXPECT_EQ(device_checksum(p, *dev, hs[i], compute, slot),
+                  checksum(content.data() + i * slab, slab));
       }
     }
   }
@@ -236,7 +251,8 @@ std::uint64_t sweep_page_ins(bool fail_first, bool two_streams) {
   pager p(*dev, c);
   stream compute(*dev), other(*dev);
   std::vector<tensor_handle> hs;
-  for (int i = 0; i < 7; ++i) hs.push_back(p.register_tensor("l" + std::to_string(i), slab, tensor_kind::weight));
+  for (int i = 0; i < 7; ++i)
+    hs.push_back(p.register_tensor("l" + std::to_string(i), slab, tensor_kind::weight));
   p.set_schedule(hs, /*cyclic=*/true);
   if (fail_first) {
     const auto blocker = p.register_tensor("blocker", 4 * slab, tensor_kind::weight);
@@ -269,8 +285,8 @@ TEST(pager_scale, acquiring_on_two_streams_is_one_access) {
 }
 
 /// Page-ins of `steps` cyclic passes over tensors of the given sizes (in slabs).
-std::uint64_t unequal_page_ins(const std::vector<int>& sizes, std::size_t capacity, unsigned lookahead,
-                               eviction_rule rule) {
+std::uint64_t unequal_page_ins(const std::vector<int>& sizes, std::size_t capacity,
+                               unsigned lookahead, eviction_rule rule) {
   auto dev = small_sim_device();
   auto c = small_pager_config(capacity);
   c.prefetch_lookahead = lookahead;
@@ -284,7 +300,8 @@ std::uint64_t unequal_page_ins(const std::vector<int>& sizes, std::size_t capaci
   stream compute(*dev);
   std::vector<tensor_handle> hs;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    hs.push_back(p.register_tensor("t" + std::to_string(i), static_cast<std::size_t>(sizes[i]) * slab - 100,
+    hs.push_back(p.register_tensor("t" + std::to_string(i),
+                                   static_cast<std::size_t>(sizes[i]) * slab - 100,
                                    tensor_kind::weight));
   }
   // The whole run as one schedule (not cyclic), so nothing is prefetched past its end.
@@ -310,7 +327,8 @@ TEST(pager_scale, prefetch_never_adds_page_ins_even_with_unequal_sizes) {
       const auto demand = unequal_page_ins(sizes, capacity, 0, rule);
       for (unsigned k : {1u, 2u, 3u}) {
         EXPECT_LE(unequal_page_ins(sizes, capacity, k, rule), demand)
-            << "trial " << trial << " lookahead " << k << (rule == eviction_rule::lru ? " (LRU)" : " (Belady)");
+            << "trial " << trial << " lookahead " << k
+            << (rule == eviction_rule::lru ? " (LRU)" : " (Belady)");
       }
     }
   }

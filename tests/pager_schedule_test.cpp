@@ -70,7 +70,8 @@ run_result run_cyclic(int layers, int capacity, int steps, eviction_rule rule, u
   std::vector<std::uint64_t> sums;
   for (int i = 0; i < layers; ++i) {
     const auto b = payload(slab, 1000 + i);
-    hs.push_back(p.register_tensor("layer" + std::to_string(i), slab, tensor_kind::weight, b.data()));
+    hs.push_back(
+        p.register_tensor("layer" + std::to_string(i), slab, tensor_kind::weight, b.data()));
     sums.push_back(checksum(b.data(), b.size()));
   }
   if (with_schedule) p.set_schedule(hs, /*cyclic=*/true);
@@ -117,7 +118,8 @@ TEST(pager_schedule, pipeline_prefetch_trades_page_ins_for_fewer_faults) {
   const int layers = 10, capacity = 6, steps = 5;
   const std::size_t min = belady_misses(cyclic_trace(layers, steps), capacity);
   const auto none = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 0, true);
-  const auto piped = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 2, true, prefetch_mode::pipeline);
+  const auto piped = run_cyclic(layers, capacity, steps, eviction_rule::automatic, 2, true,
+                                prefetch_mode::pipeline);
   EXPECT_GE(piped.page_ins, min);
   EXPECT_LE(piped.page_ins, static_cast<std::uint64_t>(layers * steps));
   EXPECT_LT(piped.faults, none.faults);

@@ -32,7 +32,9 @@ void run_shadow(std::uint64_t seed, int operations, bool checked) {
   std::vector<std::pair<std::size_t, device_span>> held;  // index into live, span
   std::uint64_t next_seed = seed * 1000003;
 
-  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
+  };
   auto random_size = [&]() -> std::size_t {
     // log-uniform from 1 byte to 4 slabs: bins, runs, odd sizes
     const double e = std::uniform_real_distribution<double>(0, std::log2(4.0 * slab))(rng);

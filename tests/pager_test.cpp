@@ -100,7 +100,8 @@ TEST_F(pager_test, a_host_region_lent_as_pinned_must_be_pinned) {
   // backends refuse it, and take pinned memory of the device (or of another device object).
   pager p(*dev, small_pager_config(8));
   std::vector<unsigned char> plain(4 * slab);
-  EXPECT_THROW(p.add_host_region(plain.data(), plain.size(), host_region_kind::pinned), invalid_argument);
+  EXPECT_THROW(p.add_host_region(plain.data(), plain.size(), host_region_kind::pinned),
+               invalid_argument);
   void* pinned = dev->allocate(memory_kind::pinned_host, 4 * slab);
   p.add_host_region(pinned, 4 * slab, host_region_kind::pinned);
   const auto bytes = payload(3 * slab, 5);
@@ -139,12 +140,14 @@ TEST_F(pager_test, clean_weights_are_evicted_when_hbm_is_full_and_come_back_inta
   std::vector<std::uint64_t> sums;
   for (int i = 0; i < 6; ++i) {
     const auto b = payload(slab, 100 + i);
-    hs.push_back(p.register_tensor("layer" + std::to_string(i), b.size(), tensor_kind::weight, b.data()));
+    hs.push_back(
+        p.register_tensor("layer" + std::to_string(i), b.size(), tensor_kind::weight, b.data()));
     sums.push_back(checksum(b.data(), b.size()));
   }
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 6; ++i) {
-      ASSERT_EQ(device_checksum(p, *dev, hs[i], compute, slot), sums[i]) << "round " << round << " layer " << i;
+      ASSERT_EQ(device_checksum(p, *dev, hs[i], compute, slot), sums[i])
+          << "round " << round << " layer " << i;
     }
   }
   const auto m = p.metrics();
@@ -312,7 +315,7 @@ TEST_F(pager_test, a_page_in_waits_for_kernels_still_writing_the_host_copy) {
   dev->fill_pattern_async(sk.data, sk.bytes, 77, writer);  // runs only once the gate opens
   p.release(kv, writer, /*dirty=*/true);
   p.release(a, compute);
-  compute.synchronize();  // a's readers are done: only kv's writer is still pending
+  compute.synchronize();                  // a's readers are done: only kv's writer is still pending
   const auto s = p.acquire(kv, compute);  // evicts a and pages kv in
   ASSERT_FALSE(s.degraded);
   dev->checksum_async(s.data, s.bytes, slot.value, compute);
@@ -328,7 +331,8 @@ TEST_F(pager_test, a_schedule_prefetches_ahead_and_counts_hits) {
   c.prefetch_lookahead = 2;
   pager p(*dev, c);
   std::vector<tensor_handle> layers;
-  for (int i = 0; i < 4; ++i) layers.push_back(p.register_tensor("l" + std::to_string(i), slab, tensor_kind::weight));
+  for (int i = 0; i < 4; ++i)
+    layers.push_back(p.register_tensor("l" + std::to_string(i), slab, tensor_kind::weight));
   p.set_schedule(layers, /*cyclic=*/true);  // prefetches the first two
   p.synchronize();
   EXPECT_EQ(p.info(layers[0]).where, residency::resident);
@@ -395,7 +399,8 @@ TEST_F(pager_test, explicit_compaction_keeps_every_byte) {
   const std::size_t moves = p.compact();
   EXPECT_GT(moves, 0u);
   EXPECT_LE(p.metrics().hbm.fragmentation_pct, before);
-  for (int i = 0; i < 24; ++i) EXPECT_EQ(device_checksum(p, *dev, hs[i], compute, slot), sums[i]) << i;
+  for (int i = 0; i < 24; ++i)
+    EXPECT_EQ(device_checksum(p, *dev, hs[i], compute, slot), sums[i]) << i;
 }
 
 TEST_F(pager_test, metrics_export_as_json_and_trace_as_chrome_json) {
@@ -435,7 +440,6 @@ TEST_F(pager_test, teardown_returns_every_byte_to_the_device) {
   }
   EXPECT_EQ(dev->memory().free_bytes, before);
 }
-
 
 // Never block on a victim: a tensor acquired and released while its load is still in flight (the
 // host ran ahead) is evicted at once for the next fault, the reuse of its memory ordered on the

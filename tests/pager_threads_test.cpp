@@ -66,7 +66,8 @@ TEST(pager_threads, eight_threads_share_a_pager_and_lose_nothing) {
       std::vector<tensor_handle> mine;
       std::vector<std::uint64_t> mine_sums;
       for (int k = 0; k < 2; ++k) {
-        const std::size_t n = slab / 2 + static_cast<std::size_t>(t) * 100 + static_cast<std::size_t>(k);
+        const std::size_t n =
+            slab / 2 + static_cast<std::size_t>(t) * 100 + static_cast<std::size_t>(k);
         mine.push_back(p.register_tensor("kv", n, tensor_kind::mutable_state));
         std::vector<unsigned char> z(n, 0);
         mine_sums.push_back(checksum(z.data(), n));

@@ -1,8 +1,8 @@
 // The capacity planner: the 175B hand calculation of docs/planner.md, the formulas on small cases,
 // the searches, benchmark JSON, and the errors for inputs that cannot be planned.
+#include "planner/planner.hpp"
 #include "planner/bench_json.hpp"
 #include "planner/gpu_presets.hpp"
-#include "planner/planner.hpp"
 
 #include <htp/error.hpp>
 
@@ -40,27 +40,27 @@ plan_inputs hand_calculation() {
 
 TEST(planner, HandCalculation175B) {
   const plan_result r = plan(hand_calculation());
-  EXPECT_EQ(r.layer_bytes, 3'624'198'144u);         // 1,812,099,072 params x 2 bytes
-  EXPECT_EQ(r.layer_bytes_per_gpu, 453'024'768u);   // / 8 = 432.0 MiB
-  EXPECT_EQ(r.pages_per_layer, 7u);                 // ceil(432.0 / 64)
+  EXPECT_EQ(r.layer_bytes, 3'624'198'144u);        // 1,812,099,072 params x 2 bytes
+  EXPECT_EQ(r.layer_bytes_per_gpu, 453'024'768u);  // / 8 = 432.0 MiB
+  EXPECT_EQ(r.pages_per_layer, 7u);                // ceil(432.0 / 64)
   EXPECT_EQ(r.embedding_bytes_per_gpu, 160'733'184u);
   EXPECT_EQ(r.embedding_pages, 3u);
   EXPECT_EQ(r.total_bytes_per_gpu, 43'651'110'912u);  // 43.65 GB > 40 GB: must page
   EXPECT_EQ(r.headroom_bytes_per_gpu, 4'000'000'000u);
-  EXPECT_EQ(r.weight_pages, 536u);                  // floor(36e9 / 64 MiB)
-  EXPECT_EQ(r.staging_pages, 14u);                  // two layers, so copies overlap compute
+  EXPECT_EQ(r.weight_pages, 536u);  // floor(36e9 / 64 MiB)
+  EXPECT_EQ(r.staging_pages, 14u);  // two layers, so copies overlap compute
   EXPECT_TRUE(r.overlap);
-  EXPECT_EQ(r.resident_layers, 74);                 // floor((536 - 3 - 14) / 7)
+  EXPECT_EQ(r.resident_layers, 74);  // floor((536 - 3 - 14) / 7)
   EXPECT_EQ(r.streamed_layers, 22);
   EXPECT_EQ(r.host_bytes_needed, 22ull * 3'624'198'144ull);  // 79.7 GB <= 256 GB
   EXPECT_EQ(r.paged_pages_per_step, 154u);
-  EXPECT_DOUBLE_EQ(r.transfer_ms, 154 * 0.8);       // 123.2 ms
+  EXPECT_DOUBLE_EQ(r.transfer_ms, 154 * 0.8);                     // 123.2 ms
   EXPECT_NEAR(r.memory_ms, 43.651110912e9 / 1555e9 * 1e3, 1e-9);  // 28.07 ms
   EXPECT_NEAR(r.compute_ms, 28.07, 0.01);
   EXPECT_NEAR(r.step_ms, 123.2, 1e-9);
   EXPECT_TRUE(r.meets_budget);
-  EXPECT_EQ(r.min_resident_layers, 61);             // 35 streamed x 5.6 ms = 196 ms <= 200
-  EXPECT_EQ(r.largest_batch, 1429);                 // FLOP-bound: 1429 x 0.1399 ms <= 200
+  EXPECT_EQ(r.min_resident_layers, 61);  // 35 streamed x 5.6 ms = 196 ms <= 200
+  EXPECT_EQ(r.largest_batch, 1429);      // FLOP-bound: 1429 x 0.1399 ms <= 200
   EXPECT_EQ(r.link_source, "--page-ms");
 }
 
@@ -88,7 +88,7 @@ TEST(planner, PageCostFromLinkRate) {
   const plan_result r = plan(in);
   EXPECT_NEAR(r.page_ms, 67.108864 / 25.0, 1e-12);  // 64 MiB at 25 GB/s = 2.68 ms
   EXPECT_NEAR(r.transfer_ms, 154 * 67.108864 / 25.0, 1e-9);
-  EXPECT_FALSE(r.meets_budget);                      // 413 ms
+  EXPECT_FALSE(r.meets_budget);  // 413 ms
   EXPECT_EQ(r.link_source, "test");
   EXPECT_EQ(r.largest_batch, 0);
 }
@@ -160,8 +160,9 @@ TEST(planner, HbmTooSmallSaysWhatWouldFit) {
   plan_inputs in;
   in.model = preset("llama-3.1-405b");
   in.hbm_gb = 4;
-  EXPECT_TRUE(throws_naming([&] { plan(in); }, {"HBM per GPU is too small", "--hbm-gb 4.0",
-                                                "need 222", "--hbm-gb >= 16.6", "--allow-degraded"}));
+  EXPECT_TRUE(
+      throws_naming([&] { plan(in); }, {"HBM per GPU is too small", "--hbm-gb 4.0", "need 222",
+                                        "--hbm-gb >= 16.6", "--allow-degraded"}));
   in.hbm_gb = 16.6;
   EXPECT_NO_THROW(plan(in));
 }

@@ -51,7 +51,8 @@ TEST(reliability_stress, eight_threads_ten_thousand_ops_each) {
     for (int i = 0; i < 20; ++i) {
       const std::size_t n = (i % 4 == 0) ? slab + 1000 : 3000 + static_cast<std::size_t>(i) * 1531;
       const auto b = payload(n, 70 + i);
-      weights.push_back(p.register_tensor("w" + std::to_string(i), n, tensor_kind::weight, b.data()));
+      weights.push_back(
+          p.register_tensor("w" + std::to_string(i), n, tensor_kind::weight, b.data()));
       weight_sums.push_back(checksum(b.data(), n));
     }
     p.set_schedule(weights, true);
@@ -178,12 +179,13 @@ TEST(reliability_stress, eight_threads_ten_thousand_ops_each) {
     EXPECT_EQ(m.host.used_bytes, 0u);
     EXPECT_EQ(m.registered_tensors, 0u);
     EXPECT_GT(m.evictions, 0u);
-    std::printf("reliability_stress: %d threads x %d ops: %llu acquires, %llu faults, %llu evictions, "
-                "%llu write-backs, %d releases (%d from the releaser)\n",
-                threads, ops, static_cast<unsigned long long>(m.acquires),
-                static_cast<unsigned long long>(m.faults), static_cast<unsigned long long>(m.evictions),
-                static_cast<unsigned long long>(m.write_backs), total_releases.load(),
-                released_elsewhere.load());
+    std::printf(
+        "reliability_stress: %d threads x %d ops: %llu acquires, %llu faults, %llu evictions, "
+        "%llu write-backs, %d releases (%d from the releaser)\n",
+        threads, ops, static_cast<unsigned long long>(m.acquires),
+        static_cast<unsigned long long>(m.faults), static_cast<unsigned long long>(m.evictions),
+        static_cast<unsigned long long>(m.write_backs), total_releases.load(),
+        released_elsewhere.load());
   }
   EXPECT_EQ(dev->memory().free_bytes, device_free);
 }

@@ -21,7 +21,7 @@ namespace htp::test {
 namespace {
 
 constexpr std::size_t chunk = 64 << 10;
-constexpr std::uint64_t rate = 1'000'000'000;               // 1 GB/s on the virtual clock
+constexpr std::uint64_t rate = 1'000'000'000;                      // 1 GB/s on the virtual clock
 constexpr std::int64_t chunk_ns = chunk * 1'000'000'000LL / rate;  // 65,536 ns per chunk
 
 struct virtual_clock {
@@ -128,7 +128,8 @@ TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
   auto link = std::make_shared<shared_link>("numa0", rate, 2 * chunk, clock.fn());
   crossing_log log;
   gpu a(0, link, log), b(1, link, log);
-  const transfer_ticket ta = a.load(16, 0, transfer_priority::prefetch);  // GPU 0 streams a long prefetch
+  const transfer_ticket ta =
+      a.load(16, 0, transfer_priority::prefetch);  // GPU 0 streams a long prefetch
   ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::prefetch) == 1; },
                          "GPU 0's prefetch waiting on the link"));
   ASSERT_EQ(log.snapshot().size(), 2u);
@@ -140,9 +141,9 @@ TEST(shared_link, a_fault_on_one_gpu_goes_before_a_prefetch_on_the_other) {
     ASSERT_TRUE(wait_until([&] { return link->waiting(transfer_priority::fault) == 1; },
                            "the fault's next chunk waiting on the link"));
     clock.now += chunk_ns;
-    ASSERT_TRUE(wait_until(
-        [&] { return log.snapshot().size() == 2u + static_cast<std::size_t>(k); },
-        "the fault's chunk crossing"))
+    ASSERT_TRUE(
+        wait_until([&] { return log.snapshot().size() == 2u + static_cast<std::size_t>(k); },
+                   "the fault's chunk crossing"))
         << "chunk " << k;
     const auto c = log.snapshot().back();
     EXPECT_EQ(c.first, 1) << "chunk " << k << " of the fault";
@@ -184,7 +185,8 @@ TEST(shared_link, nested_links_cap_every_level_at_once) {
   }
   std::size_t under_switch = 0;
   for (const auto& [g, p] : log.snapshot()) under_switch += g != 2 ? 1 : 0;
-  EXPECT_EQ(sw->bytes_taken(), under_switch * chunk) << "a chunk takes switch0's tokens only when it crosses";
+  EXPECT_EQ(sw->bytes_taken(), under_switch * chunk)
+      << "a chunk takes switch0's tokens only when it crosses";
   EXPECT_TRUE(drain(clock, *a.engine, ta));
   EXPECT_TRUE(drain(clock, *b.engine, tb));
   EXPECT_TRUE(drain(clock, *c.engine, tc));
@@ -193,7 +195,8 @@ TEST(shared_link, nested_links_cap_every_level_at_once) {
 // The chain is taken whole or not at all, and a waiter counts at every level up to the one that
 // holds it back: a fault under one switch, waiting for the NUMA link, holds back a prefetch under
 // another switch whose own switch has tokens.
-TEST(shared_link, a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_before_a_prefetch_under_another) {
+TEST(shared_link,
+     a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_before_a_prefetch_under_another) {
   virtual_clock clock;
   auto numa = std::make_shared<shared_link>("numa0", rate, chunk, clock.fn());
   auto sw0 = std::make_shared<shared_link>("switch0", rate, 4 * chunk, clock.fn(), numa);
@@ -201,7 +204,8 @@ TEST(shared_link, a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_befor
   EXPECT_EQ(sw0->chain_burst(), chunk);
   shared_link::waiter prefetcher, faulter;
   ASSERT_EQ(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0);
-  EXPECT_GT(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0) << "numa0 is empty";
+  EXPECT_GT(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0)
+      << "numa0 is empty";
   EXPECT_EQ(sw0->bytes_taken(), chunk) << "nothing taken from switch0 when numa0 refused";
   EXPECT_EQ(sw0->waiting(transfer_priority::prefetch), 1u);
   EXPECT_EQ(numa->waiting(transfer_priority::prefetch), 1u);
@@ -215,7 +219,8 @@ TEST(shared_link, a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_befor
   EXPECT_EQ(numa->waiting(transfer_priority::fault), 0u);
   EXPECT_EQ(sw1->waiting(transfer_priority::fault), 0u);
   clock.now += chunk_ns;
-  EXPECT_EQ(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0) << "the fault is through";
+  EXPECT_EQ(sw0->take_or_wait(chunk, transfer_priority::prefetch, prefetcher), 0)
+      << "the fault is through";
   EXPECT_EQ(numa->bytes_taken(), 3 * chunk);
   EXPECT_EQ(sw0->bytes_taken(), 2 * chunk);
   EXPECT_EQ(sw1->bytes_taken(), chunk);
@@ -228,9 +233,11 @@ TEST(shared_link, a_chain_is_taken_whole_and_a_fault_under_one_switch_goes_befor
 TEST(shared_link, a_chain_longer_than_max_chain_is_refused) {
   std::shared_ptr<shared_link> top = std::make_shared<shared_link>("l0", rate, chunk);
   for (std::size_t k = 1; k < shared_link::max_chain; ++k) {
-    top = std::make_shared<shared_link>("l" + std::to_string(k), rate, chunk, &token_bucket::steady_clock_ns, top);
+    top = std::make_shared<shared_link>("l" + std::to_string(k), rate, chunk,
+                                        &token_bucket::steady_clock_ns, top);
   }
-  EXPECT_THROW(shared_link("too deep", rate, chunk, &token_bucket::steady_clock_ns, top), invalid_argument);
+  EXPECT_THROW(shared_link("too deep", rate, chunk, &token_bucket::steady_clock_ns, top),
+               invalid_argument);
 }
 
 TEST(shared_link, a_burst_smaller_than_a_chunk_is_refused_naming_the_field) {
@@ -251,7 +258,8 @@ TEST(shared_link, a_burst_smaller_than_a_chunk_is_refused_naming_the_field) {
   EXPECT_THROW(shared_link("zero", 0, chunk), invalid_argument);
   // A link above the engine's own one with too small a burst is refused as well.
   auto thin_parent = std::make_shared<shared_link>("thin", rate, chunk / 2);
-  t.h2d.upstream = std::make_shared<shared_link>("wide", rate, 4 * chunk, &token_bucket::steady_clock_ns, thin_parent);
+  t.h2d.upstream = std::make_shared<shared_link>("wide", rate, 4 * chunk,
+                                                 &token_bucket::steady_clock_ns, thin_parent);
   EXPECT_THROW(transfer_engine(*dev, t), invalid_argument);
 }
 

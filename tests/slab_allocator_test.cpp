@@ -147,7 +147,8 @@ void expect_rejected(slab_allocator& a, F call, std::vector<std::string> fragmen
     call();
     ADD_FAILURE() << "call accepted";
   } catch (const invalid_argument& e) {
-    for (auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+    for (auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
   }
   const auto after = a.statistics();
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
@@ -165,9 +166,11 @@ TEST_F(slab_allocator_test, bad_input_is_a_typed_error_naming_value_and_rule_and
   expect_rejected(a, [&] { a.allocate(0); }, {"allocate(0)", "at least one byte"});
   expect_rejected(a, [&] { a.allocate(9 * slab); }, {"589824", "more than the tier can ever hold"});
   std::vector<char> foreign(4096);
-  void* aligned_foreign = reinterpret_cast<void*>((addr(foreign.data()) + 255) & ~std::uintptr_t{255});
+  void* aligned_foreign =
+      reinterpret_cast<void*>((addr(foreign.data()) + 255) & ~std::uintptr_t{255});
   expect_rejected(a, [&] { a.deallocate(aligned_foreign, 10); }, {"unknown pointer"});
-  expect_rejected(a, [&] { a.deallocate(static_cast<char*>(small.ptr) + 8, 1000); }, {"misaligned"});
+  expect_rejected(a, [&] { a.deallocate(static_cast<char*>(small.ptr) + 8, 1000); },
+                  {"misaligned"});
   expect_rejected(a, [&] { a.deallocate(static_cast<char*>(small.ptr) + 256, 1000); },
                   {"inside a block"});
   expect_rejected(a, [&] { a.deallocate(small.ptr, 999); }, {"999", "wrong size", "1000"});
@@ -331,7 +334,8 @@ TEST_F(slab_allocator_test, compaction_of_bins_frees_whole_slabs_and_preserves_b
   for (const slab_move& m : p.moves) {
     std::memcpy(m.to.ptr, m.from.ptr, m.from.bytes);
     a.commit_move(m);
-    auto it = std::find_if(kept.begin(), kept.end(), [&](const extent& e) { return e.ptr == m.from.ptr; });
+    auto it = std::find_if(kept.begin(), kept.end(),
+                           [&](const extent& e) { return e.ptr == m.from.ptr; });
     sums[m.to.ptr] = sums.at(m.from.ptr);
     sums.erase(m.from.ptr);
     it->ptr = m.to.ptr;

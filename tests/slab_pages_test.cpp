@@ -113,7 +113,8 @@ TEST(slab_pages, repeated_compaction_relocates_bin_pages_and_joins_all_free_spac
   const extent z = a.allocate(7 * page);
   ASSERT_EQ(page_of(a, s.ptr), 15u);
   for (const extent& e : {y, s}) {
-    for (std::size_t i = 0; i < e.bytes; ++i) static_cast<unsigned char*>(e.ptr)[i] = static_cast<unsigned char>(i * 7 + e.bytes);
+    for (std::size_t i = 0; i < e.bytes; ++i)
+      static_cast<unsigned char*>(e.ptr)[i] = static_cast<unsigned char>(i * 7 + e.bytes);
     live[e.ptr] = e;
   }
   const std::uint64_t sum_y = checksum(y.ptr, y.bytes), sum_s = checksum(s.ptr, s.bytes);
@@ -174,7 +175,8 @@ TEST(slab_pages, a_churn_trace_compacts_to_a_quarter_of_its_waste_and_no_request
   slab_allocator_config c;
   c.budget_bytes = 512 * MiB;
   c.slab_bytes = 16 * MiB;
-  c.page_bytes = 4 * KiB;  // the bench's size-to-page ratio (48 MiB tensors, 64 KiB pages), scaled down
+  c.page_bytes =
+      4 * KiB;  // the bench's size-to-page ratio (48 MiB tensors, 64 KiB pages), scaled down
   slab_allocator a(*dev, c);
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(0, 1);
@@ -196,7 +198,8 @@ TEST(slab_pages, a_churn_trace_compacts_to_a_quarter_of_its_waste_and_no_request
           break;
         } catch (const out_of_memory&) {
           const bool room = a.fragmentation().free_pages * a.page_bytes() >= a.rounded_size(n);
-          const compaction_plan p = room && round < 8 ? a.plan_compaction(movable, n) : compaction_plan{};
+          const compaction_plan p =
+              room && round < 8 ? a.plan_compaction(movable, n) : compaction_plan{};
           for (const slab_move& m : p.moves) {
             a.commit_move(m);
             live.erase(m.from.ptr);
@@ -228,7 +231,8 @@ TEST(slab_pages, a_churn_trace_compacts_to_a_quarter_of_its_waste_and_no_request
   }
   const auto f = a.audit();
   EXPECT_GT(before, 0.08) << "the trace did not fragment the tier";
-  EXPECT_LE(f.waste, before / 4) << "waste before compaction " << before << ", " << moves << " moves";
+  EXPECT_LE(f.waste, before / 4) << "waste before compaction " << before << ", " << moves
+                                 << " moves";
   RecordProperty("waste_before", std::to_string(before));
   RecordProperty("waste_after", std::to_string(f.waste));
   RecordProperty("served_after_compaction", std::to_string(served_after_compaction));

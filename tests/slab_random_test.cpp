@@ -36,7 +36,7 @@ class shadow_run {
     slab_allocator_config c;
     c.budget_bytes = 64 * slab;
     c.slab_bytes = slab;
-    c.page_bytes = page_bytes;      // a slab, or 16 pages per slab
+    c.page_bytes = page_bytes;     // a slab, or 16 pages per slab
     c.slabs_per_reservation = 16;  // four reservations: runs must respect their boundaries
     alloc_ = std::make_unique<slab_allocator>(*dev_, c);
     s_ = std::make_unique<stream>(*dev_);
@@ -103,7 +103,8 @@ class shadow_run {
     return it;
   }
 
-  // The first and last 8 bytes (or all of a shorter extent: a move copies only the requested bytes).
+  // The first and last 8 bytes (or all of a shorter extent: a move copies only the requested
+  // bytes).
   static void stamp(void* p, std::size_t bytes, std::uint64_t v) {
     std::memcpy(p, &v, std::min<std::size_t>(8, bytes));
     if (bytes >= 16) std::memcpy(static_cast<char*>(p) + bytes - 8, &v, 8);
@@ -175,7 +176,10 @@ class shadow_run {
     const auto before = alloc_->statistics();
     switch (std::uniform_int_distribution<int>(0, 3)(rng_)) {
       case 0: EXPECT_THROW(alloc_->deallocate(p, it->second.bytes + 1), invalid_argument); break;
-      case 1: EXPECT_THROW(alloc_->deallocate(static_cast<char*>(p) + 64, it->second.bytes), invalid_argument); break;
+      case 1:
+        EXPECT_THROW(alloc_->deallocate(static_cast<char*>(p) + 64, it->second.bytes),
+                     invalid_argument);
+        break;
       case 2: EXPECT_THROW(alloc_->allocate(0), invalid_argument); break;
       default:
         if (it->second.pending) {
@@ -193,7 +197,9 @@ class shadow_run {
   void compact() {
     const std::size_t request =
         std::uniform_int_distribution<int>(0, 1)(rng_) == 0 ? 0 : random_size();
-    auto movable = [](const extent& e) { return (reinterpret_cast<std::uintptr_t>(e.ptr) >> 8) % 5 != 0; };
+    auto movable = [](const extent& e) {
+      return (reinterpret_cast<std::uintptr_t>(e.ptr) >> 8) % 5 != 0;
+    };
     compaction_plan p = alloc_->plan_compaction(movable, request);
     std::map<std::uintptr_t, std::size_t> dests;
     for (const slab_move& m : p.moves) {
@@ -232,12 +238,14 @@ class shadow_run {
       auto node = shadow_.extract(reinterpret_cast<std::uintptr_t>(m.from.ptr));
       node.key() = reinterpret_cast<std::uintptr_t>(m.to.ptr);
       shadow_.insert(std::move(node));
-      expect_stamp(m.to.ptr, m.to.bytes, shadow_.at(reinterpret_cast<std::uintptr_t>(m.to.ptr)).stamp);
+      expect_stamp(m.to.ptr, m.to.bytes,
+                   shadow_.at(reinterpret_cast<std::uintptr_t>(m.to.ptr)).stamp);
     }
     // A plan that says it makes room for the request does, once all its moves committed.
     if (request != 0 && p.satisfies_request && !(cancel_some && p.moves.size() > 1)) {
       extent e{};
-      ASSERT_NO_THROW(e = alloc_->allocate(request)) << "the plan promised room for " << request << " bytes";
+      ASSERT_NO_THROW(e = alloc_->allocate(request))
+          << "the plan promised room for " << request << " bytes";
       alloc_->deallocate(e.ptr, e.bytes);
     }
   }

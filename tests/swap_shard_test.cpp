@@ -56,7 +56,8 @@ std::vector<std::vector<unsigned char>> make_layers(std::size_t count, std::size
   std::vector<std::vector<unsigned char>> v(count);
   for (std::size_t l = 0; l < count; ++l) {
     v[l].resize(bytes - 1000 * l);  // unequal sizes: shards are padded to the largest
-    for (std::size_t i = 0; i < v[l].size(); ++i) v[l][i] = static_cast<unsigned char>((i * 7 + l * 131) >> 2);
+    for (std::size_t i = 0; i < v[l].size(); ++i)
+      v[l][i] = static_cast<unsigned char>((i * 7 + l * 131) >> 2);
   }
   return v;
 }
@@ -74,7 +75,8 @@ std::pair<std::vector<std::size_t>, std::vector<const void*>> sizes_and_sources(
 
 /// Runs `steps` passes over the layers on every GPU (one thread per GPU) and checks each layer's
 /// bytes as the GPU's compute stream sees them.
-void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned char>>& layers, int steps) {
+void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned char>>& layers,
+               int steps) {
   std::vector<std::thread> ts;
   std::vector<int> bad(r.devs.size(), 0);
   for (std::size_t g = 0; g < r.devs.size(); ++g) {
@@ -84,9 +86,11 @@ void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned ch
         for (std::size_t l = 0; l < layers.size(); ++l) {
           const device_span sp = ss.acquire(g, l, compute);
           std::uint64_t sum = 0;
-          r.devs[g]->checksum_async(sp.data, sp.bytes, &sum, compute);  // "the kernel" reads the layer
+          r.devs[g]->checksum_async(sp.data, sp.bytes, &sum,
+                                    compute);  // "the kernel" reads the layer
           compute.synchronize();
-          if (sp.bytes != layers[l].size() || sum != checksum(layers[l].data(), layers[l].size())) ++bad[g];
+          if (sp.bytes != layers[l].size() || sum != checksum(layers[l].data(), layers[l].size()))
+            ++bad[g];
           ss.release(g, l, compute);
         }
       }
@@ -94,7 +98,8 @@ void run_steps(rig& r, swap_shard& ss, const std::vector<std::vector<unsigned ch
     });
   }
   for (auto& t : ts) t.join();
-  for (std::size_t g = 0; g < bad.size(); ++g) EXPECT_EQ(bad[g], 0) << "GPU " << g << " read wrong layer bytes";
+  for (std::size_t g = 0; g < bad.size(); ++g)
+    EXPECT_EQ(bad[g], 0) << "GPU " << g << " read wrong layer bytes";
 }
 
 TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_peers) {
@@ -114,7 +119,8 @@ TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_pee
     const pager_metrics pm = r.n->gpu(g).metrics();
     EXPECT_EQ(pm.page_in_bytes, 5u * 200 * KiB) << "GPU " << g;
     EXPECT_EQ(pm.device_resident_tensors, 2u) << "GPU " << g << ": two staging buffers";
-    EXPECT_EQ(pm.device_resident_bytes, 2u * 2u * 3u * 200 * KiB) << "GPU " << g << ": two layers each";
+    EXPECT_EQ(pm.device_resident_bytes, 2u * 2u * 3u * 200 * KiB)
+        << "GPU " << g << ": two layers each";
   }
   // Host RAM holds the layers once, as shards, and nothing for staging.
   EXPECT_EQ(r.n->metrics().host_used_bytes, 5u * 3u * 200 * KiB);
@@ -206,7 +212,8 @@ TEST(swap_shard, layers_out_of_order_and_bad_setups_are_refused) {
   EXPECT_THROW(ss.release(0, 1, s), invalid_argument);
   ss.release(0, 0, s);
   stream other(*r.devs[0]);
-  EXPECT_THROW(ss.acquire(0, 1, other), invalid_argument) << "layer 1 is in layer 0's group: same stream";
+  EXPECT_THROW(ss.acquire(0, 1, other), invalid_argument)
+      << "layer 1 is in layer 0's group: same stream";
   (void)ss.acquire(0, 1, s);
   ss.release(0, 1, s);
   EXPECT_THROW(ss.acquire(2, 0, s), invalid_argument);
@@ -249,7 +256,11 @@ struct parked_rig {
   }
   /// Host loads cancelled on GPU g's engine so far.
   std::uint64_t cancelled(std::size_t g) {
-    return r.n->gpu(g).engine().metrics().classes[static_cast<std::size_t>(transfer_priority::prefetch)].cancelled;
+    return r.n->gpu(g)
+        .engine()
+        .metrics()
+        .classes[static_cast<std::size_t>(transfer_priority::prefetch)]
+        .cancelled;
   }
 };
 
@@ -266,10 +277,13 @@ TEST(swap_shard, destruction_releases_gathers_parked_on_loads_the_engine_has_not
   }
   EXPECT_EQ(p.cancelled(0) + p.cancelled(1), 0u);
   returns_or_die([&] { p.ss.reset(); }, "~swap_shard");
-  returns_or_die([&] {
-    for (auto& c : p.compute) c->synchronize();
-  }, "the compute streams' wait for the gathers");
-  for (std::size_t g = 0; g < 2; ++g) EXPECT_GT(p.cancelled(g), 0u) << "GPU " << g << ": loads were parked";
+  returns_or_die(
+      [&] {
+        for (auto& c : p.compute) c->synchronize();
+      },
+      "the compute streams' wait for the gathers");
+  for (std::size_t g = 0; g < 2; ++g)
+    EXPECT_GT(p.cancelled(g), 0u) << "GPU " << g << ": loads were parked";
 }
 
 // stop(g) does the same for one GPU while the object lives (before its thread frees memory):

@@ -53,7 +53,8 @@ TEST(timing_only, memory_is_address_space_only_and_the_capacity_limits_still_hol
   s.synchronize();
   EXPECT_EQ(sum, 0u) << "checksums are off: they read 0";
   EXPECT_EQ(*word, 7u);
-  EXPECT_LT(rss_bytes(), rss0 + 64 * MiB) << "100 GiB allocated and 16 GiB copied must not take RAM";
+  EXPECT_LT(rss_bytes(), rss0 + 64 * MiB)
+      << "100 GiB allocated and 16 GiB copied must not take RAM";
   dev->deallocate(memory_kind::pinned_host, word, 4096);
   dev->deallocate(memory_kind::pinned_host, host, 60 * GiB);
   dev->deallocate(memory_kind::device, hbm, 40 * GiB);
@@ -73,7 +74,8 @@ std::vector<std::string> walk(device& dev) {
   cfg.auto_compact = false;
   pager p(dev, cfg);
   std::vector<tensor_handle> h;
-  const std::size_t sizes[] = {20 << 10, 64 << 10, 100 << 10, 8 << 10, 130 << 10, 40 << 10, 64 << 10, 3 << 10};
+  const std::size_t sizes[] = {20 << 10,  64 << 10, 100 << 10, 8 << 10,
+                               130 << 10, 40 << 10, 64 << 10,  3 << 10};
   for (std::size_t i = 0; i < 12; ++i) {
     const tensor_kind kind = i % 3 == 0 ? tensor_kind::mutable_state : tensor_kind::weight;
     h.push_back(p.register_tensor("t" + std::to_string(i), sizes[i % 8], kind));
@@ -118,10 +120,11 @@ std::vector<std::string> walk(device& dev) {
   }
   const pager_metrics m = p.metrics();
   std::ostringstream end;
-  end << "faults " << m.faults << " hits " << m.hits << " page_ins " << m.page_ins << " page_in_bytes "
-      << m.page_in_bytes << " prefetches " << m.prefetches << " prefetch_hits " << m.prefetch_hits << " evictions "
-      << m.evictions << " write_backs " << m.write_backs << " write_back_bytes " << m.write_back_bytes
-      << " compactions " << m.compactions << " moves " << m.compaction_moves << " moved " << m.compaction_bytes;
+  end << "faults " << m.faults << " hits " << m.hits << " page_ins " << m.page_ins
+      << " page_in_bytes " << m.page_in_bytes << " prefetches " << m.prefetches << " prefetch_hits "
+      << m.prefetch_hits << " evictions " << m.evictions << " write_backs " << m.write_backs
+      << " write_back_bytes " << m.write_back_bytes << " compactions " << m.compactions << " moves "
+      << m.compaction_moves << " moved " << m.compaction_bytes;
   log.push_back(end.str());
   return log;
 }
@@ -136,7 +139,8 @@ TEST(timing_only, the_pager_makes_the_same_decisions_with_and_without_the_bytes)
   auto timing = make_sim_device(c);
   const std::vector<std::string> a = walk(*real), b = walk(*timing);
   ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "first difference at step " << i;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(a[i], b[i]) << "first difference at step " << i;
   EXPECT_NE(a.back().find("evictions"), std::string::npos);
   // The walk did exercise what it compares.
   EXPECT_EQ(a.back().find("faults 0 "), std::string::npos);
@@ -165,7 +169,8 @@ TEST(timing_only, the_walk_makes_the_recorded_decisions) {
   std::vector<std::string> want;
   for (std::string line; std::getline(in, line);) want.push_back(line);
   ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "first difference at line " << i;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "first difference at line " << i;
 }
 
 TEST(timing_only, copy_to_host_is_refused_with_the_reason) {
@@ -209,7 +214,8 @@ TEST(timing_only, a_node_pages_a_model_larger_than_this_machine) {
   node n(ptrs, c);
   std::vector<node_tensor> layers;
   for (int l = 0; l < 40; ++l) {
-    layers.push_back(n.register_sharded("layer" + std::to_string(l), {GiB, GiB}, tensor_kind::weight));
+    layers.push_back(
+        n.register_sharded("layer" + std::to_string(l), {GiB, GiB}, tensor_kind::weight));
   }
   EXPECT_EQ(n.metrics().host_used_bytes, 80 * GiB);
   for (std::size_t g = 0; g < 2; ++g) {

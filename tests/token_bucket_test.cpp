@@ -15,7 +15,9 @@ constexpr std::int64_t second = 1'000'000'000;
 
 struct virtual_clock {
   std::int64_t now = 1000;
-  token_bucket::clock_fn fn() { return [this] { return now; }; }
+  token_bucket::clock_fn fn() {
+    return [this] { return now; };
+  }
 };
 
 TEST(token_bucket, starts_full_and_refuses_more_than_it_holds) {
@@ -57,7 +59,7 @@ TEST(token_bucket, time_until_available_is_exact) {
   virtual_clock c;
   token_bucket b(3, 100, c.fn());
   ASSERT_TRUE(b.try_take(100));
-  c.now += 100'000'000;  // 0.3 bytes earned
+  c.now += 100'000'000;                              // 0.3 bytes earned
   const std::int64_t t = b.time_until_available(2);  // 1.7 bytes more = 566666666.67 ns -> ceil
   EXPECT_EQ(t, 566'666'667);
   c.now += t - 1;
@@ -67,9 +69,10 @@ TEST(token_bucket, time_until_available_is_exact) {
   EXPECT_EQ(b.time_until_available(0), 0);
 }
 
-TEST(token_bucket, greedy_consumer_gets_the_rate_within_one_percent_and_never_exceeds_cap_plus_burst) {
-  for (std::uint64_t rate : {std::uint64_t{1'000'000'000}, std::uint64_t{12'345'678'901},
-                             std::uint64_t{333'333'333}}) {
+TEST(token_bucket,
+     greedy_consumer_gets_the_rate_within_one_percent_and_never_exceeds_cap_plus_burst) {
+  for (std::uint64_t rate :
+       {std::uint64_t{1'000'000'000}, std::uint64_t{12'345'678'901}, std::uint64_t{333'333'333}}) {
     virtual_clock c;
     const std::uint64_t chunk = 2 << 20;
     const std::uint64_t burst = 2 * chunk;
@@ -89,14 +92,16 @@ TEST(token_bucket, greedy_consumer_gets_the_rate_within_one_percent_and_never_ex
     // A sliding window over the takes: [i, j) are those in [takes[i].time, takes[i].time + 1 s).
     std::uint64_t in_window = 0;
     for (std::size_t i = 0, j = 0; i < takes.size(); in_window -= takes[i].second, ++i) {
-      for (; j < takes.size() && takes[j].first < takes[i].first + second; ++j) in_window += takes[j].second;
+      for (; j < takes.size() && takes[j].first < takes[i].first + second; ++j)
+        in_window += takes[j].second;
       EXPECT_LE(in_window, rate + burst) << "rate " << rate << " window at " << takes[i].first;
       if (takes[i].first + second <= takes.back().first) {
         EXPECT_GE(static_cast<double>(in_window), 0.99 * static_cast<double>(rate))
             << "rate " << rate << " window at " << takes[i].first;
       }
     }
-    const double achieved = static_cast<double>(total - burst) * 1e9 / static_cast<double>(c.now - start);
+    const double achieved =
+        static_cast<double>(total - burst) * 1e9 / static_cast<double>(c.now - start);
     EXPECT_NEAR(achieved / static_cast<double>(rate), 1.0, 0.01) << rate;
     EXPECT_EQ(b.total_taken(), total);
   }

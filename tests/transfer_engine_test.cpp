@@ -58,9 +58,9 @@ struct issue_log {
     if (cv.wait_for(lock, hang_limit, [&] { return chunks.size() >= n; })) {
       return ::testing::AssertionSuccess();
     }
-    return ::testing::AssertionFailure() << "waiting for " << n << " chunks to be issued: "
-                                         << chunks.size() << " after " << hang_limit.count()
-                                         << " s (a hang)";
+    return ::testing::AssertionFailure()
+           << "waiting for " << n << " chunks to be issued: " << chunks.size() << " after "
+           << hang_limit.count() << " s (a hang)";
   }
   std::vector<transfer_chunk_info> snapshot() {
     std::lock_guard lock(mutex);
@@ -128,7 +128,8 @@ TEST_F(transfer_test, chunking_preserves_bytes_at_odd_sizes_and_chunk_boundaries
                                    copy_direction::device_to_host, transfer_priority::writeback);
       eng.wait(down);
       ASSERT_EQ(eng.status(down), transfer_status::complete);
-      ASSERT_EQ(checksum(back->ptr + off, n), checksum(host->ptr + off, n)) << "n=" << n << " off=" << off;
+      ASSERT_EQ(checksum(back->ptr + off, n), checksum(host->ptr + off, n))
+          << "n=" << n << " off=" << off;
       ASSERT_EQ(back->ptr[off + n], 0) << "wrote past the end, n=" << n;  // arena is large enough
     }
   }
@@ -155,18 +156,21 @@ TEST_F(transfer_test, a_fault_overtakes_queued_prefetches_after_at_most_the_in_f
   ASSERT_TRUE(log.wait_for(3));  // the dispatcher has filled every in-flight slot
   EXPECT_EQ(eng.metrics().classes[1].queue_depth, 15u);  // the first is partly issued, still queued
   fill_pattern(host->ptr + arena - 3 * chunk, 3 * chunk, 99);
-  const auto fault = eng.submit(hbm->ptr + arena - 3 * chunk, host->ptr + arena - 3 * chunk,
-                                3 * chunk, copy_direction::host_to_device, transfer_priority::fault);
+  const auto fault =
+      eng.submit(hbm->ptr + arena - 3 * chunk, host->ptr + arena - 3 * chunk, 3 * chunk,
+                 copy_direction::host_to_device, transfer_priority::fault);
   EXPECT_EQ(eng.status(fault), transfer_status::queued);
   g.open();
   eng.wait(fault);
-  EXPECT_EQ(checksum(hbm->ptr + arena - 3 * chunk, 3 * chunk), checksum(host->ptr + arena - 3 * chunk, 3 * chunk));
+  EXPECT_EQ(checksum(hbm->ptr + arena - 3 * chunk, 3 * chunk),
+            checksum(host->ptr + arena - 3 * chunk, 3 * chunk));
   eng.drain();
   const auto order = log.snapshot();
   ASSERT_EQ(order.size(), 16u * 2 + 3);
   // Exactly the three chunks in flight went first, then all of the fault, then the prefetches in
   // submission order.
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(order[i].priority, transfer_priority::prefetch) << i;
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(order[i].priority, transfer_priority::prefetch) << i;
   for (std::size_t i = 3; i < 6; ++i) {
     EXPECT_EQ(order[i].request_id, fault.id) << i;
     EXPECT_EQ(order[i].chunk_index, i - 3);
@@ -200,8 +204,8 @@ TEST_F(transfer_test, priorities_rank_fault_prefetch_writeback_compaction) {
     eng.submit(back->ptr + i * chunk, hbm->ptr + i * chunk, chunk, copy_direction::device_to_host,
                transfer_priority::compaction);
   ASSERT_TRUE(log.wait_for(3));
-  const auto comp = eng.submit(hbm->ptr + 4 * chunk, hbm->ptr, chunk, copy_direction::device_to_device,
-                               transfer_priority::compaction);
+  const auto comp = eng.submit(hbm->ptr + 4 * chunk, hbm->ptr, chunk,
+                               copy_direction::device_to_device, transfer_priority::compaction);
   const auto wb = eng.submit(back->ptr + 5 * chunk, hbm->ptr, chunk, copy_direction::device_to_host,
                              transfer_priority::writeback);
   const auto pf = eng.submit(back->ptr + 6 * chunk, hbm->ptr, chunk, copy_direction::device_to_host,
@@ -275,12 +279,14 @@ TEST_F(transfer_test, the_finished_queue_reports_each_finished_request_once) {
     std::vector<std::uint64_t> got;
     for (const auto& f : eng.take_finished()) {
       // The outcome travels with the ticket (no later status query that may find it expired).
-      EXPECT_EQ(f.status, f.ticket == t[5] ? transfer_status::cancelled : transfer_status::complete);
+      EXPECT_EQ(f.status,
+                f.ticket == t[5] ? transfer_status::cancelled : transfer_status::complete);
       got.push_back(f.ticket.id);
     }
     EXPECT_TRUE(eng.take_finished().empty()) << "a finished request is reported once";
     if (!on) {
-      EXPECT_TRUE(got.empty()) << "the queue is kept only when transfer_config::finished_queue is set";
+      EXPECT_TRUE(got.empty())
+          << "the queue is kept only when transfer_config::finished_queue is set";
       continue;
     }
     ASSERT_EQ(got.size(), t.size());
@@ -309,7 +315,8 @@ TEST_F(transfer_test, compute_stream_waits_for_a_request_not_yet_issued_without_
   bool ran_after_gate = false;
   eng.wait_on(t, compute);  // returns at once: the host does not wait
   dev->launch_host_func([&] { ran_after_gate = gate_opened.load(); }, compute);
-  auto* sum = static_cast<std::uint64_t*>(dev->allocate(memory_kind::pinned_host, sizeof(std::uint64_t)));
+  auto* sum =
+      static_cast<std::uint64_t*>(dev->allocate(memory_kind::pinned_host, sizeof(std::uint64_t)));
   dev->checksum_async(dst, n, sum, compute);
   gate_opened = true;
   g.open();
@@ -362,7 +369,7 @@ TEST_F(transfer_test, a_request_ordered_after_an_event_waits_for_it_on_the_devic
   fill_pattern(host->ptr, n, 4711);
   const auto t = eng.submit(hbm->ptr, host->ptr, n, copy_direction::host_to_device,
                             transfer_priority::fault, {read_done.ref()});
-  ASSERT_TRUE(log.wait_for(1));  // the first chunk is issued (behind the wait) ...
+  ASSERT_TRUE(log.wait_for(1));      // the first chunk is issued (behind the wait) ...
   EXPECT_FALSE(eng.is_complete(t));  // ... but cannot run before the kernel is done
   g.open();
   eng.wait(t);
@@ -380,10 +387,12 @@ TEST_F(transfer_test, the_rate_cap_paces_the_engine_and_counts_token_waits) {
   transfer_engine eng(*dev, c);
   const std::size_t n = 8 * chunk;  // 512 KiB: at least 7/256 s once the burst is spent
   const auto t0 = token_bucket::steady_clock_ns();
-  const auto t = eng.submit(hbm->ptr, host->ptr, n, copy_direction::host_to_device, transfer_priority::prefetch);
+  const auto t = eng.submit(hbm->ptr, host->ptr, n, copy_direction::host_to_device,
+                            transfer_priority::prefetch);
   eng.wait(t);
   const auto elapsed = token_bucket::steady_clock_ns() - t0;
-  const std::int64_t floor_ns = static_cast<std::int64_t>((n - chunk) * 1'000'000'000ull / (16 << 20));
+  const std::int64_t floor_ns =
+      static_cast<std::int64_t>((n - chunk) * 1'000'000'000ull / (16 << 20));
   EXPECT_GE(elapsed, floor_ns);  // a lower bound correctness guarantees, not a timing threshold
   const auto m = eng.metrics();
   EXPECT_GT(m.h2d.token_wait_ns, 0u);
@@ -410,7 +419,8 @@ TEST_F(transfer_test, calibration_measures_the_link_and_caps_at_eighty_percent) 
   EXPECT_GT(h2d, 0u);
   EXPECT_LE(h2d, 2'000'000'000u);  // a modelled link is never faster than its model
   EXPECT_LE(d2h, 1'000'000'000u);
-  EXPECT_EQ(*eng.config().h2d.rate_bytes_per_second, static_cast<std::uint64_t>(static_cast<double>(h2d) * 0.8));
+  EXPECT_EQ(*eng.config().h2d.rate_bytes_per_second,
+            static_cast<std::uint64_t>(static_cast<double>(h2d) * 0.8));
   EXPECT_EQ(eng.metrics().h2d.rate_cap_bytes_per_second, *eng.config().h2d.rate_bytes_per_second);
   EXPECT_EQ(eng.config().h2d.burst_bytes, 2 * chunk);
   // An explicit rate overrides the 80% default; a given link rate skips calibration.
@@ -429,13 +439,17 @@ TEST_F(transfer_test, bad_requests_are_typed_errors_and_issue_nothing) {
   EXPECT_THROW(eng.submit(nullptr, host->ptr, 16, h2d, pf), invalid_argument);
   EXPECT_THROW(eng.submit(hbm->ptr, nullptr, 16, h2d, pf), invalid_argument);
   EXPECT_THROW(eng.submit(hbm->ptr, host->ptr, 0, h2d, pf), invalid_argument);
-  EXPECT_THROW(eng.submit(hbm->ptr + 8, hbm->ptr, 16, copy_direction::device_to_device, pf), invalid_argument);
-  EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, copy_direction::host_to_host, pf), invalid_argument);
+  EXPECT_THROW(eng.submit(hbm->ptr + 8, hbm->ptr, 16, copy_direction::device_to_device, pf),
+               invalid_argument);
+  EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, copy_direction::host_to_host, pf),
+               invalid_argument);
   // Destinations outside the memory the engine was given.
-  EXPECT_THROW(eng.submit(hbm->ptr + arena - 8, host->ptr, 16, h2d, pf), invalid_argument);  // overruns
+  EXPECT_THROW(eng.submit(hbm->ptr + arena - 8, host->ptr, 16, h2d, pf),
+               invalid_argument);                                                 // overruns
   EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, h2d, pf), invalid_argument);  // host as device
   std::vector<unsigned char> plain(64);  // pageable: on cuda its copy would be synchronous
-  EXPECT_THROW(eng.submit(plain.data(), hbm->ptr, 16, copy_direction::device_to_host, pf), invalid_argument);
+  EXPECT_THROW(eng.submit(plain.data(), hbm->ptr, 16, copy_direction::device_to_host, pf),
+               invalid_argument);
   // Sources outside it: a pageable host source, host memory as a device source.
   try {
     eng.submit(hbm->ptr, plain.data(), 16, h2d, pf);
@@ -444,8 +458,10 @@ TEST_F(transfer_test, bad_requests_are_typed_errors_and_issue_nothing) {
     EXPECT_NE(std::string(e.what()).find("source"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("pinned host"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, copy_direction::device_to_host, pf), invalid_argument);
-  EXPECT_THROW(eng.submit(hbm->ptr, host->ptr, 16, h2d, static_cast<transfer_priority>(9)), invalid_argument);
+  EXPECT_THROW(eng.submit(back->ptr, host->ptr, 16, copy_direction::device_to_host, pf),
+               invalid_argument);
+  EXPECT_THROW(eng.submit(hbm->ptr, host->ptr, 16, h2d, static_cast<transfer_priority>(9)),
+               invalid_argument);
   EXPECT_THROW(eng.set_rate(h2d, 0), invalid_argument);
   EXPECT_THROW(eng.set_rate(copy_direction::device_to_device, 1000), invalid_argument);
   EXPECT_THROW(eng.status(transfer_ticket{12345}), invalid_argument);
@@ -468,12 +484,22 @@ TEST_F(transfer_test, bad_configs_are_typed_errors) {
     change(c);
     return c;
   };
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.chunk_bytes = 0; })), invalid_argument);
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.max_in_flight_chunks = 0; })), invalid_argument);
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.h2d.rate_bytes_per_second = 0; })), invalid_argument);
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.d2h.burst_bytes = chunk - 1; })), invalid_argument);
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.default_cap_fraction = 1.5; })), invalid_argument);
-  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.d2h.link_bytes_per_second = 0; })), invalid_argument);
+  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.chunk_bytes = 0; })),
+               invalid_argument);
+  EXPECT_THROW(transfer_engine(*dev, with([](transfer_config& c) { c.max_in_flight_chunks = 0; })),
+               invalid_argument);
+  EXPECT_THROW(
+      transfer_engine(*dev, with([](transfer_config& c) { c.h2d.rate_bytes_per_second = 0; })),
+      invalid_argument);
+  EXPECT_THROW(
+      transfer_engine(*dev, with([](transfer_config& c) { c.d2h.burst_bytes = chunk - 1; })),
+      invalid_argument);
+  EXPECT_THROW(
+      transfer_engine(*dev, with([](transfer_config& c) { c.default_cap_fraction = 1.5; })),
+      invalid_argument);
+  EXPECT_THROW(
+      transfer_engine(*dev, with([](transfer_config& c) { c.d2h.link_bytes_per_second = 0; })),
+      invalid_argument);
 }
 
 TEST_F(transfer_test, a_chunk_the_device_rejects_fails_the_request_and_releases_waiters) {
@@ -490,7 +516,8 @@ TEST_F(transfer_test, a_chunk_the_device_rejects_fails_the_request_and_releases_
   EXPECT_EQ(eng.status(t), transfer_status::failed);
   compute.synchronize();  // released, not stuck
   EXPECT_EQ(eng.metrics().classes[0].failed, 1u);
-  const auto ok = eng.submit(hbm->ptr, host->ptr, chunk, copy_direction::host_to_device, transfer_priority::fault);
+  const auto ok = eng.submit(hbm->ptr, host->ptr, chunk, copy_direction::host_to_device,
+                             transfer_priority::fault);
   eng.wait(ok);
   EXPECT_EQ(eng.status(ok), transfer_status::complete);
 }
@@ -509,7 +536,8 @@ TEST_F(transfer_test, more_requests_live_than_reserved_words_grow_the_pool_and_a
     }
   }
   for (const auto& t : ts) eng.wait(t);
-  EXPECT_EQ(eng.metrics().classes[static_cast<std::size_t>(transfer_priority::prefetch)].completed, 5000u);
+  EXPECT_EQ(eng.metrics().classes[static_cast<std::size_t>(transfer_priority::prefetch)].completed,
+            5000u);
 }
 
 TEST_F(transfer_test, destruction_cancels_queued_requests_and_finishes_issued_ones) {
@@ -550,7 +578,8 @@ TEST_F(transfer_test, many_threads_submit_and_wait_concurrently) {
       for (std::size_t i = 0; i < 8; ++i) {
         const std::size_t off = (static_cast<std::size_t>(k) * 8 + i) * (arena / 32);
         const auto p = i % 2 ? transfer_priority::fault : transfer_priority::prefetch;
-        const auto t = eng.submit(hbm->ptr + off, host->ptr + off, arena / 32 - 5, copy_direction::host_to_device, p);
+        const auto t = eng.submit(hbm->ptr + off, host->ptr + off, arena / 32 - 5,
+                                  copy_direction::host_to_device, p);
         if (i % 3 == 0) eng.cancel(t);
         eng.wait(t);
       }

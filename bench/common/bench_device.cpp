@@ -28,7 +28,8 @@ std::unique_ptr<device> make_bench_device(const device_options& o) {
 }
 
 CLI::Option* add_backend_option(CLI::App& app, std::string& backend) {
-  return app.add_option("--backend", backend, "auto, cuda or sim")->check(CLI::IsMember({"auto", "cuda", "sim"}));
+  return app.add_option("--backend", backend, "auto, cuda or sim")
+      ->check(CLI::IsMember({"auto", "cuda", "sim"}));
 }
 
 void add_sim_link_options(CLI::App& app, device_options& o, const std::string& link_help,

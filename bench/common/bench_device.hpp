@@ -20,8 +20,8 @@ struct device_options {
   int ordinal = 0;               ///< cuda: the GPU to open; sim: the ordinal it reports
   std::size_t sim_memory_bytes = std::size_t{4} << 30;  ///< sim: device memory capacity
   std::size_t sim_pinned_bytes = 0;  ///< sim: pinned memory capacity; 0 = no limit
-  double sim_link_gbps = 0;          ///< sim: modelled H2D and D2H link, GB/s each way; 0 = unmodelled
-  double sim_latency_us = 0;         ///< sim: modelled fixed cost of each copy, microseconds
+  double sim_link_gbps = 0;   ///< sim: modelled H2D and D2H link, GB/s each way; 0 = unmodelled
+  double sim_latency_us = 0;  ///< sim: modelled fixed cost of each copy, microseconds
   /// sim: fill fresh device memory with sim_config's poison byte (0xA5), so a read of bytes nothing
   /// wrote shows up in checksums; false leaves it as is (no fill cost, for the timing benches).
   bool sim_poison = false;

@@ -34,14 +34,14 @@ measured_run read_bench_json(const std::string& path, const std::string& node_mo
   } catch (const nlohmann::json::exception& e) {
     throw htp::invalid_argument("bench JSON '" + path + "' is not valid JSON (" + e.what() + ")");
   }
-  HTP_EXPECTS(j.is_object(), htp::invalid_argument, "bench JSON '", path,
-              "' is not a JSON object");
+  HTP_EXPECTS(j.is_object(), htp::invalid_argument, "bench JSON '", path, "' is not a JSON object");
   measured_run m;
   m.source = path;
   m.h2d_gbps = positive_at(j, "/measured/h2d_gbps", path);
   m.step_ms_p50 = positive_at(j, "/measured/step_ms_p50", path);
   if (m.step_ms_p50 == 0) {  // a node-only run: its first mode that ran
-    const nlohmann::json nodes = j.contains("node") && j["node"].is_array() ? j["node"] : nlohmann::json::array();
+    const nlohmann::json nodes =
+        j.contains("node") && j["node"].is_array() ? j["node"] : nlohmann::json::array();
     for (const auto& r : nodes) {
       if (!r.is_object() || (r.contains("skipped") && r["skipped"] == true)) continue;
       if (!node_mode.empty() && !(r.contains("mode") && r["mode"] == node_mode)) continue;
@@ -53,9 +53,10 @@ measured_run read_bench_json(const std::string& path, const std::string& node_mo
   }
   m.link_peak_gbps = positive_at(j, "/config/link_peak_bytes_per_second", path) / 1e9;
   if (m.h2d_gbps == 0) m.h2d_gbps = positive_at(j, "/fits/pinned_H2D/peak_gb_per_s", path);
-  HTP_EXPECTS(m.h2d_gbps > 0 || m.step_ms_p50 > 0, htp::invalid_argument, "bench JSON '", path,
-              "' has none of /measured/h2d_gbps, /measured/step_ms_p50 or "
-              "/fits/pinned_H2D/peak_gb_per_s; pass the --json of htp-bandwidth or the stream bench");
+  HTP_EXPECTS(
+      m.h2d_gbps > 0 || m.step_ms_p50 > 0, htp::invalid_argument, "bench JSON '", path,
+      "' has none of /measured/h2d_gbps, /measured/step_ms_p50 or "
+      "/fits/pinned_H2D/peak_gb_per_s; pass the --json of htp-bandwidth or the stream bench");
   return m;
 }
 

@@ -13,7 +13,7 @@ struct measured_run {
   double h2d_gbps = 0;     // pinned host->device rate, GB/s
   double step_ms_p50 = 0;  // median step time of the stream bench, ms (node runs: the first mode's)
   double link_peak_gbps = 0;  // the stream bench's calibrated copy peak (the cap's reference), GB/s
-  std::string source;      // the file it came from
+  std::string source;         // the file it came from
 };
 
 /// Reads `path` as the stream bench's or htp-bandwidth's JSON. Throws htp::invalid_argument

@@ -1,8 +1,9 @@
-// The planner's model of htp (contract in the header; formulas in docs/planner.md, "The htp model").
+// The planner's model of htp (contract in the header; formulas in docs/planner.md, "The htp
+// model").
 #include "planner/htp_model.hpp"
 
-#include "shared/htp_layout.hpp"
 #include "shared/belady_min.hpp"
+#include "shared/htp_layout.hpp"
 
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
@@ -35,8 +36,8 @@ struct belady_steps {
   std::vector<std::vector<std::vector<std::size_t>>> victims;  // [cycle][access] -> tensors
 };
 
-belady_steps walk_belady(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity, std::size_t warm,
-                         std::size_t cycles) {
+belady_steps walk_belady(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity,
+                         std::size_t warm, std::size_t cycles) {
   belady_steps w;
   w.miss.assign(cycles, std::vector<bool>(sizes.size(), false));
   w.victims.assign(cycles, std::vector<std::vector<std::size_t>>(sizes.size()));
@@ -57,9 +58,7 @@ std::string gb_text(double bytes) {
 
 }  // namespace
 
-const char* to_string(placement p) noexcept {
-  return p == placement::paged ? "paged" : "resident";
-}
+const char* to_string(placement p) noexcept { return p == placement::paged ? "paged" : "resident"; }
 
 const char* to_string(strategy s) noexcept {
   switch (s) {
@@ -80,8 +79,10 @@ struct layer_shards {
   std::uint64_t full_bytes = 0;  // the whole layer's bytes
 };
 
-/// The shards of one layer of `m` for one of N GPUs, with `bpe` bytes per element, rounded to `page`.
-layer_shards shards_of(const model_shape& m, std::uint64_t N, std::uint64_t bpe, std::uint64_t page) {
+/// The shards of one layer of `m` for one of N GPUs, with `bpe` bytes per element, rounded to
+/// `page`.
+layer_shards shards_of(const model_shape& m, std::uint64_t N, std::uint64_t bpe,
+                       std::uint64_t page) {
   layer_shards lay;
   for (const auto& t : layer_tensors(m)) {
     const std::uint64_t b = t.rows * t.cols * bpe;
@@ -102,14 +103,16 @@ void check_settings(const htp_settings& s) {
   HTP_EXPECTS(s.copy_latency_us >= 0 && s.collective_latency_us >= 0, htp::invalid_argument,
               "--copy-latency-us and --collective-latency-us must not be negative");
   HTP_EXPECTS(s.chunk_bytes > 0 && s.alloc_page_bytes > 0 && s.interconnect_gbps > 0,
-              htp::invalid_argument, "--chunk-mib, the page size and --interconnect-gbps must be positive");
+              htp::invalid_argument,
+              "--chunk-mib, the page size and --interconnect-gbps must be positive");
 }
 
 /// Places the layers in `for_layers` bytes of HBM (what the budget leaves beside the embeddings,
 /// the KV cache and swap-and-shard's staging): the resident layers, which are paged, the host tier
 /// they need. Returns false (p.why_not set) when the host tier does not hold the paged layers.
-bool place_layers(const plan_inputs& in, const htp_settings& s, const layer_shards& lay, std::uint64_t emb,
-                  std::uint64_t for_layers, htp_prediction& p, std::vector<bool>& paged_layer) {
+bool place_layers(const plan_inputs& in, const htp_settings& s, const layer_shards& lay,
+                  std::uint64_t emb, std::uint64_t for_layers, htp_prediction& p,
+                  std::vector<bool>& paged_layer) {
   const bool sas = s.how == strategy::swap_and_shard;
   const auto N = static_cast<std::uint64_t>(in.gpus);
   const int L = in.model.layers;
@@ -118,15 +121,18 @@ bool place_layers(const plan_inputs& in, const htp_settings& s, const layer_shar
     // Swap-and-shard: shards resident beside two layers' worth of shards being paged.
     const std::uint64_t shard_layer = lay.bytes + lay.tensors.size() * s.alloc_page_bytes;
     const std::uint64_t window = s.paging_window ? 2 * shard_layer : 0;
-    if (for_layers >= window) R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), (for_layers - window) / shard_layer));
+    if (for_layers >= window)
+      R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L),
+                                                   (for_layers - window) / shard_layer));
   } else if (s.where == placement::resident) {
     // As the node bench sizes it: a window of three paged layers plus four slabs stays free.
-    R = resident_layers(for_layers, lay.bytes, lay.tensors.size(), s.alloc_page_bytes, s.slab_bytes, L,
-                        s.paging_window);
+    R = resident_layers(for_layers, lay.bytes, lay.tensors.size(), s.alloc_page_bytes, s.slab_bytes,
+                        L, s.paging_window);
   }
   if (s.how == strategy::degraded && s.where == placement::resident) {
     // Degraded: the rest is read in place from host memory; no window needed.
-    R = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(L), for_layers / lay.rounded));
+    R = static_cast<int>(
+        std::min<std::uint64_t>(static_cast<std::uint64_t>(L), for_layers / lay.rounded));
   }
   const int P = L - R;
   paged_layer = paged_layers(L, R);
@@ -152,23 +158,26 @@ struct timeline {
   const layer_shards& lay;
   const std::vector<bool>& paged_layer;
   const belady_steps& walk;
-  std::size_t paged_count;   // paged tensors per step
+  std::size_t paged_count;  // paged tensors per step
   bool sas, paging;
   std::uint64_t N;
   int L;
-  std::uint64_t kv_layer;    // the KV cache attention reads per layer
+  std::uint64_t kv_layer;  // the KV cache attention reads per layer
   double raw, cap, hbm, flops, tokens;
-  double gather_ms;          // swap-and-shard's all-gather of a layer
-  double collective_ms;      // the collective per layer (the all-reduce, or the gather)
+  double gather_ms;      // swap-and-shard's all-gather of a layer
+  double collective_ms;  // the collective per layer (the all-reduce, or the gather)
 
   /// A copy of `bytes`: chunked, a fixed cost each, under the token bucket's cap.
   double copy_ms(std::uint64_t bytes) const {
-    const double chunks = std::ceil(static_cast<double>(bytes) / static_cast<double>(s.chunk_bytes));
+    const double chunks =
+        std::ceil(static_cast<double>(bytes) / static_cast<double>(s.chunk_bytes));
     const double b = static_cast<double>(bytes);
     return std::max(b / cap, chunks * s.copy_latency_us * 1e-3 + b / raw);
   }
   /// A kernel reading `bytes` and doing `fl` FLOPs per token: the roofline.
-  double kernel_ms(double bytes, double fl) const { return std::max(bytes / hbm, fl * tokens / flops); }
+  double kernel_ms(double bytes, double fl) const {
+    return std::max(bytes / hbm, fl * tokens / flops);
+  }
 };
 
 /// Replays one GPU over `warm` + `cycles` steps into p's step, compute and transfer times and
@@ -196,7 +205,8 @@ void replay(const timeline& t, int warm, int cycles, htp_prediction& p) {
     const auto load = [&](std::size_t i) {
       if (t.walk.miss[static_cast<std::size_t>(wc)][k]) {
         double fence = 0;
-        for (std::size_t v : t.walk.victims[static_cast<std::size_t>(wc)][k]) fence = std::max(fence, last_read[v]);
+        for (std::size_t v : t.walk.victims[static_cast<std::size_t>(wc)][k])
+          fence = std::max(fence, last_read[v]);
         const double issued = k < lookahead ? prev_start : step_start;
         const double start = std::max({link_free, fence, issued});
         const double ms = t.copy_ms(layer[i].bytes);
@@ -209,10 +219,12 @@ void replay(const timeline& t, int warm, int cycles, htp_prediction& p) {
     };
     // Tensor i's kernel once `need` has passed; `paged_k` its paged access index, or none.
     const auto kernel = [&](std::size_t i, bool pl, double need, std::size_t paged_k) {
-      const double full = t.sas ? static_cast<double>(t.N) : 1.0;  // swap-and-shard runs the whole layer
+      const double full =
+          t.sas ? static_cast<double>(t.N) : 1.0;  // swap-and-shard runs the whole layer
       double ms = t.kernel_ms(static_cast<double>(layer[i].bytes) * full, layer[i].flops * full);
       // Kernels read degraded weights over the link themselves: no copy engine, no token bucket.
-      if (pl && s.how == strategy::degraded) ms = std::max(ms, static_cast<double>(layer[i].bytes) / t.raw);
+      if (pl && s.how == strategy::degraded)
+        ms = std::max(ms, static_cast<double>(layer[i].bytes) / t.raw);
       compute_free = std::max(compute_free, need) + ms;
       step_compute += ms;
       if (paged_k != npos) last_read[paged_k] = compute_free;
@@ -232,12 +244,15 @@ void replay(const timeline& t, int warm, int cycles, htp_prediction& p) {
         // layer four back, then its kernels.
         const std::size_t k0 = k;
         double layer_ready = 0;
-        for (std::size_t i = 0; i < layer.size() && paged_here; ++i) layer_ready = std::max(layer_ready, load(i));
-        // layer_done still holds the previous step's times for layers l.. (0 before the first step).
+        for (std::size_t i = 0; i < layer.size() && paged_here; ++i)
+          layer_ready = std::max(layer_ready, load(i));
+        // layer_done still holds the previous step's times for layers l.. (0 before the first
+        // step).
         const double slot = layer_done[static_cast<std::size_t>((l + L - 4) % L)];
         const double start = std::max({ic_free, layer_ready, slot});
         ic_free = start + t.gather_ms;
-        for (std::size_t i = 0; i < layer.size(); ++i) kernel(i, pl, ic_free, paged_here ? k0 + i : npos);
+        for (std::size_t i = 0; i < layer.size(); ++i)
+          kernel(i, pl, ic_free, paged_here ? k0 + i : npos);
       }
       const double kv_ms = static_cast<double>(t.kv_layer) / t.hbm;  // attention reads the KV cache
       compute_free += kv_ms + t.collective_ms * (t.sas ? 0 : 1);
@@ -276,7 +291,10 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
 
   // Per GPU: tensor parallelism and swap-and-shard both keep 1/N of every tensor.
   const layer_shards lay = shards_of(m, N, bpe, s.alloc_page_bytes);
-  const std::uint64_t emb = s.embeddings ? htp_tensor_bytes(ceil_div(embedding_parameters(m) * bpe, N), s.alloc_page_bytes) : 0;
+  const std::uint64_t emb =
+      s.embeddings
+          ? htp_tensor_bytes(ceil_div(embedding_parameters(m) * bpe, N), s.alloc_page_bytes)
+          : 0;
   const std::uint64_t kv_dim = static_cast<std::uint64_t>(m.kv_heads) * (m.hidden / m.heads);
   const std::uint64_t kv_layer_all = 2 * kv_dim * bpe * static_cast<std::uint64_t>(in.batch) *
                                      static_cast<std::uint64_t>(in.context);
@@ -287,7 +305,8 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   // The HBM budget the pager gets.
   const double exposed = (s.hbm_exposed_gb > 0 ? s.hbm_exposed_gb : in.hbm_gb) * 1e9;
   // The KV cache lives inside the budget (as the stream bench registers it), counted below.
-  p.hbm_budget_bytes = s.hbm_budget_bytes > 0 ? s.hbm_budget_bytes : exposed * (1.0 - in.headroom_fraction);
+  p.hbm_budget_bytes =
+      s.hbm_budget_bytes > 0 ? s.hbm_budget_bytes : exposed * (1.0 - in.headroom_fraction);
   const auto budget = static_cast<std::uint64_t>(std::max(0.0, p.hbm_budget_bytes));
   const std::uint64_t fixed = emb + p.kv_bytes;
   // Swap-and-shard's staging: two slots of two whole layers.
@@ -297,8 +316,10 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
   const int L = m.layers;
   if (budget < fixed + staging) {
     p.feasible = false;
-    p.why_not = "the HBM budget (" + gb_text(static_cast<double>(budget)) + ") holds less than the embeddings, KV cache" +
-                std::string(sas ? " and staging" : "") + " (" + gb_text(static_cast<double>(fixed + staging)) + ")";
+    p.why_not = "the HBM budget (" + gb_text(static_cast<double>(budget)) +
+                ") holds less than the embeddings, KV cache" +
+                std::string(sas ? " and staging" : "") + " (" +
+                gb_text(static_cast<double>(fixed + staging)) + ")";
     return p;
   }
   std::vector<bool> paged_layer;
@@ -317,40 +338,61 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
     if (p.paging_capacity < 2 * largest) {
       p.feasible = false;
       p.why_not = "the HBM left for paging (" + gb_text(static_cast<double>(p.paging_capacity)) +
-                  ") is under two of the largest tensor (" + gb_text(2.0 * static_cast<double>(largest)) +
+                  ") is under two of the largest tensor (" +
+                  gb_text(2.0 * static_cast<double>(largest)) +
                   "): serve it degraded (from host memory), or give more HBM or GPUs";
       return p;
     }
   }
   const int warm = 2, cycles = std::clamp(static_cast<int>(sizes.size()) - 1, 1, 6);
-  const belady_steps walk = paging ? walk_belady(sizes, p.paging_capacity, warm, static_cast<std::size_t>(cycles))
-                                   : belady_steps{};
+  const belady_steps walk =
+      paging ? walk_belady(sizes, p.paging_capacity, warm, static_cast<std::size_t>(cycles))
+             : belady_steps{};
 
   // Rates, in bytes per ms.
   const double raw = in.link_gbps * 1e6;
   const double peak = (s.link_peak_gbps > 0 ? s.link_peak_gbps : in.link_gbps) * 1e6;
   const double tokens = static_cast<double>(in.batch) *
                         (in.mode == phase::prefill ? static_cast<double>(in.prompt_tokens) : 1.0);
-  timeline t{s, lay, paged_layer, walk, sizes.size(), sas, paging, N, L, kv_layer, raw, s.link_cap_fraction * peak,
-             in.hbm_gbps * 1e6, in.dense_tflops * 1e9, tokens, 0, 0};
-  p.link_gbps = s.chunk_bytes > 0 ? static_cast<double>(s.chunk_bytes) / t.copy_ms(s.chunk_bytes) / 1e6 : 0;
+  timeline t{s,
+             lay,
+             paged_layer,
+             walk,
+             sizes.size(),
+             sas,
+             paging,
+             N,
+             L,
+             kv_layer,
+             raw,
+             s.link_cap_fraction * peak,
+             in.hbm_gbps * 1e6,
+             in.dense_tflops * 1e9,
+             tokens,
+             0,
+             0};
+  p.link_gbps =
+      s.chunk_bytes > 0 ? static_cast<double>(s.chunk_bytes) / t.copy_ms(s.chunk_bytes) / 1e6 : 0;
   const double ic = s.interconnect_gbps * 1e6;
   const double act = tokens * static_cast<double>(m.hidden) * 2;  // the activations all-reduced
   if (N > 1 && !sas) {
-    p.collective_ms_per_layer = 2.0 * act * static_cast<double>(N - 1) / static_cast<double>(N) / ic +
-                                s.collective_latency_us * 1e-3;
+    p.collective_ms_per_layer =
+        2.0 * act * static_cast<double>(N - 1) / static_cast<double>(N) / ic +
+        s.collective_latency_us * 1e-3;
   }
   t.gather_ms = sas && N > 1 ? static_cast<double>(lay.full_bytes) * static_cast<double>(N - 1) /
-                                       static_cast<double>(N) / ic + s.collective_latency_us * 1e-3
+                                       static_cast<double>(N) / ic +
+                                   s.collective_latency_us * 1e-3
                              : 0;
   if (sas) p.collective_ms_per_layer = t.gather_ms;
   t.collective_ms = p.collective_ms_per_layer;
 
   // The timeline of one GPU over warm + cycles steps.
   replay(t, warm, cycles, p);
-  if (s.how == strategy::degraded) p.paged_bytes_per_step = static_cast<double>(P) * static_cast<double>(lay.bytes);
-  p.tokens_per_second = p.step_ms > 0 ? static_cast<double>(in.batch) * (sas ? static_cast<double>(N) : 1.0) /
-                                            (p.step_ms / 1e3)
+  if (s.how == strategy::degraded)
+    p.paged_bytes_per_step = static_cast<double>(P) * static_cast<double>(lay.bytes);
+  p.tokens_per_second = p.step_ms > 0 ? static_cast<double>(in.batch) *
+                                            (sas ? static_cast<double>(N) : 1.0) / (p.step_ms / 1e3)
                                       : 0;
   p.meets_budget = p.step_ms <= in.budget_ms;
   return p;

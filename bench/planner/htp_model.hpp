@@ -37,11 +37,11 @@ struct htp_settings {
   /// The pager's HBM budget per GPU in bytes (pager_config::hbm_budget_bytes), which holds the
   /// weights and the KV cache; 0: the device's exposed HBM (hbm_exposed_gb) less the headroom.
   double hbm_budget_bytes = 0;
-  double hbm_exposed_gb = 0;               ///< what the device reports (cudaMemGetInfo); 0: hbm_gb
-  double link_peak_gbps = 0;               ///< the calibrated copy peak the cap is a fraction of; 0: link
-  double link_cap_fraction = 0.8;          ///< transfer_engine_config::default_cap_fraction; 1: uncapped
-  double copy_latency_us = 5;              ///< fixed cost of one copy (one chunk)
-  std::uint64_t chunk_bytes = 2ull << 20;  ///< transfer chunk (pager_config::chunk_bytes)
+  double hbm_exposed_gb = 0;       ///< what the device reports (cudaMemGetInfo); 0: hbm_gb
+  double link_peak_gbps = 0;       ///< the calibrated copy peak the cap is a fraction of; 0: link
+  double link_cap_fraction = 0.8;  ///< transfer_engine_config::default_cap_fraction; 1: uncapped
+  double copy_latency_us = 5;      ///< fixed cost of one copy (one chunk)
+  std::uint64_t chunk_bytes = 2ull << 20;        ///< transfer chunk (pager_config::chunk_bytes)
   std::uint64_t alloc_page_bytes = 64ull << 10;  ///< htp's page: every tensor rounded to it
   std::uint64_t slab_bytes = 64ull << 20;  ///< the slab (the resident window keeps four spare)
   bool embeddings = true;                  ///< false: the layers only (as the stream bench runs)
@@ -49,28 +49,28 @@ struct htp_settings {
   /// Paged tensors the pager prefetches ahead (pager_config::prefetch_lookahead); 0: two layers'
   /// worth (what the node bench sets).
   unsigned lookahead = 0;
-  double interconnect_gbps = 450;          ///< per GPU, for collectives (NVLink 4: 450 GB/s)
-  double collective_latency_us = 20;       ///< fixed cost of one collective call
+  double interconnect_gbps = 450;     ///< per GPU, for collectives (NVLink 4: 450 GB/s)
+  double collective_latency_us = 20;  ///< fixed cost of one collective call
 };
 
 /// htp's predicted behaviour, per GPU.
 struct htp_prediction {
   bool feasible = true;
-  std::string why_not;                     ///< when not feasible: what does not fit, and by how much
+  std::string why_not;  ///< when not feasible: what does not fit, and by how much
   double hbm_budget_bytes = 0;
   int resident_layers = 0;
   int paged_layers = 0;
-  std::uint64_t resident_bytes = 0;        ///< device-resident tensors, page-rounded (and embeddings)
-  std::uint64_t kv_bytes = 0;              ///< the KV cache kept in HBM
-  std::uint64_t paging_capacity = 0;       ///< HBM left for paged tensors
-  std::uint64_t host_bytes = 0;            ///< host tier for the whole node: paged tensors only
-  double paged_bytes_per_step = 0;         ///< Belady's rule over the paged tensors, steady state
-  double link_gbps = 0;                    ///< effective copy rate (chunk costs and the cap)
-  double transfer_ms = 0;                  ///< paged bytes at that rate
-  double compute_ms = 0;                   ///< every kernel of the step (roofline per tensor)
-  double collective_ms_per_layer = 0;      ///< all-reduce (tensor parallel) or all-gather per layer
-  double step_ms = 0;                      ///< the replayed timeline, mean over steady-state steps
-  double tokens_per_second = 0;            ///< batch / step (decode)
+  std::uint64_t resident_bytes = 0;    ///< device-resident tensors, page-rounded (and embeddings)
+  std::uint64_t kv_bytes = 0;          ///< the KV cache kept in HBM
+  std::uint64_t paging_capacity = 0;   ///< HBM left for paged tensors
+  std::uint64_t host_bytes = 0;        ///< host tier for the whole node: paged tensors only
+  double paged_bytes_per_step = 0;     ///< Belady's rule over the paged tensors, steady state
+  double link_gbps = 0;                ///< effective copy rate (chunk costs and the cap)
+  double transfer_ms = 0;              ///< paged bytes at that rate
+  double compute_ms = 0;               ///< every kernel of the step (roofline per tensor)
+  double collective_ms_per_layer = 0;  ///< all-reduce (tensor parallel) or all-gather per layer
+  double step_ms = 0;                  ///< the replayed timeline, mean over steady-state steps
+  double tokens_per_second = 0;        ///< batch / step (decode)
   bool meets_budget = false;
 };
 

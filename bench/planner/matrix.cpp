@@ -8,9 +8,11 @@ namespace htp::bench {
 
 std::vector<matrix_row> trade_off_matrix(const plan_inputs& in, const htp_settings& s,
                                          const std::vector<int>& batches) {
-  HTP_EXPECTS(!batches.empty(), htp::invalid_argument, "--matrix-batches must name at least one batch size");
+  HTP_EXPECTS(!batches.empty(), htp::invalid_argument,
+              "--matrix-batches must name at least one batch size");
   for (int b : batches) {
-    HTP_EXPECTS(b >= 1, htp::invalid_argument, "--matrix-batches: batch ", b, " must be at least 1");
+    HTP_EXPECTS(b >= 1, htp::invalid_argument, "--matrix-batches: batch ", b,
+                " must be at least 1");
   }
   struct row_kind {
     const char* name;

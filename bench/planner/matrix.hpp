@@ -22,7 +22,8 @@ struct matrix_cell {
 };
 
 struct matrix_row {
-  std::string strategy;  ///< "all-resident", "tensor-parallel+paging", "swap-and-shard", "host-paging", "degraded"
+  std::string strategy;            ///< "all-resident", "tensor-parallel+paging", "swap-and-shard",
+                                   ///< "host-paging", "degraded"
   std::vector<matrix_cell> cells;  ///< one per batch, in the order asked
 };
 

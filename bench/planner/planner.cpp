@@ -59,16 +59,18 @@ void size_model(const plan_inputs& in, plan_result& r) {
   r.total_bytes_per_gpu =
       static_cast<std::uint64_t>(m.layers) * r.layer_bytes_per_gpu + r.embedding_bytes_per_gpu;
   const std::uint64_t kv_dim = static_cast<std::uint64_t>(m.kv_heads) * (m.hidden / m.heads);
-  r.kv_bytes_per_gpu = ceil_div(static_cast<std::uint64_t>(m.layers) * 2 * kv_dim * bpe *
-                                    static_cast<std::uint64_t>(in.batch) *
-                                    static_cast<std::uint64_t>(in.context),
-                                gpus);
+  r.kv_bytes_per_gpu =
+      ceil_div(static_cast<std::uint64_t>(m.layers) * 2 * kv_dim * bpe *
+                   static_cast<std::uint64_t>(in.batch) * static_cast<std::uint64_t>(in.context),
+               gpus);
   const double hbm_bytes = in.hbm_gb * 1e9;
   r.headroom_bytes_per_gpu =
       static_cast<std::uint64_t>(in.headroom_fraction * hbm_bytes) + r.kv_bytes_per_gpu;
   const double for_weights = hbm_bytes - static_cast<double>(r.headroom_bytes_per_gpu);
   r.weight_pages =
-      for_weights <= 0 ? 0 : static_cast<std::uint64_t>(std::floor(for_weights / static_cast<double>(page)));
+      for_weights <= 0
+          ? 0
+          : static_cast<std::uint64_t>(std::floor(for_weights / static_cast<double>(page)));
 }
 
 /// Prices one step of a placed model: the streamed layers' transfer (page by page, or read over
@@ -146,14 +148,15 @@ evaluation evaluate(const plan_inputs& in, int resident_cap) {
     const double need_hbm_gb =
         (static_cast<double>(need * page) + static_cast<double>(r.kv_bytes_per_gpu)) /
         (1.0 - in.headroom_fraction) / 1e9;
-    e.error = "HBM per GPU is too small for '" + m.name + "': --hbm-gb " + fixed(in.hbm_gb) +
-              " less the headroom (" + fixed(gb(r.headroom_bytes_per_gpu)) + " GB) leaves " +
-              std::to_string(r.weight_pages) + " pages of " + std::to_string(page >> 20) +
-              " MiB, but the embeddings (" + std::to_string(r.embedding_pages) + " pages)" +
-              (in.allow_degraded ? "" : " plus one staged layer (" + std::to_string(ppl) + " pages)") +
-              " need " + std::to_string(need) + "; use --hbm-gb >= " + fixed(need_hbm_gb) +
-              ", more --gpus, a smaller --dtype" + (in.context > 0 ? ", a smaller --context" : "") +
-              (in.allow_degraded ? "" : ", or --allow-degraded");
+    e.error =
+        "HBM per GPU is too small for '" + m.name + "': --hbm-gb " + fixed(in.hbm_gb) +
+        " less the headroom (" + fixed(gb(r.headroom_bytes_per_gpu)) + " GB) leaves " +
+        std::to_string(r.weight_pages) + " pages of " + std::to_string(page >> 20) +
+        " MiB, but the embeddings (" + std::to_string(r.embedding_pages) + " pages)" +
+        (in.allow_degraded ? "" : " plus one staged layer (" + std::to_string(ppl) + " pages)") +
+        " need " + std::to_string(need) + "; use --hbm-gb >= " + fixed(need_hbm_gb) +
+        ", more --gpus, a smaller --dtype" + (in.context > 0 ? ", a smaller --context" : "") +
+        (in.allow_degraded ? "" : ", or --allow-degraded");
     return e;
   }
   if (resident_cap >= 0) resident = std::min(resident, static_cast<std::uint64_t>(resident_cap));
@@ -218,7 +221,6 @@ void check_inputs(const plan_inputs& in) {
               " must be at least 1");
 }
 
-
 plan_result plan(const plan_inputs& given) {
   check_inputs(given);
   plan_inputs in = given;
@@ -269,8 +271,8 @@ plan_result plan(const plan_inputs& given) {
     r.prediction_error_pct = (r.step_ms - r.measured_step_ms) / r.measured_step_ms * 100.0;
   }
   if (in.page_ms > 0 && in.measured.h2d_gbps > 0) {
-    r.notes.push_back("--page-ms sets the page cost; the measured " +
-                      fixed(in.measured.h2d_gbps) + " GB/s is not used for it");
+    r.notes.push_back("--page-ms sets the page cost; the measured " + fixed(in.measured.h2d_gbps) +
+                      " GB/s is not used for it");
   }
   if (in.context == 0) {
     r.notes.push_back("no KV cache counted (--context 0): the headroom covers activations only");

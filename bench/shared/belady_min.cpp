@@ -6,8 +6,8 @@
 
 namespace htp::bench {
 
-void belady_walk(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity, std::size_t cycles,
-                 const belady_miss_fn& on_miss) {
+void belady_walk(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity,
+                 std::size_t cycles, const belady_miss_fn& on_miss) {
   const std::size_t n = sizes.size();
   // Resident tensors keyed by their next use (absolute time); the farthest is evicted first.
   std::set<std::pair<std::uint64_t, std::size_t>> resident;
@@ -51,9 +51,10 @@ double belady_bytes_per_cycle(const std::vector<std::uint64_t>& sizes, std::uint
   // repeats every n - 1 cycles (equal sizes), so their mean is exact there.
   const std::size_t warm = 2, measured = n > 1 ? n - 1 : 1;
   std::uint64_t moved = 0;
-  belady_walk(sizes, capacity, warm + measured, [&](std::size_t c, std::size_t i, const std::vector<std::size_t>&) {
-    if (c >= warm) moved += sizes[i];
-  });
+  belady_walk(sizes, capacity, warm + measured,
+              [&](std::size_t c, std::size_t i, const std::vector<std::size_t>&) {
+                if (c >= warm) moved += sizes[i];
+              });
   return static_cast<double>(moved) / static_cast<double>(measured);
 }
 

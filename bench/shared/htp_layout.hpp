@@ -16,8 +16,9 @@ std::uint64_t htp_tensor_bytes(std::uint64_t bytes, std::uint64_t page) noexcept
 /// HBM must also keep a window of three paged layers and four slabs free: each layer counted as
 /// `shard_layer_bytes` plus a page per tensor for rounding. At most `layers`; 0 when the window
 /// alone does not fit. `window` false: no window (everything resident that fits).
-int resident_layers(std::uint64_t budget, std::uint64_t shard_layer_bytes, std::size_t tensors_per_layer,
-                    std::uint64_t page, std::uint64_t slab, int layers, bool window = true) noexcept;
+int resident_layers(std::uint64_t budget, std::uint64_t shard_layer_bytes,
+                    std::size_t tensors_per_layer, std::uint64_t page, std::uint64_t slab,
+                    int layers, bool window = true) noexcept;
 
 /// Which of `layers` layers are paged when `resident` of them stay resident: the paged ones spread
 /// evenly among the resident ones (each prefetched while the resident layers before it compute).

@@ -96,10 +96,10 @@ int int_field(const nlohmann::json& j, const std::string& path,
                 key_list(keys), "; add it (a positive integer) to the file");
     return fallback;
   }
-  HTP_EXPECTS(v->is_number_integer() && v->get<long long>() > 0 &&
-                  v->get<long long>() <= 1'000'000'000,
-              htp::invalid_argument, "config.json '", path, "': field ", key_list(keys), " is ",
-              v->dump(), "; it must be a positive integer");
+  HTP_EXPECTS(
+      v->is_number_integer() && v->get<long long>() > 0 && v->get<long long>() <= 1'000'000'000,
+      htp::invalid_argument, "config.json '", path, "': field ", key_list(keys), " is ", v->dump(),
+      "; it must be a positive integer");
   return static_cast<int>(v->get<long long>());
 }
 
@@ -116,11 +116,9 @@ bool bool_field(const nlohmann::json& j, const std::string& path, const char* ke
 std::size_t bytes_per_element(dtype t) noexcept {
   switch (t) {
     case dtype::bf16:
-    case dtype::fp16:
-      return 2;
+    case dtype::fp16: return 2;
     case dtype::fp8:
-    case dtype::int8:
-      return 1;
+    case dtype::int8: return 1;
   }
   return 2;
 }
@@ -144,8 +142,8 @@ dtype parse_dtype(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mixtral-8x7b", "gpt3-175b",
-          "opt-175b"};
+  return {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+          "mixtral-8x7b", "gpt3-175b",     "opt-175b"};
 }
 
 model_shape preset(const std::string& name) {
@@ -160,8 +158,8 @@ model_shape preset(const std::string& name) {
     m.name = "opt-175b";
     return m;
   }
-  throw htp::invalid_argument("unknown model preset '" + name + "'; valid: " +
-                              joined(preset_names()) + " (or pass a config.json)");
+  throw htp::invalid_argument("unknown model preset '" + name +
+                              "'; valid: " + joined(preset_names()) + " (or pass a config.json)");
 }
 
 model_shape from_hf_config(const std::string& path) {
@@ -185,8 +183,8 @@ model_shape from_hf_config(const std::string& path) {
   const bool classic = type == "opt" || type == "gpt2" || type == "gpt_neox" || type == "gptj";
 
   model_shape m;
-  if (const auto it = j.find("_name_or_path"); it != j.end() && it->is_string() &&
-                                                 !it->get<std::string>().empty()) {
+  if (const auto it = j.find("_name_or_path");
+      it != j.end() && it->is_string() && !it->get<std::string>().empty()) {
     m.name = it->get<std::string>();
   } else {
     const std::filesystem::path p(path);
@@ -217,20 +215,24 @@ model_shape from_hf_config(const std::string& path) {
 }
 
 void validate(const model_shape& m) {
-  const std::pair<const char*, int> positive[] = {
-      {"layers", m.layers},   {"hidden", m.hidden},   {"intermediate", m.intermediate},
-      {"heads", m.heads},     {"kv_heads", m.kv_heads}, {"vocab", m.vocab},
-      {"experts", m.experts}, {"experts_per_token", m.experts_per_token}};
+  const std::pair<const char*, int> positive[] = {{"layers", m.layers},
+                                                  {"hidden", m.hidden},
+                                                  {"intermediate", m.intermediate},
+                                                  {"heads", m.heads},
+                                                  {"kv_heads", m.kv_heads},
+                                                  {"vocab", m.vocab},
+                                                  {"experts", m.experts},
+                                                  {"experts_per_token", m.experts_per_token}};
   for (const auto& [field, value] : positive) {
     HTP_EXPECTS(value > 0, htp::invalid_argument, "model '", m.name, "': ", field, " = ", value,
                 " must be positive");
   }
   HTP_EXPECTS(m.max_positions >= 0, htp::invalid_argument, "model '", m.name,
               "': max_positions = ", m.max_positions, " must be >= 0 (0 = rotary)");
-  HTP_EXPECTS(m.hidden % m.heads == 0, htp::invalid_argument, "model '", m.name, "': hidden = ",
-              m.hidden, " is not a multiple of heads = ", m.heads);
-  HTP_EXPECTS(m.heads % m.kv_heads == 0, htp::invalid_argument, "model '", m.name, "': heads = ",
-              m.heads, " is not a multiple of kv_heads = ", m.kv_heads);
+  HTP_EXPECTS(m.hidden % m.heads == 0, htp::invalid_argument, "model '", m.name,
+              "': hidden = ", m.hidden, " is not a multiple of heads = ", m.heads);
+  HTP_EXPECTS(m.heads % m.kv_heads == 0, htp::invalid_argument, "model '", m.name,
+              "': heads = ", m.heads, " is not a multiple of kv_heads = ", m.kv_heads);
   HTP_EXPECTS(m.experts_per_token <= m.experts, htp::invalid_argument, "model '", m.name,
               "': experts_per_token = ", m.experts_per_token, " exceeds experts = ", m.experts);
 }
@@ -285,10 +287,10 @@ std::uint64_t embedding_parameters(const model_shape& m) {
   validate(m);
   const auto h = static_cast<std::uint64_t>(m.hidden);
   const auto v = static_cast<std::uint64_t>(m.vocab);
-  std::uint64_t n = v * h;                                        // token embeddings
-  n += static_cast<std::uint64_t>(m.max_positions) * h;           // learned positions
-  if (!m.tied_embeddings) n += v * h;                             // lm_head
-  n += m.biases ? 2 * h : h;                                      // final norm
+  std::uint64_t n = v * h;                               // token embeddings
+  n += static_cast<std::uint64_t>(m.max_positions) * h;  // learned positions
+  if (!m.tied_embeddings) n += v * h;                    // lm_head
+  n += m.biases ? 2 * h : h;                             // final norm
   return n;
 }
 

@@ -21,10 +21,10 @@
 namespace htp::bench {
 namespace {
 
-#define HTP_CUBLAS_TRY(call)                                                                   \
-  do {                                                                                         \
-    const cublasStatus_t s_ = (call);                                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+#define HTP_CUBLAS_TRY(call)                                                                  \
+  do {                                                                                        \
+    const cublasStatus_t s_ = (call);                                                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                          \
       throw ::htp::cuda_error(static_cast<int>(s_), cublasGetStatusName(s_), #call, __FILE__, \
                               __LINE__, cublasGetStatusString(s_));                           \
   } while (0)
@@ -38,7 +38,8 @@ class verifier {
 
   explicit verifier(device& dev) : dev_(dev) {
     // One word per check, plus a sink for reads nobody verifies.
-    words_ = static_cast<std::uint64_t*>(dev_.allocate(memory_kind::pinned_host, (capacity + 1) * 8));
+    words_ =
+        static_cast<std::uint64_t*>(dev_.allocate(memory_kind::pinned_host, (capacity + 1) * 8));
     expected_.reserve(capacity);
   }
   ~verifier() { dev_.deallocate(memory_kind::pinned_host, words_, (capacity + 1) * 8); }
@@ -50,8 +51,10 @@ class verifier {
   void check(const void* p, std::size_t bytes, std::uint64_t expected, stream_ref s) {
     if (expected_.size() == capacity) {
       if (!warned_) {
-        std::fprintf(stderr, "htp-stream-bench: more than %zu weight checks between two steps; "
-                             "the rest of this step is not verified\n", capacity);
+        std::fprintf(stderr,
+                     "htp-stream-bench: more than %zu weight checks between two steps; "
+                     "the rest of this step is not verified\n",
+                     capacity);
         warned_ = true;
       }
       return;
@@ -86,7 +89,8 @@ class verifier {
 
 class cuda_compute final : public layer_compute {
  public:
-  cuda_compute(device& dev, dtype type, int max_tokens, std::uint64_t max_rows, std::uint64_t max_cols)
+  cuda_compute(device& dev, dtype type, int max_tokens, std::uint64_t max_rows,
+               std::uint64_t max_cols)
       : dev_(dev), type_(type), verify_(dev) {
     gemm_ = type == dtype::bf16 || type == dtype::fp16;
     HTP_CUBLAS_TRY(cublasCreate(&handle_));
@@ -169,11 +173,13 @@ class cuda_compute final : public layer_compute {
   std::vector<span> take_spans() override {
     std::vector<span> out;
     if (ref_event_ == nullptr) return out;
-    const auto origin = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ref_host_ns_.load()));
+    const auto origin =
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ref_host_ns_.load()));
     const auto at = [&](cudaEvent_t e) {
       float ms = 0;
       HTP_CUDA_TRY(cudaEventElapsedTime(&ms, ref_event_, e));
-      return origin + std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
+      return origin +
+             std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
     };
     for (const auto& [a, b] : timings_) out.push_back({at(a), at(b)});
     spare_events_.push_back(ref_event_);
@@ -273,7 +279,9 @@ class cuda_compute final : public layer_compute {
   // saw the stream reach it (CUDA runs host functions in stream order, on its own thread).
   static void CUDART_CB stamp(void* ns) {
     static_cast<std::atomic<std::int64_t>*>(ns)->store(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count());
   }
   cudaEvent_t ref_event_ = nullptr;
   std::atomic<std::int64_t> ref_host_ns_{0};

@@ -10,7 +10,8 @@
 namespace htp::bench {
 
 /// The node modes side by side (the single-GPU policies' table comes before it).
-void print_node_table(const std::vector<node_result>& results, double budget_ms, double tail_budget_ms);
+void print_node_table(const std::vector<node_result>& results, double budget_ms,
+                      double tail_budget_ms);
 /// One mode's results as JSON.
 nlohmann::json to_json(const node_result& r);
 

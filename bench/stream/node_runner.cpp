@@ -11,9 +11,9 @@
 #include <htp/swap_shard.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -41,7 +41,8 @@ struct gpu_weight {
 };
 
 /// Its checksums when `data` is given; none (nothing to verify) for a timing-only run's null data.
-gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows, std::uint64_t cols) {
+gpu_weight checked(const unsigned char* data, std::size_t bytes, std::uint64_t rows,
+                   std::uint64_t cols) {
   if (data == nullptr) return {tensor_handle{}, 0, bytes, rows, cols, 0, 0, 0};
   const weight_sums ws = sums_of(data, bytes);
   return {tensor_handle{}, 0, bytes, rows, cols, ws.sum, ws.head, ws.tail};
@@ -56,11 +57,14 @@ struct stamps {
     d.launch_host_func([this] { begin = clock_type::now(); }, s);
   }
   void mark_end(device& d, stream_ref s) {
-    d.launch_host_func([this] {
-      const double x = std::chrono::duration<double, std::milli>(clock_type::now() - begin).count();
-      std::lock_guard lock(mu);
-      ms.push_back(x);
-    }, s);
+    d.launch_host_func(
+        [this] {
+          const double x =
+              std::chrono::duration<double, std::milli>(clock_type::now() - begin).count();
+          std::lock_guard lock(mu);
+          ms.push_back(x);
+        },
+        s);
   }
 };
 
@@ -100,7 +104,8 @@ class one_time_barrier {
       return;
     }
     cv_.wait(lock, [&] { return left_ == 0 || aborted_; });
-    if (left_ != 0) throw logic_error("another GPU failed before every GPU reached the barrier (see its error)");
+    if (left_ != 0)
+      throw logic_error("another GPU failed before every GPU reached the barrier (see its error)");
   }
   /// Releases the waiters and later arrivals, which throw. Thread-safe, idempotent.
   void abort() noexcept {
@@ -128,19 +133,21 @@ std::pair<long, long> injected_failure(const node_options& o) {
               ": give GPU:STEP, e.g. 1:1 (GPU 1 fails at step 1)");
   const char* rest = end + 1;
   const long step = std::strtol(rest, &end, 10);
-  HTP_EXPECTS(end != rest && *end == '\0' && gpu >= 0 && step >= 0, invalid_argument, "HTP_STREAM_BENCH_FAIL=", env,
-              ": give GPU:STEP, two numbers >= 0, e.g. 1:1");
+  HTP_EXPECTS(end != rest && *end == '\0' && gpu >= 0 && step >= 0, invalid_argument,
+              "HTP_STREAM_BENCH_FAIL=", env, ": give GPU:STEP, two numbers >= 0, e.g. 1:1");
   return {gpu, step};
 }
 
 /// The node's N devices: the first N cuda GPUs, or N sim devices each with the single-GPU run's
 /// modelled link. @throws htp::invalid_argument for more cuda GPUs than are visible.
-std::vector<std::unique_ptr<device>> make_devices(const bench_config& cfg, const node_options& o, bool timing_only) {
+std::vector<std::unique_ptr<device>> make_devices(const bench_config& cfg, const node_options& o,
+                                                  bool timing_only) {
   const std::size_t N = o.gpus;
   if (o.kind == backend::cuda) {
     const int visible = cuda_device_count();
-    HTP_EXPECTS(N <= static_cast<std::size_t>(visible), invalid_argument, "--gpus ", N, ": ", visible,
-                " CUDA GPU(s) visible; give at most ", visible, " (or run the node on sim with --backend sim)");
+    HTP_EXPECTS(N <= static_cast<std::size_t>(visible), invalid_argument, "--gpus ", N, ": ",
+                visible, " CUDA GPU(s) visible; give at most ", visible,
+                " (or run the node on sim with --backend sim)");
   }
   device_options d;
   d.backend = o.kind == backend::cuda ? "cuda" : "sim";
@@ -161,8 +168,9 @@ std::vector<std::unique_ptr<device>> make_devices(const bench_config& cfg, const
 /// or, for swap-and-shard, packed per layer into swap_layer_bytes / swap_layers for swap_shard.
 /// Returns each GPU's view of every weight, [gpu][layer][tensor].
 std::vector<std::vector<std::vector<gpu_weight>>> register_weights(
-    const bench_config& cfg, node_mode mode, node& nd, bool timing_only, const std::vector<bool>& paged_layer,
-    std::vector<std::size_t>& swap_layer_bytes, std::vector<std::vector<unsigned char>>& swap_layers) {
+    const bench_config& cfg, node_mode mode, node& nd, bool timing_only,
+    const std::vector<bool>& paged_layer, std::vector<std::size_t>& swap_layer_bytes,
+    std::vector<std::vector<unsigned char>>& swap_layers) {
   const std::size_t N = nd.gpu_count();
   const auto shapes = layer_tensors(cfg.model);
   const std::size_t elem = bytes_per_element(cfg.type);
@@ -177,7 +185,8 @@ std::vector<std::vector<std::vector<gpu_weight>>> register_weights(
       const std::size_t bytes = t.rows * t.cols * elem;
       if (!timing_only) {  // timing-only: no bytes, no patterns (nothing is verified)
         buf.resize(bytes);
-        fill_pattern(buf.data(), bytes, cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
+        fill_pattern(buf.data(), bytes,
+                     cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i);
       }
       const unsigned char* data = timing_only ? nullptr : buf.data();
       const std::string name = "L" + std::to_string(l) + "." + t.name;
@@ -201,11 +210,15 @@ std::vector<std::vector<std::vector<gpu_weight>>> register_weights(
         // Resident layers: each GPU's shard in its own HBM for the run, no host copy.
         const bool keep = !paged_layer[static_cast<std::size_t>(l)];
         node_tensor nt;
-        if (!keep) nt = nd.register_sharded(name, sb, tensor_kind::weight, data ? src : std::vector<const void*>{});
+        if (!keep)
+          nt = nd.register_sharded(name, sb, tensor_kind::weight,
+                                   data ? src : std::vector<const void*>{});
         at = 0;
         for (std::size_t g = 0; g < N; ++g) {
-          gpu_weight gw = checked(data ? data + at : nullptr, sb[g], t.rows, std::max<std::uint64_t>(1, t.cols / N));
-          gw.h = keep ? nd.gpu(g).register_resident(name, sb[g], tensor_kind::weight, src[g]) : nd.on(nt, g);
+          gpu_weight gw = checked(data ? data + at : nullptr, sb[g], t.rows,
+                                  std::max<std::uint64_t>(1, t.cols / N));
+          gw.h = keep ? nd.gpu(g).register_resident(name, sb[g], tensor_kind::weight, src[g])
+                      : nd.on(nt, g);
           w[g].back().push_back(gw);
           at += sb[g];
         }
@@ -228,15 +241,18 @@ std::vector<std::vector<std::vector<gpu_weight>>> register_weights(
 /// What the GPU threads of one run share: the run's inputs, each GPU's outputs (slot g written by
 /// GPU g's thread only) and the first failure.
 struct gpu_threads {
-  gpu_threads(const bench_config& c, node_mode m, const node_options& opt, node& n, collectives& cl, swap_shard* s,
-              const std::vector<std::unique_ptr<device>>& d, const std::vector<std::vector<std::vector<gpu_weight>>>& weights,
-              bool only, bool sq, std::pair<long, long> f, std::size_t gpus)
-      : cfg(c), mode(m), o(opt), nd(n), coll(cl), ss(s), devs(d), w(weights), timing_only(only), squeeze(sq), fail(f),
-        total(c.warmup_steps + c.steps),
-        act_bytes(static_cast<std::size_t>(c.tokens) * static_cast<std::size_t>(c.model.hidden) * 2),
-        step_ms(gpus, std::vector<double>(static_cast<std::size_t>(total), 0)), stall(gpus, 0), paged(gpus, 0),
-        fault_page_ms(gpus, 0), faults_ms(gpus, 0), hbm_peak(gpus, 0), bad(gpus, 0), degraded(gpus, 0),
-        squeezed(gpus, 0), left(gpus, 0), coll_time(gpus), squeeze_sync(gpus), err(gpus), first_failed(gpus) {}
+  gpu_threads(const bench_config& c, node_mode m, const node_options& opt, node& n, collectives& cl,
+              swap_shard* s, const std::vector<std::unique_ptr<device>>& d,
+              const std::vector<std::vector<std::vector<gpu_weight>>>& weights, bool only, bool sq,
+              std::pair<long, long> f, std::size_t gpus)
+      : cfg(c), mode(m), o(opt), nd(n), coll(cl), ss(s), devs(d), w(weights), timing_only(only),
+        squeeze(sq), fail(f), total(c.warmup_steps + c.steps),
+        act_bytes(static_cast<std::size_t>(c.tokens) * static_cast<std::size_t>(c.model.hidden) *
+                  2),
+        step_ms(gpus, std::vector<double>(static_cast<std::size_t>(total), 0)), stall(gpus, 0),
+        paged(gpus, 0), fault_page_ms(gpus, 0), faults_ms(gpus, 0), hbm_peak(gpus, 0), bad(gpus, 0),
+        degraded(gpus, 0), squeezed(gpus, 0), left(gpus, 0), coll_time(gpus), squeeze_sync(gpus),
+        err(gpus), first_failed(gpus) {}
   const bench_config& cfg;
   const node_mode mode;
   const node_options& o;
@@ -259,7 +275,8 @@ struct gpu_threads {
   std::mutex time_mu;
   std::vector<std::exception_ptr> err;
   std::mutex fail_mu;
-  std::size_t first_failed;  // the GPU that failed first (its err is set once the threads end); N: none
+  std::size_t
+      first_failed;  // the GPU that failed first (its err is set once the threads end); N: none
 
   /// GPU g failed (`why`): nothing may wait for it any more. The first GPU to get here is the
   /// run's cause (the others' errors are its echoes). The collectives are aborted, so the other
@@ -295,14 +312,17 @@ void squeeze_gpu(gpu_threads& r, std::size_t g) {
 
 /// One step of GPU g: every layer acquired, computed and released on `cs` (and all-reduced in
 /// tensor-parallel mode). Returns once the step's work is queued.
-void run_step(gpu_threads& r, std::size_t g, int step, layer_compute& compute, stream& cs, void* act) {
+void run_step(gpu_threads& r, std::size_t g, int step, layer_compute& compute, stream& cs,
+              void* act) {
   device& dev = *r.devs[g];
   pager& p = r.nd.gpu(g);
   const std::size_t N = r.devs.size();
   const auto& wg = r.w[g];
   for (std::size_t l = 0; l < wg.size(); ++l) {
-    if (static_cast<long>(g) == r.fail.first && step == r.fail.second && l == std::min<std::size_t>(1, wg.size() - 1)) {
-      throw logic_error(detail::concat("injected failure (for tests): GPU ", g, " at step ", step, ", layer ", l));
+    if (static_cast<long>(g) == r.fail.first && step == r.fail.second &&
+        l == std::min<std::size_t>(1, wg.size() - 1)) {
+      throw logic_error(detail::concat("injected failure (for tests): GPU ", g, " at step ", step,
+                                       ", layer ", l));
     }
     if (r.ss) {
       compute.begin_stall(cs);
@@ -321,7 +341,8 @@ void run_step(gpu_threads& r, std::size_t g, int step, layer_compute& compute, s
       compute.begin_stall(cs);
       const device_span sp = p.acquire(gw.h, cs);
       compute.end_stall(cs);
-      compute.run_layer({{sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, !r.timing_only}}, r.cfg.tokens, cs);
+      compute.run_layer({{sp, gw.rows, gw.cols, gw.sum, gw.head, gw.tail, !r.timing_only}},
+                        r.cfg.tokens, cs);
       p.release(gw.h, cs);
     }
     if (r.mode == node_mode::tensor_parallel && N > 1) {
@@ -359,12 +380,14 @@ void run_gpu_steps(gpu_threads& r, std::size_t g, layer_compute& compute, stream
       const auto t0 = clock_type::now();
       run_step(r, g, step, compute, cs, act);
       cs.synchronize();
-      r.step_ms[g][static_cast<std::size_t>(step)] = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+      r.step_ms[g][static_cast<std::size_t>(step)] =
+          std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     }
     r.stall[g] = compute.take_stall_ms() / static_cast<double>(r.cfg.steps);
     const pager_metrics pm = p.metrics();  // of the timed steps (reset after the warm-up)
     r.fault_page_ms[g] = pm.fault_wait.ms_per_64mib_page;
-    r.faults_ms[g] = pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
+    r.faults_ms[g] =
+        pm.elapsed_ms > 0 ? static_cast<double>(pm.faults + pm.late_prefetches) / pm.elapsed_ms : 0;
     r.hbm_peak[g] = pm.hbm.peak_pct;
     r.paged[g] = static_cast<double>(pm.page_in_bytes) / static_cast<double>(r.cfg.steps);
     r.degraded[g] = pm.degraded_acquires;
@@ -390,7 +413,8 @@ struct device_buffer {
   device& dev;
   std::size_t bytes;
   void* ptr;
-  device_buffer(device& d, std::size_t n) : dev(d), bytes(n), ptr(d.allocate(memory_kind::device, n)) {}
+  device_buffer(device& d, std::size_t n)
+      : dev(d), bytes(n), ptr(d.allocate(memory_kind::device, n)) {}
   ~device_buffer() { dev.deallocate(memory_kind::device, ptr, bytes); }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
@@ -445,7 +469,9 @@ node_result results_of(gpu_threads& run, int resident_layers, std::size_t per_sy
   if (squeeze) {
     r.squeeze_leave_bytes = *std::max_element(run.left.begin(), run.left.end());
     r.squeeze_block_bytes = *std::min_element(run.squeezed.begin(), run.squeezed.end());
-    for (std::uint64_t d : run.degraded) r.degraded_per_step += static_cast<double>(d) / static_cast<double>(N * static_cast<std::size_t>(cfg.steps));
+    for (std::uint64_t d : run.degraded)
+      r.degraded_per_step +=
+          static_cast<double>(d) / static_cast<double>(N * static_cast<std::size_t>(cfg.steps));
   }
   // Time dilation undone: measured times shrink by the scale, rates per unit time grow by it.
   const double ts = o.kind == backend::sim ? o.time_scale : 1.0;
@@ -459,7 +485,8 @@ node_result results_of(gpu_threads& run, int resident_layers, std::size_t per_sy
   }
   for (int s = cfg.warmup_steps; s < total; ++s) {
     double worst = 0;
-    for (std::size_t g = 0; g < N; ++g) worst = std::max(worst, step_ms[g][static_cast<std::size_t>(s)]);
+    for (std::size_t g = 0; g < N; ++g)
+      worst = std::max(worst, step_ms[g][static_cast<std::size_t>(s)]);
     r.step_ms.push_back(worst);
   }
   r.step = summarize(r.step_ms);
@@ -481,20 +508,24 @@ node_result results_of(gpu_threads& run, int resident_layers, std::size_t per_sy
     r.hbm_peak_pct = std::max(r.hbm_peak_pct, run.hbm_peak[g]);
   }
   r.stall_ms_per_step = st / static_cast<double>(N);
-  r.collective_ms_per_layer = mode == node_mode::tensor_parallel ? (coll_n > 0 ? coll_ms / coll_n : 0)
-                              : mode == node_mode::swap_and_shard
-                                  ? r.stall_ms_per_step / static_cast<double>(std::max(1, cfg.layers))
-                                  : 0;
+  r.collective_ms_per_layer =
+      mode == node_mode::tensor_parallel ? (coll_n > 0 ? coll_ms / coll_n : 0)
+      : mode == node_mode::swap_and_shard
+          ? r.stall_ms_per_step / static_cast<double>(std::max(1, cfg.layers))
+          : 0;
   if (ss) {
     const swap_shard_metrics sm = ss->metrics();
     r.layers_per_sync = per_sync;
-    r.barriers_per_layer = sm.layers_acquired > 0 ? static_cast<double>(sm.compute_waits) / static_cast<double>(sm.layers_acquired) : 0;
+    r.barriers_per_layer = sm.layers_acquired > 0 ? static_cast<double>(sm.compute_waits) /
+                                                        static_cast<double>(sm.layers_acquired)
+                                                  : 0;
     r.layer_source = sm.layers_from_host > 0 ? "host" : "peers";
     r.interconnect_gbps = static_cast<double>(sm.interconnect_bytes_per_second) / 1e9;
     r.interconnect_measured = sm.interconnect_measured;
   }
   const double secs = std::chrono::duration<double>(run.timed_end - run.timed_begin).count();
-  const double host_rate = secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs : 0;  // dilated, B/s
+  const double host_rate =
+      secs > 0 ? bytes * static_cast<double>(cfg.steps) / secs : 0;  // dilated, B/s
   r.host_gbps = host_rate * ts / 1e9;
   const node_metrics m = nd.metrics();
   if (!m.links.empty() && m.links[0].h2d_rate_bytes_per_second > 0 && secs > 0) {
@@ -503,7 +534,8 @@ node_result results_of(gpu_threads& run, int resident_layers, std::size_t per_sy
   r.host_tier_bytes = m.host_used_bytes;
   r.host_budget_bytes = m.host_capacity_bytes;
   if (cfg.link_peak_bytes_per_second > 0) {
-    r.link_use_pct = 100.0 * host_rate / static_cast<double>(N) / static_cast<double>(cfg.link_peak_bytes_per_second);
+    r.link_use_pct = 100.0 * host_rate / static_cast<double>(N) /
+                     static_cast<double>(cfg.link_peak_bytes_per_second);
   }
   return r;
 }
@@ -531,13 +563,14 @@ node_plan plan_node_run(const bench_config& cfg, node_mode mode, const node_opti
   // Tensor-parallel --resident: whole layers' shards stay in HBM, next to a window of three
   // paged layers (the one computing and two prefetched) and slack for rounding; the paged layers
   // spread evenly among them (shared/htp_layout.hpp, which the planner's htp model shares).
-  plan.resident_layers = mode == node_mode::tensor_parallel && o.resident
-                             ? bench::resident_layers(cfg.hbm_budget_bytes, layer_bytes / N, shapes.size(),
-                                                      cfg.page_bytes, cfg.slab_bytes, cfg.layers)
-                             : 0;
+  plan.resident_layers =
+      mode == node_mode::tensor_parallel && o.resident
+          ? bench::resident_layers(cfg.hbm_budget_bytes, layer_bytes / N, shapes.size(),
+                                   cfg.page_bytes, cfg.slab_bytes, cfg.layers)
+          : 0;
   plan.paged_layer = paged_layers(cfg.layers, plan.resident_layers);
-  const std::size_t paged_bytes =
-      static_cast<std::size_t>(layer_bytes) * static_cast<std::size_t>(cfg.layers - plan.resident_layers);
+  const std::size_t paged_bytes = static_cast<std::size_t>(layer_bytes) *
+                                  static_cast<std::size_t>(cfg.layers - plan.resident_layers);
 
   // Swap-and-shard's staging: two buffers of two layers (one synchronisation per two layers), or of
   // one layer when HBM is too short for that, next to one shard being paged in.
@@ -558,9 +591,11 @@ node_plan plan_node_run(const bench_config& cfg, node_mode mode, const node_opti
     }
   }
   // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
-  plan.host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes + 4 * cfg.slab_bytes;
+  plan.host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
+                   4 * cfg.slab_bytes;
   if (o.host_budget_bytes > 0 && plan.host_need > o.host_budget_bytes) {
-    plan.skip = "its host copies need " + std::to_string(plan.host_need / 1000000000) + " GB of host tier, more than the " +
+    plan.skip = "its host copies need " + std::to_string(plan.host_need / 1000000000) +
+                " GB of host tier, more than the " +
                 std::to_string(o.host_budget_bytes / 1000000000) + " GB given" +
                 (mode == node_mode::tensor_parallel && !o.resident ? " (try --resident)" : "");
   }
@@ -570,10 +605,13 @@ node_plan plan_node_run(const bench_config& cfg, node_mode mode, const node_opti
 /// The node's configuration: the host tier (given, or what the plan needs), each GPU's pager with
 /// cfg's budget, sizes and link, two layers of lookahead, degraded service when HBM is squeezed,
 /// and the shared upstream link when asked for.
-node_config node_config_of(const bench_config& cfg, const node_options& o, const node_plan& plan, bool squeeze) {
+node_config node_config_of(const bench_config& cfg, const node_options& o, const node_plan& plan,
+                           bool squeeze) {
   const std::size_t N = o.gpus;
   node_config nc;
-  nc.host_budget_bytes = o.host_budget_bytes > 0 ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes : plan.host_need;
+  nc.host_budget_bytes = o.host_budget_bytes > 0
+                             ? o.host_budget_bytes / cfg.slab_bytes * cfg.slab_bytes
+                             : plan.host_need;
   nc.host_slab_bytes = cfg.slab_bytes;
   nc.host_page_bytes = cfg.page_bytes;
   nc.gpu.hbm_budget_bytes = cfg.hbm_budget_bytes;
@@ -582,7 +620,8 @@ node_config node_config_of(const bench_config& cfg, const node_options& o, const
   nc.gpu.chunk_bytes = cfg.chunk_bytes;
   nc.gpu.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   nc.gpu.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
-  // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a norm).
+  // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a
+  // norm).
   nc.gpu.prefetch_lookahead = static_cast<unsigned>(2 * layer_tensors(cfg.model).size());
   if (cfg.rate_bytes_per_second) nc.gpu.h2d.rate_bytes_per_second = *cfg.rate_bytes_per_second;
   if (squeeze) nc.gpu.on_oom = oom_policy::allow_degraded;
@@ -603,8 +642,10 @@ double interconnect_gbps_of(const node_options& o) {
 
 /// The node's collectives: sim's at the modelled interconnect; on cuda NCCL's, or one-rank copies
 /// for a single GPU without NCCL.
-std::unique_ptr<collectives> make_node_collectives(const node_options& o, const std::vector<device*>& ptrs) {
-  if (o.kind == backend::sim) return make_sim_collectives(ptrs, static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9));
+std::unique_ptr<collectives> make_node_collectives(const node_options& o,
+                                                   const std::vector<device*>& ptrs) {
+  if (o.kind == backend::sim)
+    return make_sim_collectives(ptrs, static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9));
   if (ptrs.size() == 1 && !nccl_available()) return make_one_rank_collectives(*ptrs[0]);
   return make_nccl_collectives(ptrs);
 }
@@ -613,16 +654,18 @@ std::unique_ptr<collectives> make_node_collectives(const node_options& o, const 
 /// copies), returned. Otherwise each GPU's schedule: its paged tensors only, in layer order
 /// (device-resident ones are always hits, and left in the schedule they would use up the
 /// lookahead, so the next paged layer would load only when reached); returns null.
-std::unique_ptr<swap_shard> arrange_weights(node_mode mode, const node_options& o, const node_plan& plan, node& nd,
-                                            collectives& coll, const std::vector<std::vector<std::vector<gpu_weight>>>& w,
-                                            const std::vector<std::size_t>& swap_layer_bytes,
-                                            const std::vector<std::vector<unsigned char>>& swap_layers) {
+std::unique_ptr<swap_shard> arrange_weights(
+    node_mode mode, const node_options& o, const node_plan& plan, node& nd, collectives& coll,
+    const std::vector<std::vector<std::vector<gpu_weight>>>& w,
+    const std::vector<std::size_t>& swap_layer_bytes,
+    const std::vector<std::vector<unsigned char>>& swap_layers) {
   if (mode == node_mode::swap_and_shard) {
     std::vector<const void*> src;
     for (const auto& v : swap_layers) src.push_back(v.empty() ? nullptr : v.data());
     swap_shard_config sc;
     // sim: the modelled interconnect; cuda: measured by swap_shard's probe all-gather.
-    sc.interconnect_bytes_per_second = o.kind == backend::sim ? static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9) : 0;
+    sc.interconnect_bytes_per_second =
+        o.kind == backend::sim ? static_cast<std::uint64_t>(interconnect_gbps_of(o) * 1e9) : 0;
     sc.layers_per_sync = plan.per_sync;
     return std::make_unique<swap_shard>(nd, coll, swap_layer_bytes, src, sc);
   }
@@ -665,16 +708,20 @@ node_result run_node_mode(const bench_config& cfg, node_mode mode, const node_op
   // bytes the single-GPU policies read.
   std::vector<std::size_t> swap_layer_bytes;
   std::vector<std::vector<unsigned char>> swap_layers;
-  const auto w = register_weights(cfg, mode, nd, timing_only, plan.paged_layer, swap_layer_bytes, swap_layers);
-  std::unique_ptr<swap_shard> ss = arrange_weights(mode, o, plan, nd, *coll, w, swap_layer_bytes, swap_layers);
+  const auto w =
+      register_weights(cfg, mode, nd, timing_only, plan.paged_layer, swap_layer_bytes, swap_layers);
+  std::unique_ptr<swap_shard> ss =
+      arrange_weights(mode, o, plan, nd, *coll, w, swap_layer_bytes, swap_layers);
   swap_layers.clear();
 
   // One thread per GPU, as an engine drives a node; each step's time is its slowest GPU's.
-  gpu_threads run{cfg, mode, o, nd, *coll, ss.get(), devs, w, timing_only, squeeze, injected_failure(o), N};
+  gpu_threads run{
+      cfg, mode, o, nd, *coll, ss.get(), devs, w, timing_only, squeeze, injected_failure(o), N};
   std::vector<std::thread> threads;
   for (std::size_t g = 0; g < N; ++g) threads.emplace_back([&run, g] { run_gpu(run, g); });
   for (auto& t : threads) t.join();
-  if (run.first_failed < N) std::rethrow_exception(run.err[run.first_failed]);  // the cause, not its echoes
+  if (run.first_failed < N)
+    std::rethrow_exception(run.err[run.first_failed]);  // the cause, not its echoes
 
   node_result r = results_of(run, plan.resident_layers, plan.per_sync);
   ss.reset();  // before the node: its slots and layers live in the node

@@ -8,61 +8,87 @@ namespace {
 
 /// Adds the options of the model, the steps, the budgets and the output to `app`.
 void add_run_options(CLI::App& app, stream_options& o) {
-  app.add_option("--model", o.model_name, "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
+  app.add_option("--model", o.model_name,
+                 "preset: llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, gpt3-175b");
   app.add_option("--config", o.config_path, "a Hugging Face config.json instead of a preset");
   app.add_option("--dtype", o.dtype_name, "bf16, fp16, fp8 or int8");
-  app.add_option("--layers", o.layers, "layers to run, with the real layer shape (default: all on a GPU, 8 on sim)");
+  app.add_option("--layers", o.layers,
+                 "layers to run, with the real layer shape (default: all on a GPU, 8 on sim)");
   app.add_option("--tokens", o.tokens, "tokens per step: the decode batch, or the prefill length");
   app.add_option("--steps", o.steps, "timed steps per policy");
   app.add_option("--warmup", o.warmup, "warm-up steps per policy (not timed)");
-  app.add_option("--hbm-budget", o.budget, "HBM budget: a fraction of the streamed weights (0.5) or bytes (8GiB)");
+  app.add_option("--hbm-budget", o.budget,
+                 "HBM budget: a fraction of the streamed weights (0.5) or bytes (8GiB)");
   app.add_option("--sweep", o.sweep, "comma-separated budgets to sweep (e.g. 0.25,0.5,0.75)");
   app.add_option("--policies", o.policies, "all, or a comma-separated subset of the policy names");
   add_backend_option(app, o.device.backend);
   app.add_option("--slab-mib", o.slab_mib, "slab (reservation unit) size in MiB, a power of two");
-  app.add_option("--page-kib", o.page_kib, "page (allocation unit) size in KiB, a power of two up to a slab");
+  app.add_option("--page-kib", o.page_kib,
+                 "page (allocation unit) size in KiB, a power of two up to a slab");
   app.add_option("--chunk-mib", o.chunk_mib, "transfer chunk size in MiB");
   app.add_option("--rate-gbps", o.rate_gbps, "cap H2D/D2H at this rate (0 = uncapped)");
-  app.add_option("--kv-context", o.kv_context, "initial KV-cache context in tokens (0 = no KV cache)");
+  app.add_option("--kv-context", o.kv_context,
+                 "initial KV-cache context in tokens (0 = no KV cache)");
   app.add_option("--kv-block", o.kv_block, "tokens per KV block tensor");
   app.add_option("--budget-ms", o.budget_ms, "end-to-end latency budget per step");
   app.add_option("--json", o.json_path, "write all results and the configuration as JSON");
   app.add_option("--trace", o.trace_path, "write a Chrome/Perfetto trace of one policy");
   app.add_option("--trace-policy", o.trace_policy, "the policy to trace");
-  add_sim_link_options(app, o.device, "sim: modelled host link, GB/s each way", "sim: modelled per-copy latency");
-  app.add_option("--sim-compute", o.sim_compute, "sim: 'modelled' (device time from HBM bandwidth) or 'checksum' (read every byte on the CPU)");
+  add_sim_link_options(app, o.device, "sim: modelled host link, GB/s each way",
+                       "sim: modelled per-copy latency");
+  app.add_option("--sim-compute", o.sim_compute,
+                 "sim: 'modelled' (device time from HBM bandwidth) or 'checksum' (read every byte "
+                 "on the CPU)");
   app.add_option("--sim-compute-gbps", o.sim_compute_gbps,
-                 "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s over 55 GB/s)");
+                 "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s "
+                 "over 55 GB/s)");
   app.add_option("--seed", o.seed, "payload and routing seed");
 }
 
 /// Adds the options of the node run (--gpus and what goes with it) and of the sim's scale to `app`.
 void add_node_options(CLI::App& app, stream_options& o) {
-  app.add_option("--fail-gpu", o.fail_gpu, "for tests: this GPU's thread of a --gpus run throws at --fail-at-step "
-                 "(the run must end with its error, every other rank released; also HTP_STREAM_BENCH_FAIL=GPU:STEP)");
-  app.add_option("--fail-at-step", o.fail_at_step, "for tests: the step (warm-up included) at which --fail-gpu throws");
-  app.add_option("--gpus", o.gpus, "also run on a node of N GPUs (sim: N sim devices; cuda: the first N GPUs) in "
-                                   "--node-modes, after the single-GPU policies, at the same per-GPU HBM budgets");
-  app.add_option("--node-modes", o.node_modes, "comma-separated: data-parallel, tensor-parallel, swap-and-shard");
-  app.add_option("--interconnect-gbps", o.interconnect_gbps,
-                 "sim --gpus: modelled NVLink per GPU for collectives (default: 450/55 x the link)");
-  app.add_option("--shared-link-gbps", o.shared_link_gbps, "sim --gpus: one H2D link all GPUs share upstream (0 = none)");
+  app.add_option("--fail-gpu", o.fail_gpu,
+                 "for tests: this GPU's thread of a --gpus run throws at --fail-at-step "
+                 "(the run must end with its error, every other rank released; also "
+                 "HTP_STREAM_BENCH_FAIL=GPU:STEP)");
+  app.add_option("--fail-at-step", o.fail_at_step,
+                 "for tests: the step (warm-up included) at which --fail-gpu throws");
+  app.add_option("--gpus", o.gpus,
+                 "also run on a node of N GPUs (sim: N sim devices; cuda: the first N GPUs) in "
+                 "--node-modes, after the single-GPU policies, at the same per-GPU HBM budgets");
+  app.add_option("--node-modes", o.node_modes,
+                 "comma-separated: data-parallel, tensor-parallel, swap-and-shard");
+  app.add_option(
+      "--interconnect-gbps", o.interconnect_gbps,
+      "sim --gpus: modelled NVLink per GPU for collectives (default: 450/55 x the link)");
+  app.add_option("--shared-link-gbps", o.shared_link_gbps,
+                 "sim --gpus: one H2D link all GPUs share upstream (0 = none)");
   app.add_flag("--timing-only", o.device.sim_timing_only,
-               "sim: timing-only devices (no bytes stored or moved, checksums off): full-size models on a small machine");
-  app.add_flag("--node-only", o.node_only, "with --gpus: run only the node modes, not the single-GPU policies");
+               "sim: timing-only devices (no bytes stored or moved, checksums off): full-size "
+               "models on a small machine");
+  app.add_flag("--node-only", o.node_only,
+               "with --gpus: run only the node modes, not the single-GPU policies");
   app.add_flag("--resident", o.resident,
-               "--gpus tensor-parallel: keep most layers' shards device-resident where HBM allows, page the rest (spread among them)");
-  app.add_option("--host-budget", o.host_budget, "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
-  app.add_option("--sim-time-scale", o.time_scale,
-                 "sim: run S times slower than modelled (rates / S, latency x S) and report times / S, so "
-                 "the simulation's own per-operation cost shrinks S-fold against the modelled times");
+               "--gpus tensor-parallel: keep most layers' shards device-resident where HBM allows, "
+               "page the rest (spread among them)");
+  app.add_option("--host-budget", o.host_budget,
+                 "--gpus: the node's host tier (bytes, e.g. 256GB; default: what the mode needs)");
+  app.add_option(
+      "--sim-time-scale", o.time_scale,
+      "sim: run S times slower than modelled (rates / S, latency x S) and report times / S, so "
+      "the simulation's own per-operation cost shrinks S-fold against the modelled times");
   app.add_option("--hbm-squeeze-mib", o.squeeze_mib,
-                 "--gpus tensor-parallel: run it again with HBM forced short: after the warm-up a resident block leaves only "
-                 "this many MiB to paged tensors, and what does not fit is served from host memory (degraded)");
-  app.add_option("--tail-budget-ms", o.tail_budget_ms, "the tail budget the HBM-short run's p99.9 is held against");
+                 "--gpus tensor-parallel: run it again with HBM forced short: after the warm-up a "
+                 "resident block leaves only "
+                 "this many MiB to paged tensors, and what does not fit is served from host memory "
+                 "(degraded)");
+  app.add_option("--tail-budget-ms", o.tail_budget_ms,
+                 "the tail budget the HBM-short run's p99.9 is held against");
   app.add_flag("--case-study", o.case_study,
-               "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host RAM, tensor-parallel "
-               "(resident where possible) and swap-and-shard, timing-only sim (docs/case_study.md); other flags still apply");
+               "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host "
+               "RAM, tensor-parallel "
+               "(resident where possible) and swap-and-shard, timing-only sim "
+               "(docs/case_study.md); other flags still apply");
 }
 
 /// --case-study: the design's worked example, over the options `app` did not see given.
@@ -76,7 +102,8 @@ void apply_case_study(const CLI::App& app, stream_options& o) {
   if (unset("--host-budget")) o.host_budget = "256GB";
   if (unset("--node-modes")) o.node_modes = "tensor-parallel,swap-and-shard";
   if (unset("--backend")) o.device.backend = "sim";
-  if (unset("--sim-link-gbps")) o.device.sim_link_gbps = 55;  // PCIe Gen5 x16, as measured on H100/H200 hosts
+  if (unset("--sim-link-gbps"))
+    o.device.sim_link_gbps = 55;  // PCIe Gen5 x16, as measured on H100/H200 hosts
   if (unset("--sim-compute-gbps")) o.sim_compute_gbps = 3350;  // an H100 SXM's HBM3
   if (unset("--steps")) o.steps = 8;
   if (unset("--warmup")) o.warmup = 2;

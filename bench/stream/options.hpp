@@ -10,7 +10,8 @@
 namespace htp::bench {
 
 /// Every option of htp-stream-bench, with its default. The device ones (--backend, --sim-link-gbps,
-/// --sim-latency-us, --timing-only) are in `device`; the set-up dilates its rates (--sim-time-scale).
+/// --sim-latency-us, --timing-only) are in `device`; the set-up dilates its rates
+/// (--sim-time-scale).
 struct stream_options {
   device_options device = [] {
     device_options d;
@@ -20,7 +21,8 @@ struct stream_options {
   }();
   std::string model_name = "llama-3.1-8b", config_path, dtype_name = "bf16";
   int layers = 0, tokens = 1, steps = 4, warmup = 1, kv_context = 0, kv_block = 256;
-  std::string budget = "0.5", sweep, policies = "all", json_path, trace_path, trace_policy = "schedule-k2";
+  std::string budget = "0.5", sweep, policies = "all", json_path, trace_path,
+              trace_policy = "schedule-k2";
   double slab_mib = 64, page_kib = 64, chunk_mib = 2, rate_gbps = 0, budget_ms = 200;
   double sim_compute_gbps = 0;
   std::string sim_compute = "modelled";

@@ -56,7 +56,9 @@ summary_ms summarize(std::vector<double> v) {
   if (v.empty()) return s;
   std::sort(v.begin(), v.end());
   const auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0))];
+    return v[std::min(
+        v.size() - 1,
+        static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0))];
   };
   s.p50 = at(0.5);
   s.p99 = at(0.99);
@@ -79,7 +81,8 @@ std::vector<policy> standard_policies() {
 }
 
 std::uint64_t streamed_weight_bytes(const bench_config& cfg) {
-  return static_cast<std::uint64_t>(cfg.layers) * layer_parameters(cfg.model) * bytes_per_element(cfg.type);
+  return static_cast<std::uint64_t>(cfg.layers) * layer_parameters(cfg.model) *
+         bytes_per_element(cfg.type);
 }
 
 std::uint64_t largest_layer_bytes(const bench_config& cfg) {
@@ -95,16 +98,20 @@ std::uint64_t largest_layer_bytes(const bench_config& cfg) {
     }
   }
   std::sort(experts.rbegin(), experts.rend());
-  for (int k = 0; k < cfg.model.experts_per_token && cfg.model.experts > 1; ++k) shared += experts[static_cast<std::size_t>(k)];
+  for (int k = 0; k < cfg.model.experts_per_token && cfg.model.experts > 1; ++k)
+    shared += experts[static_cast<std::size_t>(k)];
   return shared;
 }
 
 std::uint64_t kv_bytes_at_end(const bench_config& cfg) {
   if (cfg.kv_context_tokens <= 0) return 0;
   const std::uint64_t tokens = static_cast<std::uint64_t>(cfg.kv_context_tokens) +
-                               static_cast<std::uint64_t>(cfg.tokens) * static_cast<std::uint64_t>(cfg.steps + cfg.warmup_steps);
-  const std::uint64_t blocks = (tokens + static_cast<std::uint64_t>(cfg.kv_block_tokens) - 1) / static_cast<std::uint64_t>(cfg.kv_block_tokens);
-  return blocks * static_cast<std::uint64_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg) * static_cast<std::uint64_t>(cfg.layers);
+                               static_cast<std::uint64_t>(cfg.tokens) *
+                                   static_cast<std::uint64_t>(cfg.steps + cfg.warmup_steps);
+  const std::uint64_t blocks = (tokens + static_cast<std::uint64_t>(cfg.kv_block_tokens) - 1) /
+                               static_cast<std::uint64_t>(cfg.kv_block_tokens);
+  return blocks * static_cast<std::uint64_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg) *
+         static_cast<std::uint64_t>(cfg.layers);
 }
 
 void undilate(policy_result& r, double scale) {
@@ -120,9 +127,9 @@ void undilate(policy_result& r, double scale) {
   shrink(r.step);
   shrink(r.fault);
   shrink(r.stall);
-  for (double* x : {&r.fault_wait.p50_ms, &r.fault_wait.p90_ms, &r.fault_wait.p99_ms, &r.fault_wait.max_ms,
-                    &r.fault_wait.mean_ms, &r.fault_wait.ms_per_64mib_page, &r.stall_ms_per_step, &r.bound_ms,
-                    &r.compute_ms, &r.transfer_ms}) {
+  for (double* x : {&r.fault_wait.p50_ms, &r.fault_wait.p90_ms, &r.fault_wait.p99_ms,
+                    &r.fault_wait.max_ms, &r.fault_wait.mean_ms, &r.fault_wait.ms_per_64mib_page,
+                    &r.stall_ms_per_step, &r.bound_ms, &r.compute_ms, &r.transfer_ms}) {
     *x /= scale;
   }
   r.fault_rate_per_ms *= scale;
@@ -165,7 +172,8 @@ namespace {
 /// The HBM a policy's pager gets: the budget as given, in whole pages; all-resident: the whole
 /// model, page-rounded as htp stores it (so it really holds everything), twice the KV cache and
 /// two slabs, in whole slabs.
-std::size_t policy_hbm_budget(const bench_config& cfg, const policy& pol, std::uint64_t rounded_model) {
+std::size_t policy_hbm_budget(const bench_config& cfg, const policy& pol,
+                              std::uint64_t rounded_model) {
   const std::size_t slab = cfg.slab_bytes;
   if (!pol.all_resident) return cfg.hbm_budget_bytes / cfg.page_bytes * cfg.page_bytes;
   return (rounded_model + kv_bytes_at_end(cfg) * 2 + 2 * slab + slab - 1) / slab * slab;
@@ -184,15 +192,18 @@ std::uint64_t rounded_model_bytes(const bench_config& cfg) {
 /// The pager configuration of one policy with `hbm_budget` bytes of HBM; its host tier holds what
 /// the KV cache writes back (and the weights too when `weights` has no bytes: timing-only).
 pager_config policy_pager_config(const bench_config& cfg, const policy& pol, std::size_t hbm_budget,
-                                 std::uint64_t rounded_model, const host_weights& weights, bool trace) {
+                                 std::uint64_t rounded_model, const host_weights& weights,
+                                 bool trace) {
   const std::size_t slab = cfg.slab_bytes;
   const auto round_slabs = [&](std::uint64_t b) { return (b + slab - 1) / slab * slab; };
   const std::uint64_t kv_end = kv_bytes_at_end(cfg);
   pager_config pc;
   pc.hbm_budget_bytes = hbm_budget;
-  // The weights live in `weights` (lent to the pager); the host tier holds what the KV cache writes back.
+  // The weights live in `weights` (lent to the pager); the host tier holds what the KV cache writes
+  // back.
   pc.host_budget_bytes = round_slabs(kv_end * 2 + 4 * slab);
-  if (weights.block() == nullptr) pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only
+  if (weights.block() == nullptr)
+    pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only
   pc.slab_bytes = slab;
   pc.page_bytes = cfg.page_bytes;
   pc.chunk_bytes = cfg.chunk_bytes;
@@ -226,8 +237,9 @@ model_instance register_model(pager& p, const bench_config& cfg, const host_weig
       const host_weights::entry& w = weights.at(l, i);
       const weight_sums ws = w.sums;
       const std::string name = "L" + std::to_string(l) + "." + t.name;
-      const auto h = w.data != nullptr ? p.register_tensor_at(name, w.bytes, tensor_kind::weight, w.data)
-                                       : p.register_tensor(name, w.bytes, tensor_kind::weight, nullptr);
+      const auto h = w.data != nullptr
+                         ? p.register_tensor_at(name, w.bytes, tensor_kind::weight, w.data)
+                         : p.register_tensor(name, w.bytes, tensor_kind::weight, nullptr);
       model_instance::tensor rec{h, t.rows, t.cols, ws.sum, ws.head, ws.tail};
       const int e = expert_of(t.name);
       if (e < 0) {
@@ -275,8 +287,9 @@ struct policy_run {
   /// Registers KV blocks until every layer has room for kv_tokens (none without a KV cache).
   void add_kv_blocks() {
     if (cfg.kv_context_tokens <= 0) return;
-    const std::size_t want = (static_cast<std::size_t>(kv_tokens) + static_cast<std::size_t>(cfg.kv_block_tokens) - 1) /
-                             static_cast<std::size_t>(cfg.kv_block_tokens);
+    const std::size_t want =
+        (static_cast<std::size_t>(kv_tokens) + static_cast<std::size_t>(cfg.kv_block_tokens) - 1) /
+        static_cast<std::size_t>(cfg.kv_block_tokens);
     for (int l = 0; l < cfg.layers; ++l) {
       auto& kv = inst.layers[static_cast<std::size_t>(l)].kv;
       while (kv.size() < want) {
@@ -297,7 +310,8 @@ std::vector<model_instance::tensor*> weights_in_use(policy_run& r, model_instanc
     for (int e = 0; e < r.cfg.model.experts; ++e) ids[static_cast<std::size_t>(e)] = e;
     std::shuffle(ids.begin(), ids.end(), r.route);
     for (int k = 0; k < r.cfg.model.experts_per_token; ++k) {
-      for (auto& t : layer.experts[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])]) use.push_back(&t);
+      for (auto& t : layer.experts[static_cast<std::size_t>(ids[static_cast<std::size_t>(k)])])
+        use.push_back(&t);
     }
   } else {
     for (auto& t : layer.experts[0]) use.push_back(&t);
@@ -332,8 +346,11 @@ void run_layer_step(policy_run& r, model_instance::layer& layer, int step) {
   }
   if (!layer.kv.empty()) {  // append this step's tokens to the newest block
     const std::size_t per_token = kv_bytes_per_token(cfg);
-    const std::size_t offset = (static_cast<std::size_t>(r.kv_tokens) % static_cast<std::size_t>(cfg.kv_block_tokens)) * per_token;
-    const std::size_t n = std::min(r.kv_block_bytes - offset, per_token * static_cast<std::size_t>(cfg.tokens));
+    const std::size_t offset =
+        (static_cast<std::size_t>(r.kv_tokens) % static_cast<std::size_t>(cfg.kv_block_tokens)) *
+        per_token;
+    const std::size_t n =
+        std::min(r.kv_block_bytes - offset, per_token * static_cast<std::size_t>(cfg.tokens));
     auto* base = static_cast<unsigned char*>(kv_views.back().span.data);
     r.dev.fill_pattern_async(base + offset, n, static_cast<std::uint64_t>(step), r.cs);
   }
@@ -347,7 +364,8 @@ void run_layer_step(policy_run& r, model_instance::layer& layer, int step) {
 void sample_timed_step(policy_run& r, policy_result& res, double ms, std::uint64_t busy0) {
   constexpr double stalled_ms = 0.01;  // below this the marks' own cost, not a wait
   r.p.synchronize();
-  for (const auto& sp : r.compute.take_spans()) r.p.trace_compute_span("layer compute", sp.begin, sp.end);
+  for (const auto& sp : r.compute.take_spans())
+    r.p.trace_compute_span("layer compute", sp.begin, sp.end);
   const double c = r.compute.take_compute_ms();
   for (double x : r.compute.stall_samples_ms()) {
     if (x >= stalled_ms) r.stalls.push_back(x);
@@ -393,18 +411,24 @@ pager_metrics run_steps(policy_run& r, policy_result& res, const progress_fn& pr
 
 /// The timed steps' counts and rates into `res`: the pager's metrics now (m1) less those when the
 /// timed steps began (m0), per step and per millisecond, and the link's use.
-void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0, const pager_metrics& m1) {
+void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
+               const pager_metrics& m1) {
   const bench_config& cfg = r.cfg;
   res.step = summarize(res.step_ms);
   res.meets_budget = res.step.p99 <= static_cast<double>(cfg.latency_budget.count());
   res.latency_budget_ms = static_cast<double>(cfg.latency_budget.count());
-  res.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6, static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
-               static_cast<double>(m1.fault_latency.max_ns) / 1e6, static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
+  res.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6,
+               static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
+               static_cast<double>(m1.fault_latency.max_ns) / 1e6,
+               static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
   res.faults = m1.faults - m0.faults;
   double timed_ms = 0;
   for (double x : res.step_ms) timed_ms += x;
   // Late prefetches count as faults (they wait, with what remained of their load).
-  res.fault_rate_per_ms = timed_ms > 0 ? static_cast<double>(res.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms : 0;
+  res.fault_rate_per_ms =
+      timed_ms > 0
+          ? static_cast<double>(res.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms
+          : 0;
   res.page_ins = m1.page_ins - m0.page_ins;
   res.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
   res.prefetches = m1.prefetches - m0.prefetches;
@@ -420,15 +444,20 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
   // fences, so it reads low when loads wait for kernels.)
   const double h2d_bytes = static_cast<double>(m1.transfers.h2d.bytes - m0.transfers.h2d.bytes);
   res.h2d_gbps = timed_ms > 0 ? h2d_bytes / (timed_ms * 1e6) : 0;
-  res.link_utilization = cfg.link_peak_bytes_per_second
-                             ? res.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
-                             : 0;
+  res.link_utilization =
+      cfg.link_peak_bytes_per_second
+          ? res.h2d_gbps * 1e9 / static_cast<double>(cfg.link_peak_bytes_per_second)
+          : 0;
   res.fault_wait = m1.fault_wait;
-  res.stall_ms_per_step = res.step_ms.empty() ? 0 : r.stall_ms / static_cast<double>(res.step_ms.size());
+  res.stall_ms_per_step =
+      res.step_ms.empty() ? 0 : r.stall_ms / static_cast<double>(res.step_ms.size());
   res.stalled_acquires = r.stalls.size();
   res.stall = summarize(r.stalls);
-  res.host_blocked_share = timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
-  res.bytes_per_step = res.step_ms.empty() ? 0 : static_cast<double>(res.page_in_bytes) / static_cast<double>(res.step_ms.size());
+  res.host_blocked_share =
+      timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
+  res.bytes_per_step = res.step_ms.empty() ? 0
+                                           : static_cast<double>(res.page_in_bytes) /
+                                                 static_cast<double>(res.step_ms.size());
   res.compute_ms = median(r.compute_ms);
   res.transfer_ms = median(r.transfer_ms);
   res.overlap_efficiency = median(r.overlap);
@@ -452,14 +481,18 @@ void min_reference(const policy_run& r, policy_result& res, const std::vector<te
     // between a lower bound (each step reloads at least what does not fit: total - capacity) and
     // the farthest-next-use simulation, which is not optimal there; the lower bound is used, so
     // bytes / MIN as reported is an upper bound on the true ratio.
-    const bool equal = std::all_of(sizes.begin(), sizes.end(), [&](std::uint64_t b) { return b == sizes.front(); });
-    res.min_bytes_per_step = equal ? res.belady_bytes_per_step
-                                   : static_cast<double>(total > hbm_budget ? total - hbm_budget : 0);
+    const bool equal = std::all_of(sizes.begin(), sizes.end(),
+                                   [&](std::uint64_t b) { return b == sizes.front(); });
+    res.min_bytes_per_step = equal
+                                 ? res.belady_bytes_per_step
+                                 : static_cast<double>(total > hbm_budget ? total - hbm_budget : 0);
   } else {
     res.min_bytes_per_step = -1;
   }
   if (res.min_bytes_per_step >= 0 && cfg.link_peak_bytes_per_second) {
-    res.bound_ms = std::max(res.compute_ms, res.min_bytes_per_step / static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
+    res.bound_ms =
+        std::max(res.compute_ms, res.min_bytes_per_step /
+                                     static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
   }
 }
 
@@ -478,13 +511,28 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
     res.skip_reason = "the model does not fit in the device's free memory";
     return res;
   }
-  pager p(dev, policy_pager_config(cfg, pol, hbm_budget, rounded_model, weights, !trace_path.empty()));
+  pager p(dev,
+          policy_pager_config(cfg, pol, hbm_budget, rounded_model, weights, !trace_path.empty()));
   stream compute_stream(dev);
-  if (weights.block() != nullptr) p.add_host_region(weights.block(), weights.block_bytes(), host_region_kind::pinned);
+  if (weights.block() != nullptr)
+    p.add_host_region(weights.block(), weights.block_bytes(), host_region_kind::pinned);
   // A timing-only device stores no bytes: no payloads, nothing verified.
-  policy_run r{dev, cfg, pol, compute, p, compute_stream, register_model(p, cfg, weights), dev.properties().timing_only,
-               static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg), cfg.kv_context_tokens,
-               std::mt19937_64(cfg.seed), {}, {}, {}, 0, {}};
+  policy_run r{dev,
+               cfg,
+               pol,
+               compute,
+               p,
+               compute_stream,
+               register_model(p, cfg, weights),
+               dev.properties().timing_only,
+               static_cast<std::size_t>(cfg.kv_block_tokens) * kv_bytes_per_token(cfg),
+               cfg.kv_context_tokens,
+               std::mt19937_64(cfg.seed),
+               {},
+               {},
+               {},
+               0,
+               {}};
   r.add_kv_blocks();
   const std::vector<tensor_handle> sched = schedule_of(r.inst, cfg);
   if (pol.schedule) p.set_schedule(sched, /*cyclic=*/true);

@@ -22,9 +22,9 @@ struct policy {
   std::string name;
   eviction_rule rule = eviction_rule::automatic;
   unsigned lookahead = 0;
-  bool schedule = false;        ///< declare the layer order (set_schedule)
-  bool wait_each_fault = false; ///< block the host on each fault (synchronous offloading)
-  bool all_resident = false;    ///< HBM budget = the whole model (run only when it fits)
+  bool schedule = false;         ///< declare the layer order (set_schedule)
+  bool wait_each_fault = false;  ///< block the host on each fault (synchronous offloading)
+  bool all_resident = false;     ///< HBM budget = the whole model (run only when it fits)
   prefetch_mode prefetch = prefetch_mode::min_page_ins;  ///< what a prefetch may evict
 };
 
@@ -35,9 +35,9 @@ std::vector<policy> standard_policies();
 struct bench_config {
   model_shape model;
   dtype type = dtype::bf16;
-  int layers = 0;             ///< layers run (<= model.layers, real layer shape)
-  int tokens = 1;             ///< tokens per step (decode batch, or prefill length)
-  int steps = 4;              ///< timed steps
+  int layers = 0;  ///< layers run (<= model.layers, real layer shape)
+  int tokens = 1;  ///< tokens per step (decode batch, or prefill length)
+  int steps = 4;   ///< timed steps
   int warmup_steps = 1;
   std::size_t hbm_budget_bytes = 0;
   std::size_t slab_bytes = std::size_t{64} << 20;
@@ -45,14 +45,15 @@ struct bench_config {
   std::size_t chunk_bytes = std::size_t{2} << 20;
   std::optional<std::uint64_t> rate_bytes_per_second;  ///< unset: uncapped
   std::uint64_t link_peak_bytes_per_second = 0;        ///< calibrated once for all policies
-  int kv_context_tokens = 0;   ///< initial KV context; 0 = no KV cache
-  int kv_block_tokens = 256;   ///< tokens per KV block tensor
+  int kv_context_tokens = 0;                           ///< initial KV context; 0 = no KV cache
+  int kv_block_tokens = 256;                           ///< tokens per KV block tensor
   std::chrono::milliseconds latency_budget{200};
   std::uint64_t seed = 1;
 };
 
 struct summary_ms {
-  double p50 = 0, p99 = 0, p999 = 0, max = 0, mean = 0;  ///< p999: the 99.9th percentile (nearest rank)
+  double p50 = 0, p99 = 0, p999 = 0, max = 0,
+         mean = 0;  ///< p999: the 99.9th percentile (nearest rank)
 };
 
 struct policy_result {
@@ -62,9 +63,9 @@ struct policy_result {
   std::size_t hbm_budget_bytes = 0;
   std::vector<double> step_ms;  ///< timed steps
   summary_ms step;
-  bool meets_budget = false;    ///< step p99 within the latency budget
+  bool meets_budget = false;  ///< step p99 within the latency budget
   double latency_budget_ms = 0;
-  summary_ms fault;             ///< a fault's copy alone: submission to bytes in HBM (histogram)
+  summary_ms fault;               ///< a fault's copy alone: submission to bytes in HBM (histogram)
   fault_wait_summary fault_wait;  ///< the mission's number: acquire call to bytes usable (exact)
   double stall_ms_per_step = 0;   ///< compute stream waiting on htp, measured on the device
   std::uint64_t stalled_acquires = 0;  ///< acquires the compute stream waited >= 10 us for
@@ -74,20 +75,20 @@ struct policy_result {
   double min_bytes_per_step = 0;  ///< MIN's bytes per step, or a lower bound on them (unequal
                                   ///< sizes: total - capacity); -1 n/a (MoE routing, KV growth)
   double belady_bytes_per_step = 0;  ///< the farthest-next-use rule simulated (exact bytes)
-  double bytes_per_step = 0;      ///< bytes paged in per timed step
-  double bound_ms = 0;            ///< max(compute, MIN bytes / link peak)
-  std::uint64_t faults = 0;     ///< in the timed steps
-  double fault_rate_per_ms = 0; ///< (faults + late prefetches) / timed milliseconds
+  double bytes_per_step = 0;         ///< bytes paged in per timed step
+  double bound_ms = 0;               ///< max(compute, MIN bytes / link peak)
+  std::uint64_t faults = 0;          ///< in the timed steps
+  double fault_rate_per_ms = 0;      ///< (faults + late prefetches) / timed milliseconds
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
                 late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;
-  double h2d_gbps = 0;          ///< bytes moved H2D in the timed steps / their wall time
-  double link_utilization = 0;  ///< h2d_gbps / calibrated link peak
-  double compute_ms = 0;        ///< per step, median
-  double transfer_ms = 0;       ///< per step (H2D busy), median
+  double h2d_gbps = 0;            ///< bytes moved H2D in the timed steps / their wall time
+  double link_utilization = 0;    ///< h2d_gbps / calibrated link peak
+  double compute_ms = 0;          ///< per step, median
+  double transfer_ms = 0;         ///< per step (H2D busy), median
   double overlap_efficiency = 0;  ///< max(compute, transfer) / step time, median over steps
-  std::uint64_t mismatches = 0; ///< weight bytes that failed verification (sim)
-  std::string metrics_json;     ///< the pager's full metrics at the end
+  std::uint64_t mismatches = 0;   ///< weight bytes that failed verification (sim)
+  std::string metrics_json;       ///< the pager's full metrics at the end
 };
 
 /// Progress callback: (policy name, step done, steps total).
@@ -99,7 +100,8 @@ summary_ms summarize(std::vector<double> v);
 /// The model's weights in pinned host memory of `dev`, filled from their seeds and summed once per
 /// run, then lent to each policy's pager (add_host_region, register_tensor_at) instead of being
 /// pinned, filled and summed again for every policy (about 7 GB and 8-12 s each on a GPU machine).
-/// Empty on a timing-only device (no bytes). Not thread-safe; lives longer than every pager using it.
+/// Empty on a timing-only device (no bytes). Not thread-safe; lives longer than every pager using
+/// it.
 class host_weights {
  public:
   /// One tensor: where its bytes are and what they sum to.
@@ -116,7 +118,9 @@ class host_weights {
   host_weights& operator=(const host_weights&) = delete;
 
   /// Tensor `i` of layer `l`; null data on a timing-only device.
-  const entry& at(int l, std::size_t i) const { return entries_[static_cast<std::size_t>(l) * per_layer_ + i]; }
+  const entry& at(int l, std::size_t i) const {
+    return entries_[static_cast<std::size_t>(l) * per_layer_ + i];
+  }
   /// The pinned block (null on a timing-only device) and its size, to lend to a pager.
   void* block() const noexcept { return block_; }
   std::size_t block_bytes() const noexcept { return bytes_; }

@@ -36,12 +36,14 @@ class sim_compute final : public layer_compute {
               if (!w.verify) continue;
               const auto* p = static_cast<const unsigned char*>(w.span.data);
               const std::size_t n = std::min(sample_bytes, w.span.bytes);
-              if (checksum(p, n) != w.expected_head || checksum(p + w.span.bytes - n, n) != w.expected_tail) {
+              if (checksum(p, n) != w.expected_head ||
+                  checksum(p + w.span.bytes - n, n) != w.expected_tail) {
                 ++mismatches_;
               }
             }
             // The modelled device time of reading the weights from HBM (or over the link).
-            std::this_thread::sleep_until(t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(modelled_ns)));
+            std::this_thread::sleep_until(
+                t0 + std::chrono::nanoseconds(static_cast<std::int64_t>(modelled_ns)));
           }
           const auto t1 = std::chrono::steady_clock::now();
           const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
@@ -63,7 +65,8 @@ class sim_compute final : public layer_compute {
     dev_.launch_host_func(
         [this] {
           const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - stall_from_).count();
+                              std::chrono::steady_clock::now() - stall_from_)
+                              .count();
           stall_ns_ += static_cast<std::uint64_t>(ns);
           std::lock_guard lock(samples_mutex_);
           samples_.push_back(static_cast<double>(ns) / 1e6);
@@ -91,7 +94,8 @@ class sim_compute final : public layer_compute {
     if (checksum_mode_) return "sim: a host function per layer that checksums every weight byte";
     char buf[160];
     std::snprintf(buf, sizeof buf,
-                  "sim: modelled device time per layer, weight bytes / %.0f GB/s (HBM), ends of each weight verified",
+                  "sim: modelled device time per layer, weight bytes / %.0f GB/s (HBM), ends of "
+                  "each weight verified",
                   gbps_);
     return buf;
   }

@@ -9,20 +9,20 @@
 #include <htp/transfer_engine.hpp>
 
 #include "compute.hpp"
-#include "shared/model_shapes.hpp"
-#include "report.hpp"
 #include "node_report.hpp"
 #include "options.hpp"
+#include "report.hpp"
 #include "runner.hpp"
+#include "shared/model_shapes.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <unistd.h>
 
 namespace {
 
@@ -35,11 +35,18 @@ std::size_t parse_budget(const std::string& s, std::uint64_t model_bytes) {
   const double v = std::stod(s, &pos);
   const std::string unit = s.substr(pos);
   if (unit.empty()) {
-    if (v <= 0 || v > 64) throw invalid_argument("--hbm-budget " + s + ": a fraction must be in (0, 64]");
+    if (v <= 0 || v > 64)
+      throw invalid_argument("--hbm-budget " + s + ": a fraction must be in (0, 64]");
     return static_cast<std::size_t>(v * static_cast<double>(model_bytes));
   }
-  const double mult = unit == "GiB" ? 1073741824.0 : unit == "MiB" ? 1048576.0 : unit == "GB" ? 1e9 : unit == "MB" ? 1e6 : 0;
-  if (mult == 0) throw invalid_argument("--hbm-budget " + s + ": unit must be GiB, MiB, GB or MB (or none for a fraction)");
+  const double mult = unit == "GiB"   ? 1073741824.0
+                      : unit == "MiB" ? 1048576.0
+                      : unit == "GB"  ? 1e9
+                      : unit == "MB"  ? 1e6
+                                      : 0;
+  if (mult == 0)
+    throw invalid_argument("--hbm-budget " + s +
+                           ": unit must be GiB, MiB, GB or MB (or none for a fraction)");
   return static_cast<std::size_t>(v * mult);
 }
 
@@ -54,11 +61,14 @@ std::string gib(double bytes) {
 std::uint64_t host_ram_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  return pages > 0 && page > 0
+             ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+             : 0;
 }
 
 /// What the run is set up with: the model and step configuration, the device and its compute,
-/// the policies and the HBM budgets, and the rates as modelled (before --sim-time-scale's dilation).
+/// the policies and the HBM budgets, and the rates as modelled (before --sim-time-scale's
+/// dilation).
 struct run_setup {
   bench_config cfg;
   std::unique_ptr<device> dev;
@@ -74,19 +84,24 @@ struct run_setup {
 /// @throws htp::invalid_argument for a combination that cannot run.
 void check_and_dilate(stream_options& o, bool want_sim, run_setup& s) {
   device_options& d = o.device;
-  if (d.sim_timing_only && !want_sim) throw invalid_argument("--timing-only is a sim mode; add --backend sim");
-  if (d.sim_timing_only && o.sim_compute != "modelled") throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
+  if (d.sim_timing_only && !want_sim)
+    throw invalid_argument("--timing-only is a sim mode; add --backend sim");
+  if (d.sim_timing_only && o.sim_compute != "modelled")
+    throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
   if (o.node_only && o.gpus == 0) throw invalid_argument("--node-only needs --gpus N");
   if (!(o.time_scale >= 1)) throw invalid_argument("--sim-time-scale must be at least 1");
-  if (o.time_scale != 1 && !want_sim) throw invalid_argument("--sim-time-scale needs --backend sim");
+  if (o.time_scale != 1 && !want_sim)
+    throw invalid_argument("--sim-time-scale needs --backend sim");
   s.model_link_gbps = d.sim_link_gbps;
   s.model_latency_us = d.sim_latency_us;
   if (want_sim) {
     d.sim_link_gbps /= o.time_scale;
     d.sim_latency_us *= o.time_scale;
-    if (o.sim_compute_gbps <= 0) o.sim_compute_gbps = s.model_link_gbps * 4800.0 / 55.0;  // an H200 over its PCIe
+    if (o.sim_compute_gbps <= 0)
+      o.sim_compute_gbps = s.model_link_gbps * 4800.0 / 55.0;  // an H200 over its PCIe
     o.sim_compute_gbps /= o.time_scale;
-    if (o.interconnect_gbps <= 0) o.interconnect_gbps = s.model_link_gbps * 450.0 / 55.0;  // NVLink 4 over PCIe
+    if (o.interconnect_gbps <= 0)
+      o.interconnect_gbps = s.model_link_gbps * 450.0 / 55.0;  // NVLink 4 over PCIe
     o.interconnect_gbps /= o.time_scale;
     o.shared_link_gbps /= o.time_scale;
   }
@@ -97,12 +112,15 @@ void check_and_dilate(stream_options& o, bool want_sim, run_setup& s) {
 /// (all on a GPU, up to 8 on sim unless timing-only), tokens, steps, slab, page and chunk sizes.
 /// @throws htp::invalid_argument for more layers than the model has, or no tokens or steps.
 void configure_steps(stream_options& o, bool want_sim, bench_config& cfg) {
-  if (o.layers <= 0) o.layers = want_sim && !o.device.sim_timing_only ? std::min(8, cfg.model.layers) : cfg.model.layers;
+  if (o.layers <= 0)
+    o.layers =
+        want_sim && !o.device.sim_timing_only ? std::min(8, cfg.model.layers) : cfg.model.layers;
   if (o.layers > cfg.model.layers) {
-    throw invalid_argument("--layers " + std::to_string(o.layers) + ": " + cfg.model.name + " has " +
-                           std::to_string(cfg.model.layers));
+    throw invalid_argument("--layers " + std::to_string(o.layers) + ": " + cfg.model.name +
+                           " has " + std::to_string(cfg.model.layers));
   }
-  if (o.tokens < 1 || o.steps < 1 || o.warmup < 0) throw invalid_argument("--tokens and --steps must be >= 1, --warmup >= 0");
+  if (o.tokens < 1 || o.steps < 1 || o.warmup < 0)
+    throw invalid_argument("--tokens and --steps must be >= 1, --warmup >= 0");
   cfg.layers = o.layers;
   cfg.tokens = o.tokens;
   cfg.steps = o.steps;
@@ -115,7 +133,8 @@ void configure_steps(stream_options& o, bool want_sim, bench_config& cfg) {
   cfg.latency_budget = std::chrono::milliseconds(static_cast<long>(o.budget_ms));
   cfg.seed = o.seed;
   // A cap is a rate: dilated with the sim's modelled link (time_scale is 1 on cuda).
-  if (o.rate_gbps > 0) cfg.rate_bytes_per_second = static_cast<std::uint64_t>(o.rate_gbps * 1e9 / o.time_scale);
+  if (o.rate_gbps > 0)
+    cfg.rate_bytes_per_second = static_cast<std::uint64_t>(o.rate_gbps * 1e9 / o.time_scale);
 }
 
 /// The HBM budgets to run: --hbm-budget, or each of --sweep's. @throws htp::invalid_argument for
@@ -133,8 +152,10 @@ std::vector<std::size_t> budgets_of(const stream_options& o, const bench_config&
   for (const auto& s : asked) {
     const std::size_t b = parse_budget(s, model_bytes);
     if (b < layer_bytes + 2 * cfg.slab_bytes) {
-      throw invalid_argument("HBM budget " + gib(static_cast<double>(b)) + " is smaller than one layer's working set (" +
-                             gib(static_cast<double>(layer_bytes)) + " plus two slabs of headroom); give at least " +
+      throw invalid_argument("HBM budget " + gib(static_cast<double>(b)) +
+                             " is smaller than one layer's working set (" +
+                             gib(static_cast<double>(layer_bytes)) +
+                             " plus two slabs of headroom); give at least " +
                              gib(static_cast<double>(layer_bytes + 2 * cfg.slab_bytes)));
     }
     budgets.push_back(b);
@@ -150,14 +171,15 @@ void make_device_and_compute(const stream_options& o, bool want_sim, run_setup& 
   const std::uint64_t model_bytes = streamed_weight_bytes(s.cfg);
   d.sim_memory_bytes = std::max<std::size_t>(*std::max_element(s.budgets.begin(), s.budgets.end()),
                                              static_cast<std::size_t>(model_bytes * 3 / 2)) +
-                       static_cast<std::size_t>(kv_bytes_at_end(s.cfg) * 2) + (std::size_t{1} << 30);
+                       static_cast<std::size_t>(kv_bytes_at_end(s.cfg) * 2) +
+                       (std::size_t{1} << 30);
   s.dev = make_bench_device(d);
   s.compute = want_sim ? make_sim_compute(*s.dev, o.sim_compute, o.sim_compute_gbps)
                        : make_cuda_compute(*s.dev, s.cfg.type, o.tokens, s.cfg.model);
 }
 
-/// Sets the run up from the options (dilating the sim's rates in `o`). @throws htp::invalid_argument
-/// for options that cannot run, and what making the device throws.
+/// Sets the run up from the options (dilating the sim's rates in `o`). @throws
+/// htp::invalid_argument for options that cannot run, and what making the device throws.
 run_setup set_up(stream_options& o) {
   run_setup s;
   bench_config& cfg = s.cfg;
@@ -173,14 +195,18 @@ run_setup set_up(stream_options& o) {
   const std::uint64_t model_bytes = streamed_weight_bytes(cfg);
   const std::uint64_t ram = host_ram_bytes();
   if (ram != 0 && !o.device.sim_timing_only && model_bytes + kv_bytes_at_end(cfg) > ram * 7 / 10) {
-    std::fprintf(stderr,
-                 "htp-stream-bench: note: %d layers (%s) are more than 70%% of the %s MemTotal reports; "
-                 "pinning them may fail (then use fewer --layers)\n",
-                 o.layers, gib(static_cast<double>(model_bytes)).c_str(), gib(static_cast<double>(ram)).c_str());
+    std::fprintf(
+        stderr,
+        "htp-stream-bench: note: %d layers (%s) are more than 70%% of the %s MemTotal reports; "
+        "pinning them may fail (then use fewer --layers)\n",
+        o.layers, gib(static_cast<double>(model_bytes)).c_str(),
+        gib(static_cast<double>(ram)).c_str());
   }
   make_device_and_compute(o, want_sim, s);
   for (const auto& p : standard_policies()) {
-    if (o.policies == "all" || ("," + o.policies + ",").find("," + p.name + ",") != std::string::npos) s.pols.push_back(p);
+    if (o.policies == "all" ||
+        ("," + o.policies + ",").find("," + p.name + ",") != std::string::npos)
+      s.pols.push_back(p);
   }
   if (s.pols.empty()) throw invalid_argument("--policies " + o.policies + " names no known policy");
   return s;
@@ -198,27 +224,36 @@ void print_header(const stream_options& o, const run_setup& s) {
               static_cast<double>(active_parameters_per_token(cfg.model)) / 1e9, cfg.model.layers,
               static_cast<double>(layer_parameters(cfg.model)) / 1e9, to_string(cfg.type));
   if (cfg.layers < cfg.model.layers) {
-    std::printf("  running %d of %d layers with the real layer shape (--layers); embeddings not paged\n",
-                cfg.layers, cfg.model.layers);
+    std::printf(
+        "  running %d of %d layers with the real layer shape (--layers); embeddings not paged\n",
+        cfg.layers, cfg.model.layers);
   }
   std::printf("  streamed weights %s, %d token(s) per step, %d timed + %d warm-up steps, KV %s\n",
-              gib(static_cast<double>(model_bytes)).c_str(), cfg.tokens, cfg.steps, cfg.warmup_steps,
-              cfg.kv_context_tokens > 0 ? ("from " + std::to_string(cfg.kv_context_tokens) + " tokens").c_str() : "off");
-  std::printf("  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, page %.0f KiB, chunk %.0f MiB\n",
-              static_cast<double>(cfg.link_peak_bytes_per_second) * o.time_scale / 1e9,
-              cfg.rate_bytes_per_second ? (std::to_string(o.rate_gbps) + " GB/s").c_str() : "none",
-              o.slab_mib, o.page_kib, o.chunk_mib);
+              gib(static_cast<double>(model_bytes)).c_str(), cfg.tokens, cfg.steps,
+              cfg.warmup_steps,
+              cfg.kv_context_tokens > 0
+                  ? ("from " + std::to_string(cfg.kv_context_tokens) + " tokens").c_str()
+                  : "off");
+  std::printf(
+      "  link peak %.2f GB/s (calibrated), cap %s; slab %.0f MiB, page %.0f KiB, chunk %.0f MiB\n",
+      static_cast<double>(cfg.link_peak_bytes_per_second) * o.time_scale / 1e9,
+      cfg.rate_bytes_per_second ? (std::to_string(o.rate_gbps) + " GB/s").c_str() : "none",
+      o.slab_mib, o.page_kib, o.chunk_mib);
   std::printf("  compute: %s\n", s.compute->description().c_str());
   if (props.kind == backend::sim) {
-    std::printf("  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
-                s.model_link_gbps, s.model_latency_us);
+    std::printf(
+        "  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
+        s.model_link_gbps, s.model_latency_us);
   }
   if (o.device.sim_timing_only) {
-    std::printf("  sim TIMING-ONLY: no bytes are stored or moved; checksums are OFF (nothing verified), times modelled\n");
+    std::printf("  sim TIMING-ONLY: no bytes are stored or moved; checksums are OFF (nothing "
+                "verified), times modelled\n");
   }
   if (o.time_scale != 1) {
-    std::printf("  sim time DILATED x%.0f: it runs %.0fx slower than modelled (the compute line shows the dilated rate)\n"
-                "  and reports times / %.0f, so the simulation's own per-operation cost shrinks %.0f-fold\n",
+    std::printf("  sim time DILATED x%.0f: it runs %.0fx slower than modelled (the compute line "
+                "shows the dilated rate)\n"
+                "  and reports times / %.0f, so the simulation's own per-operation cost shrinks "
+                "%.0f-fold\n",
                 o.time_scale, o.time_scale, o.time_scale, o.time_scale);
   }
 }
@@ -227,13 +262,16 @@ void print_header(const stream_options& o, const run_setup& s) {
 /// depend on); the last budget's --trace-policy traced. A failed policy is kept as skipped, and a
 /// failure or a corrupt read sets `exit_code` to 1.
 std::vector<policy_result> run_policies(const stream_options& o, run_setup& s, std::size_t bi,
-                                        const host_weights& weights, const progress_fn& progress, int& exit_code) {
+                                        const host_weights& weights, const progress_fn& progress,
+                                        int& exit_code) {
   std::vector<policy_result> results;
   for (const auto& pol : s.pols) {
     if (pol.all_resident && bi > 0) continue;  // independent of the budget: run once
-    const bool traced = !o.trace_path.empty() && pol.name == o.trace_policy && bi + 1 == s.budgets.size();
+    const bool traced =
+        !o.trace_path.empty() && pol.name == o.trace_policy && bi + 1 == s.budgets.size();
     try {
-      results.push_back(run_policy(*s.dev, s.cfg, pol, *s.compute, weights, traced ? o.trace_path : "", progress));
+      results.push_back(run_policy(*s.dev, s.cfg, pol, *s.compute, weights,
+                                   traced ? o.trace_path : "", progress));
       undilate(results.back(), o.time_scale);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "htp-stream-bench: policy %s failed: %s\n", pol.name.c_str(), e.what());
@@ -245,8 +283,8 @@ std::vector<policy_result> run_policies(const stream_options& o, run_setup& s, s
       exit_code = 1;
     }
     if (results.back().mismatches != 0) {
-      std::fprintf(stderr, "htp-stream-bench: policy %s read %llu corrupt weight(s)\n", pol.name.c_str(),
-                   static_cast<unsigned long long>(results.back().mismatches));
+      std::fprintf(stderr, "htp-stream-bench: policy %s read %llu corrupt weight(s)\n",
+                   pol.name.c_str(), static_cast<unsigned long long>(results.back().mismatches));
       exit_code = 1;
     }
   }
@@ -283,13 +321,16 @@ struct node_run {
 std::vector<node_run> node_runs_of(const stream_options& o) {
   std::vector<node_run> runs;
   const auto asked = [&](node_mode m) {
-    return ("," + o.node_modes + ",").find(std::string(",") + to_string(m) + ",") != std::string::npos;
+    return ("," + o.node_modes + ",").find(std::string(",") + to_string(m) + ",") !=
+           std::string::npos;
   };
-  for (node_mode m : {node_mode::data_parallel, node_mode::tensor_parallel, node_mode::swap_and_shard}) {
+  for (node_mode m :
+       {node_mode::data_parallel, node_mode::tensor_parallel, node_mode::swap_and_shard}) {
     if (asked(m)) runs.push_back({m, 0});
   }
   if (o.squeeze_mib > 0 && asked(node_mode::tensor_parallel)) {
-    runs.push_back({node_mode::tensor_parallel, static_cast<std::size_t>(o.squeeze_mib * 1048576.0)});
+    runs.push_back(
+        {node_mode::tensor_parallel, static_cast<std::size_t>(o.squeeze_mib * 1048576.0)});
   }
   return runs;
 }
@@ -306,14 +347,16 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
   };
   std::vector<node_result> nrs;
   for (const node_run& run : node_runs_of(o)) {
-    const std::string label = std::string(to_string(run.mode)) + (run.squeeze_leave_bytes ? " with HBM short" : "");
+    const std::string label =
+        std::string(to_string(run.mode)) + (run.squeeze_leave_bytes ? " with HBM short" : "");
     no.squeeze_leave_bytes = run.squeeze_leave_bytes;
     try {
       std::optional<quieter> q;
       if (run.squeeze_leave_bytes) q.emplace();
       nrs.push_back(run_node_mode(s.cfg, run.mode, no));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", label.c_str(), o.gpus, e.what());
+      std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", label.c_str(), o.gpus,
+                   e.what());
       exit_code = 1;
       continue;
     }
@@ -331,27 +374,46 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
 
 /// The run's JSON: the device, the model, the configuration, the sim's model, the last budget's
 /// policies (and node modes), every budget of the sweep, and the traced policy's measurements.
-nlohmann::json run_json(const stream_options& o, const run_setup& s, const nlohmann::json& sweep_json,
-                        const std::vector<policy_result>& last) {
+nlohmann::json run_json(const stream_options& o, const run_setup& s,
+                        const nlohmann::json& sweep_json, const std::vector<policy_result>& last) {
   const bench_config& cfg = s.cfg;
   const auto& props = s.dev->properties();
   nlohmann::json j;
   j["benchmark"] = "htp-stream-bench";
-  j["device"] = {{"name", props.name}, {"backend", to_string(props.kind)}, {"total_memory", props.total_memory}};
-  j["model"] = {{"name", cfg.model.name}, {"dtype", to_string(cfg.type)},
-                {"parameters", total_parameters(cfg.model)}, {"active_parameters", active_parameters_per_token(cfg.model)},
-                {"layer_parameters", layer_parameters(cfg.model)}, {"layers", cfg.model.layers},
-                {"layers_run", cfg.layers}, {"streamed_weight_bytes", streamed_weight_bytes(cfg)}};
-  j["config"] = {{"tokens", cfg.tokens}, {"steps", cfg.steps}, {"warmup_steps", cfg.warmup_steps},
-                 {"slab_bytes", cfg.slab_bytes}, {"page_bytes", cfg.page_bytes}, {"chunk_bytes", cfg.chunk_bytes},
+  j["device"] = {{"name", props.name},
+                 {"backend", to_string(props.kind)},
+                 {"total_memory", props.total_memory}};
+  j["model"] = {{"name", cfg.model.name},
+                {"dtype", to_string(cfg.type)},
+                {"parameters", total_parameters(cfg.model)},
+                {"active_parameters", active_parameters_per_token(cfg.model)},
+                {"layer_parameters", layer_parameters(cfg.model)},
+                {"layers", cfg.model.layers},
+                {"layers_run", cfg.layers},
+                {"streamed_weight_bytes", streamed_weight_bytes(cfg)}};
+  j["config"] = {{"tokens", cfg.tokens},
+                 {"steps", cfg.steps},
+                 {"warmup_steps", cfg.warmup_steps},
+                 {"slab_bytes", cfg.slab_bytes},
+                 {"page_bytes", cfg.page_bytes},
+                 {"chunk_bytes", cfg.chunk_bytes},
                  {"rate_cap_bytes_per_second", cfg.rate_bytes_per_second.value_or(0)},
-                 {"link_peak_bytes_per_second", static_cast<std::uint64_t>(static_cast<double>(cfg.link_peak_bytes_per_second) * o.time_scale)},
-                 {"kv_context_tokens", cfg.kv_context_tokens}, {"kv_block_tokens", cfg.kv_block_tokens},
-                 {"latency_budget_ms", o.budget_ms}, {"compute", s.compute->description()}, {"seed", o.seed}};
+                 {"link_peak_bytes_per_second",
+                  static_cast<std::uint64_t>(static_cast<double>(cfg.link_peak_bytes_per_second) *
+                                             o.time_scale)},
+                 {"kv_context_tokens", cfg.kv_context_tokens},
+                 {"kv_block_tokens", cfg.kv_block_tokens},
+                 {"latency_budget_ms", o.budget_ms},
+                 {"compute", s.compute->description()},
+                 {"seed", o.seed}};
   if (props.kind == backend::sim) {
     const bool timing_only = o.device.sim_timing_only;
-    j["sim"] = {{"link_gbps", s.model_link_gbps}, {"latency_us", s.model_latency_us}, {"compute", o.sim_compute},
-                {"compute_gbps", s.model_compute_gbps}, {"timing_only", timing_only}, {"time_scale", o.time_scale},
+    j["sim"] = {{"link_gbps", s.model_link_gbps},
+                {"latency_us", s.model_latency_us},
+                {"compute", o.sim_compute},
+                {"compute_gbps", s.model_compute_gbps},
+                {"timing_only", timing_only},
+                {"time_scale", o.time_scale},
                 {"checksums", timing_only ? "off (timing-only: no bytes stored)" : "on"}};
   }
   if (o.case_study) j["preset"] = "case-study";
@@ -360,7 +422,10 @@ nlohmann::json run_json(const stream_options& o, const run_setup& s, const nlohm
   j["sweep"] = sweep_json;
   for (const auto& r : last) {
     if (r.name == o.trace_policy && !r.skipped) {
-      j["measured"] = {{"policy", r.name}, {"h2d_gbps", r.h2d_gbps}, {"step_ms_p50", r.step.p50}, {"step_ms_p99", r.step.p99},
+      j["measured"] = {{"policy", r.name},
+                       {"h2d_gbps", r.h2d_gbps},
+                       {"step_ms_p50", r.step.p50},
+                       {"step_ms_p99", r.step.p99},
                        {"hbm_budget_bytes", r.hbm_budget_bytes}};
     }
   }
@@ -374,7 +439,8 @@ progress_fn progress_bar() {
   return [tty](const std::string& name, int done, int total) {
     if (!tty) return;
     std::fprintf(stderr, "\r  %-15s [%-20s] %d/%d", name.c_str(),
-                 std::string(static_cast<std::size_t>(20 * done / total), '#').c_str(), done, total);
+                 std::string(static_cast<std::size_t>(20 * done / total), '#').c_str(), done,
+                 total);
     if (done == total) std::fprintf(stderr, "\r%60s\r", "");
   };
 }
@@ -388,7 +454,8 @@ nlohmann::json run_budgets(const stream_options& o, run_setup& s, const host_wei
   nlohmann::json sweep_json = nlohmann::json::array();
   for (std::size_t bi = 0; bi < s.budgets.size(); ++bi) {
     s.cfg.hbm_budget_bytes = s.budgets[bi];
-    std::printf("\nHBM budget %s (%.0f%% of the streamed weights)\n", gib(static_cast<double>(s.budgets[bi])).c_str(),
+    std::printf("\nHBM budget %s (%.0f%% of the streamed weights)\n",
+                gib(static_cast<double>(s.budgets[bi])).c_str(),
                 100.0 * static_cast<double>(s.budgets[bi]) / static_cast<double>(model_bytes));
     std::vector<policy_result> results;
     if (!o.node_only) {
@@ -418,8 +485,8 @@ int main(int argc, char** argv) {
   }
   // One calibration for all policies: the raw copy peak the utilisation is measured against.
   const bool sim = s.dev->properties().kind == backend::sim;
-  s.cfg.link_peak_bytes_per_second =
-      measure_copy_bandwidth(*s.dev, copy_direction::host_to_device, sim ? (16u << 20) : (256u << 20), 3);
+  s.cfg.link_peak_bytes_per_second = measure_copy_bandwidth(*s.dev, copy_direction::host_to_device,
+                                                            sim ? (16u << 20) : (256u << 20), 3);
   print_header(o, s);
 
   // The weights are pinned, filled and summed once; every policy's pager borrows them.
@@ -427,7 +494,8 @@ int main(int argc, char** argv) {
   try {
     if (!o.node_only) weights = std::make_unique<host_weights>(*s.dev, s.cfg);
   } catch (const std::exception& e) {  // the host cannot pin the weights: say so, exit 2
-    std::fprintf(stderr, "htp-stream-bench: pinning the weights of %d layers: %s\n", o.layers, e.what());
+    std::fprintf(stderr, "htp-stream-bench: pinning the weights of %d layers: %s\n", o.layers,
+                 e.what());
     return 2;
   }
   std::vector<policy_result> last;
@@ -438,6 +506,7 @@ int main(int argc, char** argv) {
     std::ofstream(o.json_path) << run_json(o, s, sweep_json, last).dump(2) << "\n";
     std::printf("\nwrote %s\n", o.json_path.c_str());
   }
-  if (!o.trace_path.empty()) std::printf("wrote %s (policy %s)\n", o.trace_path.c_str(), o.trace_policy.c_str());
+  if (!o.trace_path.empty())
+    std::printf("wrote %s (policy %s)\n", o.trace_path.c_str(), o.trace_policy.c_str());
   return exit_code;
 }

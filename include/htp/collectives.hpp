@@ -10,10 +10,10 @@
 //    modelled interconnect, so CI tests the scheduling.
 //
 // Contract of every call: rank r's call is enqueued on stream `s` of GPU r (stream order: it starts
-// after the work queued on `s` before it, and work queued after it starts after it completes). Every
-// rank makes the same calls in the same order with the same sizes. When one thread issues the calls
-// of several ranks, it brackets them with group_start() / group_end() (NCCL's rule; a no-op on sim).
-// Thread safety: different ranks may call from different threads concurrently.
+// after the work queued on `s` before it, and work queued after it starts after it completes).
+// Every rank makes the same calls in the same order with the same sizes. When one thread issues the
+// calls of several ranks, it brackets them with group_start() / group_end() (NCCL's rule; a no-op
+// on sim). Thread safety: different ranks may call from different threads concurrently.
 //
 // Failure: a collective completes only when every rank makes its call, so a rank that fails (its
 // thread threw, its GPU died) would leave the others waiting forever. Whoever sees the failure
@@ -100,13 +100,14 @@ bool nccl_available(std::string* why = nullptr);
 /// NCCL communicators for these cuda devices of this process (ncclCommInitAll), owned by the
 /// result: destroyed with it, or aborted by abort() (then never destroyed). abort() needs
 /// ncclCommAbort (NCCL 2.4 or later); without it, later calls still throw but work already
-/// enqueued is not interrupted, and the communicators are left to the process's exit. @throws htp::cuda_error if NCCL cannot be loaded or fails (the message says which);
+/// enqueued is not interrupted, and the communicators are left to the process's exit. @throws
+/// htp::cuda_error if NCCL cannot be loaded or fails (the message says which);
 /// htp::invalid_argument for a non-cuda device.
 std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& devices);
 /// The caller's own communicators (ncclComm_t, one per rank, in rank order), not owned: they must
 /// outlive the result. abort() aborts them (ncclCommAbort frees them: the caller must not destroy
-/// them afterwards; aborted() says whether it happened). @throws htp::cuda_error if NCCL cannot be loaded; invalid_argument for a
-/// null communicator.
+/// them afterwards; aborted() says whether it happened). @throws htp::cuda_error if NCCL cannot be
+/// loaded; invalid_argument for a null communicator.
 std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comms);
 
 }  // namespace htp

@@ -46,7 +46,9 @@ inline stream_ref wrap_stream(cudaStream_t s) {
 
 /// The cudaStream_t behind a stream_ref of a cuda device (htp's own streams included), for the
 /// program's kernel launches. Meaningless for a sim device's refs. Thread-safe, no CUDA call.
-inline cudaStream_t native_stream(stream_ref s) noexcept { return static_cast<cudaStream_t>(s.native); }
+inline cudaStream_t native_stream(stream_ref s) noexcept {
+  return static_cast<cudaStream_t>(s.native);
+}
 
 /// The program's event as an event_ref (non-owning). Thread-safe, no CUDA call.
 /// @throws htp::invalid_argument for a null event.

@@ -73,12 +73,12 @@ struct event_ref {
 struct device_properties {
   backend kind = backend::sim;
   int ordinal = 0;
-  std::string name;                  ///< e.g. "NVIDIA H200" or "htp sim device".
-  std::size_t total_memory = 0;      ///< bytes of device memory.
-  int copy_engines = 1;              ///< asynchronous copy engines (cudaDeviceProp::asyncEngineCount).
+  std::string name;              ///< e.g. "NVIDIA H200" or "htp sim device".
+  std::size_t total_memory = 0;  ///< bytes of device memory.
+  int copy_engines = 1;          ///< asynchronous copy engines (cudaDeviceProp::asyncEngineCount).
   int compute_capability_major = 0;  ///< 0 on sim.
   int compute_capability_minor = 0;
-  bool can_map_host_memory = true;   ///< pinned host memory has a device address (zero-copy).
+  bool can_map_host_memory = true;  ///< pinned host memory has a device address (zero-copy).
   /// PCI address, lower case ("0000:3b:00.0"; cudaDeviceGetPCIBusId), for topology discovery.
   /// Empty on sim unless configured.
   std::string pci_bus_id;
@@ -169,7 +169,8 @@ class device {
   // ---- work ----------------------------------------------------------------------------------
   /// Queues a copy of `bytes` from `src` to `dst` on `s`. Both ranges must stay valid until the
   /// copy completes (record an event after it). `direction` names the memory on each side; on
-  /// cuda a pageable host pointer is allowed but makes the copy synchronous with respect to the host.
+  /// cuda a pageable host pointer is allowed but makes the copy synchronous with respect to the
+  /// host.
   /// @throws htp::invalid_argument if a pointer is null, bytes == 0, or the ranges overlap.
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                           stream_ref s) = 0;

@@ -108,8 +108,7 @@ class fault_injecting_device final : public device {
   void launch_host_func(std::function<void()> fn, stream_ref s) override;
   void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
                       stream_ref s) override;
-  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
-                          stream_ref s) override;
+  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override;
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void write_value(std::uint32_t* word, std::uint32_t value) override;

@@ -69,7 +69,8 @@ class latency_histogram {
     if (v < sub_count) return static_cast<std::size_t>(v);
     const int msb = 63 - __builtin_clzll(v);
     const std::uint64_t sub = (v >> (msb - sub_bits)) & (sub_count - 1);
-    return static_cast<std::size_t>(static_cast<std::uint64_t>(msb - sub_bits + 1) * sub_count + sub);
+    return static_cast<std::size_t>(static_cast<std::uint64_t>(msb - sub_bits + 1) * sub_count +
+                                    sub);
   }
   /// Largest value that maps to bucket i.
   static std::uint64_t upper_bound(std::size_t i) noexcept {

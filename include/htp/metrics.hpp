@@ -15,22 +15,22 @@ namespace htp {
 /// Occupancy of one memory tier.
 struct tier_occupancy {
   std::size_t capacity_bytes = 0;
-  std::size_t used_bytes = 0;     ///< bytes of live extents now (requested sizes).
-  double occupancy_pct = 0;       ///< used / capacity now.
-  double peak_pct = 0;            ///< highest occupancy seen.
-  double mean_pct = 0;            ///< time-weighted mean since the pager started (or reset).
-  double fragmentation_pct = 0;   ///< combined fragmentation (docs/slab_allocator.md).
+  std::size_t used_bytes = 0;    ///< bytes of live extents now (requested sizes).
+  double occupancy_pct = 0;      ///< used / capacity now.
+  double peak_pct = 0;           ///< highest occupancy seen.
+  double mean_pct = 0;           ///< time-weighted mean since the pager started (or reset).
+  double fragmentation_pct = 0;  ///< combined fragmentation (docs/slab_allocator.md).
   std::size_t largest_free_extent_bytes = 0;
 };
 
 /// The rungs of the out-of-memory ladder (see pager.hpp), described once: X(field, help). The
 /// struct below, to_json, the Prometheus exporter and metrics_delta are generated from it.
-#define HTP_OOM_LADDER_RUNGS(X)                                                   \
-  X(evict_clean, "rung 1: clean tensors evicted to make room")                    \
-  X(write_back_dirty, "rung 2: dirty tensors written back and evicted")           \
-  X(wait_in_flight, "rung 3: waits for releases or copies in flight")             \
-  X(compact, "rung 4: compactions run for a request")                             \
-  X(degraded, "rung 5: acquires served from mapped host memory")                  \
+#define HTP_OOM_LADDER_RUNGS(X)                                         \
+  X(evict_clean, "rung 1: clean tensors evicted to make room")          \
+  X(write_back_dirty, "rung 2: dirty tensors written back and evicted") \
+  X(wait_in_flight, "rung 3: waits for releases or copies in flight")   \
+  X(compact, "rung 4: compactions run for a request")                   \
+  X(degraded, "rung 5: acquires served from mapped host memory")        \
   X(thrown, "rung 6: out_of_memory thrown")
 
 /// Uses of each rung of the out-of-memory ladder.
@@ -48,23 +48,23 @@ enum class counter_kind { level, count, count_ns };
 /// started or was reset (a Prometheus counter, htp_<field>_total); `count_ns`, a count of
 /// nanoseconds (exported as htp_<field without _ns>_seconds_total). pager_metrics, to_json, the
 /// Prometheus exporter, reset_metrics and metrics_delta are generated from this list.
-#define HTP_PAGER_COUNTERS(X)                                                                     \
-  X(registered_tensors, level, "Tensors registered with the pager.")                             \
-  X(device_resident_tensors, level,                                                              \
-    "Of them, device-resident tensors (register_resident): in HBM for life, no host copy.")      \
-  X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")             \
-  X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).")  \
-  X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                     \
-  X(acquires, count,                                                                             \
-    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "         \
-    "oom_ladder.thrown.")                                                                        \
+#define HTP_PAGER_COUNTERS(X)                                                                   \
+  X(registered_tensors, level, "Tensors registered with the pager.")                            \
+  X(device_resident_tensors, level,                                                             \
+    "Of them, device-resident tensors (register_resident): in HBM for life, no host copy.")     \
+  X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")            \
+  X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).") \
+  X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                    \
+  X(acquires, count,                                                                            \
+    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "       \
+    "oom_ladder.thrown.")                                                                       \
   X(hits, count, "Acquires that found the tensor resident or loading.")                         \
   X(faults, count, "Acquires that had to start a page-in (page faults).")                       \
-  X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")            \
-  X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")             \
-  X(host_blocked_ns, count_ns,                                                                   \
-    "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., "   \
-    "wait = true). Near zero when eviction and loads are ordered on the device.")                \
+  X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")           \
+  X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")           \
+  X(host_blocked_ns, count_ns,                                                                  \
+    "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., " \
+    "wait = true). Near zero when eviction and loads are ordered on the device.")               \
   X(page_ins, count, "Host-to-device loads started (faults and prefetches).")                   \
   X(page_in_bytes, count, "Bytes of the loads started.")                                        \
   X(prefetches, count, "Prefetch loads started.")                                               \
@@ -73,27 +73,27 @@ enum class counter_kind { level, count, count_ns };
   X(wasted_prefetches, count, "Prefetched tensors evicted before any acquire.")                 \
   X(prefetch_skipped, count, "Prefetch hints dropped for lack of room.")                        \
   X(evictions, count, "Tensors evicted from HBM.")                                              \
-  X(evictions_in_flight, count,                                                                  \
-    "Evictions of tensors whose load was still in flight (acquired and released meanwhile), "    \
+  X(evictions_in_flight, count,                                                                 \
+    "Evictions of tensors whose load was still in flight (acquired and released meanwhile), "   \
     "ordered after the load on the device instead of waited for on the host. Part of "          \
-    "evictions.")                                                                                \
+    "evictions.")                                                                               \
   X(write_backs, count, "Dirty tensors written back to host memory.")                           \
   X(write_back_bytes, count, "Bytes written back.")                                             \
   X(compactions, count, "HBM compaction runs.")                                                 \
   X(compaction_moves, count, "Tensors moved by compaction.")                                    \
   X(compaction_bytes, count, "Bytes moved by compaction.")                                      \
-  X(degraded_acquires, count,                                                                    \
+  X(degraded_acquires, count,                                                                   \
     "Acquires served from mapped host memory because HBM was full of pinned tensors.")
 
 /// Page-fault waits, the mission's number. One sample per demand fault, and per late prefetch
-/// (counted with its remaining wait): from the acquire call to the bytes being in HBM, which is when
-/// the compute stream's wait on them is satisfied; making room (evictions, write-backs, waits,
+/// (counted with its remaining wait): from the acquire call to the bytes being in HBM, which is
+/// when the compute stream's wait on them is satisfied; making room (evictions, write-backs, waits,
 /// compaction) is included. Exact quantiles over the samples since construction or
 /// pager::reset_metrics() (at most 2^20 are kept; later ones count in `dropped` only).
 struct fault_wait_summary {
-  std::uint64_t count = 0;        ///< samples kept
-  std::uint64_t dropped = 0;      ///< samples beyond the cap
-  std::uint64_t bytes = 0;        ///< bytes of the faulted tensors
+  std::uint64_t count = 0;    ///< samples kept
+  std::uint64_t dropped = 0;  ///< samples beyond the cap
+  std::uint64_t bytes = 0;    ///< bytes of the faulted tensors
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0, mean_ms = 0;
   /// Total wait over total bytes, scaled to a 64 MiB page (a bytes-weighted mean: small tensors'
   /// fixed costs do not dominate it).
@@ -126,11 +126,11 @@ struct pager_metrics {
   std::uint64_t caller_host_bytes = 0;  ///< caller memory lent with add_host_region (not htp's).
   std::uint64_t events_created = 0;     ///< device events the pager created (recycled, so bounded).
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
-  latency_summary fault_latency;        ///< a fault's copy alone: submission to bytes in HBM (histogram).
-  fault_wait_summary fault_wait;        ///< acquire call to bytes usable, faults and late prefetches.
+  latency_summary fault_latency;  ///< a fault's copy alone: submission to bytes in HBM (histogram).
+  fault_wait_summary fault_wait;  ///< acquire call to bytes usable, faults and late prefetches.
 
   oom_ladder_counts oom;
-  transfer_metrics transfers;           ///< bytes per direction, GB/s, utilisation, token waits.
+  transfer_metrics transfers;  ///< bytes per direction, GB/s, utilisation, token waits.
 };
 
 /// The metrics as a JSON object (stable field names, as in this header). Thread-safe (a pure

@@ -34,8 +34,8 @@ namespace htp {
 /// GPUs inside their NUMA node's, which the node's other switches share too. A chunk crosses
 /// every cap from its GPU's innermost group to the outermost (shared_link's chain).
 struct node_link_group {
-  std::string name;                        ///< unique; e.g. "pcie:pci0000:00/0000:00:01.0", "numa1".
-  std::vector<std::size_t> gpus;           ///< indices into the node's GPUs.
+  std::string name;               ///< unique; e.g. "pcie:pci0000:00/0000:00:01.0", "numa1".
+  std::vector<std::size_t> gpus;  ///< indices into the node's GPUs.
   std::uint64_t h2d_bytes_per_second = 0;  ///< shared host-to-device cap; 0 = none.
   std::uint64_t d2h_bytes_per_second = 0;  ///< shared device-to-host cap; 0 = none.
   /// One cap both directions share (a NUMA node's memory bandwidth: H2D reads and D2H writes the
@@ -46,9 +46,9 @@ struct node_link_group {
 
 /// Configuration of a node.
 struct node_config {
-  std::size_t host_budget_bytes = 0;           ///< the one pinned host tier, for every GPU.
+  std::size_t host_budget_bytes = 0;  ///< the one pinned host tier, for every GPU.
   std::size_t host_slab_bytes = std::size_t{64} << 20;
-  std::size_t host_page_bytes = 0;             ///< 0 = automatic (slab_allocator_config::page_bytes).
+  std::size_t host_page_bytes = 0;  ///< 0 = automatic (slab_allocator_config::page_bytes).
   /// Each GPU's pager. host_budget_bytes must be 0 (the node's tier serves them all).
   pager_config gpu;
   /// Empty, or one config per GPU (overrides `gpu`; same rule for host_budget_bytes).
@@ -102,20 +102,20 @@ struct node_link_metrics {
 
 /// One host tier of the node (one per NUMA node of its GPUs, or one).
 struct node_host_tier_metrics {
-  int numa_node = -1;               ///< the node its memory prefers; -1 = no preference
-  std::string placement;            ///< "node k" when the preference applied, else why not
-  std::vector<std::size_t> gpus;    ///< the GPUs whose shards and local tensors it holds
+  int numa_node = -1;             ///< the node its memory prefers; -1 = no preference
+  std::string placement;          ///< "node k" when the preference applied, else why not
+  std::vector<std::size_t> gpus;  ///< the GPUs whose shards and local tensors it holds
   std::size_t capacity_bytes = 0;
-  std::size_t used_bytes = 0;       ///< requested bytes of the host copies in it
+  std::size_t used_bytes = 0;  ///< requested bytes of the host copies in it
 };
 
 /// A snapshot of a node's metrics.
 struct node_metrics {
   std::size_t host_capacity_bytes = 0;  ///< all host tiers together
   std::vector<node_host_tier_metrics> host_tiers;
-  std::size_t host_used_bytes = 0;     ///< requested bytes of every node tensor's host copies.
+  std::size_t host_used_bytes = 0;  ///< requested bytes of every node tensor's host copies.
   std::size_t tensors = 0;
-  std::size_t replicated_bytes = 0;    ///< host bytes of replicated weights (held once, not N times).
+  std::size_t replicated_bytes = 0;  ///< host bytes of replicated weights (held once, not N times).
   std::vector<pager_metrics> per_gpu;  ///< each GPU's pager metrics.
   std::vector<node_link_metrics> links;
 };
@@ -143,7 +143,8 @@ class node {
   /// A weight any GPU may page in, with one host copy: `bytes` from `source` (null = zeros).
   /// @throws htp::invalid_argument if bytes == 0 or it can never fit some GPU's HBM;
   /// htp::out_of_memory if the host tier is full. Nothing is left behind on failure.
-  node_tensor register_replicated(std::string name, std::size_t bytes, const void* source = nullptr);
+  node_tensor register_replicated(std::string name, std::size_t bytes,
+                                  const void* source = nullptr);
   /// A tensor split into one shard per GPU: shard g (`shard_bytes[g]` bytes, from `sources[g]`
   /// when given) is paged only into GPU g. @throws htp::invalid_argument if shard_bytes does not
   /// have one positive size per GPU or sources is neither empty nor one per GPU; as above.

@@ -17,8 +17,8 @@
 //   never evicts a tensor needed sooner than the one it brings in, and never blocks the host.
 // - Out of memory, for a demand fault, a ladder, each rung counted in the metrics:
 //   1. evict clean unpinned tensors; 2. write back and evict dirty ones; 3. wait for releases and
-//   copies still in flight; 4. compact; 5. if config.on_oom == allow_degraded, serve the tensor from
-//   pinned host memory mapped into the GPU (zero-copy; the span says degraded); 6. throw
+//   copies still in flight; 4. compact; 5. if config.on_oom == allow_degraded, serve the tensor
+//   from pinned host memory mapped into the GPU (zero-copy; the span says degraded); 6. throw
 //   htp::out_of_memory with the full diagnostic. A failure leaves every other tensor intact and the
 //   failed one wholly where it was.
 // - Thread safety: every member may be called from any host thread concurrently.
@@ -60,12 +60,14 @@ struct tensor_handle {
 
 /// Where an acquired tensor's bytes are, valid on the acquiring stream until release.
 struct device_span {
-  void* data = nullptr;   ///< device address (HBM, or mapped host memory when degraded).
+  void* data = nullptr;  ///< device address (HBM, or mapped host memory when degraded).
   std::size_t bytes = 0;
   bool degraded = false;  ///< true: served from pinned host memory over the link (slow, correct).
   /// The address as a typed pointer.
   template <typename T>
-  T* as() const noexcept { return static_cast<T*>(data); }
+  T* as() const noexcept {
+    return static_cast<T*>(data);
+  }
 };
 
 /// What the last rung of the out-of-memory ladder does.
@@ -108,11 +110,11 @@ enum class host_region_kind {
 
 /// Configuration of a pager.
 struct pager_config {
-  std::size_t hbm_budget_bytes = 0;   ///< HBM the pager reserves; at least one slab.
+  std::size_t hbm_budget_bytes = 0;  ///< HBM the pager reserves; at least one slab.
   /// Pinned host memory it reserves for the tensors it copies in (register_tensor). 0 = none: every
-  /// tensor lives in caller memory (register_tensor_at). Bounded by the address space (128 TiB), not
-  /// by MemTotal, which a microVM reports far below the RAM it can pin: memory the host cannot pin
-  /// fails where it is pinned, as htp::out_of_memory naming the host's free memory.
+  /// tensor lives in caller memory (register_tensor_at). Bounded by the address space (128 TiB),
+  /// not by MemTotal, which a microVM reports far below the RAM it can pin: memory the host cannot
+  /// pin fails where it is pinned, as htp::out_of_memory naming the host's free memory.
   std::size_t host_budget_bytes = 0;
   std::size_t slab_bytes = std::size_t{64} << 20;  ///< reservation unit; power of two from 64 KiB.
   /// Allocation unit of both tiers: a tensor wastes less than one page to rounding. A power of two
@@ -120,7 +122,8 @@ struct pager_config {
   std::size_t page_bytes = 0;
   std::size_t chunk_bytes = std::size_t{2} << 20;  ///< transfer chunk size.
   std::size_t max_in_flight_chunks = 3;            ///< per direction.
-  transfer_link_config h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)
+  transfer_link_config
+      h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)
   transfer_link_config d2h;
   unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead at each acquire/release (0 = none)
   eviction_rule eviction = eviction_rule::automatic;
@@ -129,7 +132,7 @@ struct pager_config {
   bool auto_compact = true;            ///< compact in the background past the threshold.
   oom_policy on_oom = oom_policy::throw_error;
   std::chrono::milliseconds latency_budget{200};  ///< end-to-end budget, for reports and warnings.
-  bool trace = false;  ///< keep a per-stream event trace (write_trace).
+  bool trace = false;                             ///< keep a per-stream event trace (write_trace).
   /// Spans the trace keeps: a ring holding the most recent ones (older ones are overwritten, and
   /// write_trace's "otherData.dropped_spans" counts them). ~100 bytes each; 0 is taken as 1.
   std::size_t trace_capacity = std::size_t{1} << 18;
@@ -148,11 +151,12 @@ struct tensor_info {
   std::size_t bytes = 0;
   tensor_kind kind = tensor_kind::weight;
   residency where = residency::host;
-  int pins = 0;             ///< acquires not yet released.
-  bool dirty = false;       ///< the HBM copy is newer than the host copy.
-  bool degraded = false;    ///< currently acquired in degraded (zero-copy) mode.
+  int pins = 0;                 ///< acquires not yet released.
+  bool dirty = false;           ///< the HBM copy is newer than the host copy.
+  bool degraded = false;        ///< currently acquired in degraded (zero-copy) mode.
   bool copy_in_flight = false;  ///< a load, write-back or move has not completed.
-  bool device_resident = false; ///< registered with register_resident: in HBM for life, no host copy.
+  bool device_resident =
+      false;  ///< registered with register_resident: in HBM for life, no host copy.
 };
 
 class pager {
@@ -206,8 +210,8 @@ class pager {
   /// @throws htp::invalid_argument for a null file, bytes == 0, a range past the end of the file,
   /// a tensor that can never fit in HBM, a real file on a timing-only device or a modelled one on
   /// a device that stores bytes; htp::out_of_memory if the engine's bounce buffers cannot be made.
-  tensor_handle register_file_tensor(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
-                                     std::uint64_t offset);
+  tensor_handle register_file_tensor(std::string name, std::size_t bytes,
+                                     std::shared_ptr<const tensor_file> file, std::uint64_t offset);
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
   /// the runner's own pinned buffers. `pageable` kinds are registered with the driver here (slow,
   /// like pinning: call at set-up). The memory stays the caller's and must outlive the region.
@@ -218,7 +222,8 @@ class pager {
   /// `pinned` one that is not; htp::cuda_error if the driver refuses to register it.
   void add_host_region(void* ptr, std::size_t bytes, host_region_kind kind);
   /// Takes a region back (unregistering it from the driver when htp registered it).
-  /// @throws htp::invalid_argument if `ptr` does not start a lent region or tensors still live in it.
+  /// @throws htp::invalid_argument if `ptr` does not start a lent region or tensors still live in
+  /// it.
   void remove_host_region(void* ptr);
   /// Drops a tensor and frees its memory, waiting for its copies and release events.
   /// @throws htp::invalid_argument for a stale handle or a tensor still acquired.

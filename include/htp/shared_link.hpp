@@ -68,9 +68,9 @@ class shared_link {
   std::uint64_t chain_burst() const;
   /// Dispatchers waiting for this link now at priority p (observability and tests). Thread-safe.
   std::uint64_t waiting(transfer_priority p) const;
-  std::uint64_t rate() const;          ///< bytes per second.
-  std::uint64_t burst() const;         ///< bytes.
-  std::uint64_t bytes_taken() const;   ///< bytes that crossed the link since construction.
+  std::uint64_t rate() const;         ///< bytes per second.
+  std::uint64_t burst() const;        ///< bytes.
+  std::uint64_t bytes_taken() const;  ///< bytes that crossed the link since construction.
 
  private:
   bool higher_waiting_locked(int p) const noexcept;

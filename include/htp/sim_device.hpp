@@ -34,11 +34,11 @@ namespace htp {
 /// link (copies run at memcpy speed).
 struct sim_config {
   std::size_t device_memory_bytes = std::size_t{4} << 30;  ///< capacity of device memory.
-  std::size_t pinned_memory_bytes = 0;                     ///< capacity of pinned memory; 0 = no limit.
-  std::uint64_t h2d_bytes_per_second = 0;                  ///< modelled H2D link; 0 = unmodelled.
-  std::uint64_t d2h_bytes_per_second = 0;                  ///< modelled D2H link; 0 = unmodelled.
-  std::uint64_t copy_latency_ns = 0;                       ///< fixed cost of each modelled copy.
-  int copy_engines = 2;                                    ///< reported in device_properties.
+  std::size_t pinned_memory_bytes = 0;     ///< capacity of pinned memory; 0 = no limit.
+  std::uint64_t h2d_bytes_per_second = 0;  ///< modelled H2D link; 0 = unmodelled.
+  std::uint64_t d2h_bytes_per_second = 0;  ///< modelled D2H link; 0 = unmodelled.
+  std::uint64_t copy_latency_ns = 0;       ///< fixed cost of each modelled copy.
+  int copy_engines = 2;                    ///< reported in device_properties.
   /// Fill freshly allocated device memory with this byte (0xA5 by default) so a read of memory
   /// nothing wrote shows up in checksums instead of reading zeros by luck. -1 leaves it as is.
   int poison_byte = 0xA5;

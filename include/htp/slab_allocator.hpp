@@ -49,7 +49,8 @@ struct slab_allocator_config {
   /// the host tier, chunks of at most 1 GiB so pinning runs in parallel. A run of pages never
   /// crosses a reservation, so this also bounds the largest single request.
   std::size_t slabs_per_reservation = 0;
-  /// Threads pinning (allocating) reservations in parallel at construction. 0 = automatic (up to 4).
+  /// Threads pinning (allocating) reservations in parallel at construction. 0 = automatic (up to
+  /// 4).
   unsigned pin_threads = 0;
   /// Reserve on a background thread, so construction returns at once; allocate() waits only when
   /// the slabs it needs are not reserved yet.
@@ -76,9 +77,9 @@ struct slab_move {
 /// commit_move or cancel_move each one.
 struct compaction_plan {
   std::vector<slab_move> moves;
-  std::size_t bytes_to_copy = 0;      ///< sum of from.bytes over moves.
-  std::size_t pages_freed = 0;        ///< bin pages that become free once all moves commit.
-  bool satisfies_request = false;     ///< the request passed to plan_compaction will fit afterwards.
+  std::size_t bytes_to_copy = 0;   ///< sum of from.bytes over moves.
+  std::size_t pages_freed = 0;     ///< bin pages that become free once all moves commit.
+  bool satisfies_request = false;  ///< the request passed to plan_compaction will fit afterwards.
 };
 
 /// Fragmentation figures, all in [0, 1]. Definitions (see docs/slab_allocator.md):
@@ -115,17 +116,17 @@ struct slab_allocator_stats {
   tier t = tier::hbm;
   std::size_t slab_bytes = 0;
   std::size_t page_bytes = 0;
-  std::size_t total_pages = 0;        ///< pages in the budget.
-  std::size_t ready_pages = 0;        ///< pages already reserved (pinned) from the device.
+  std::size_t total_pages = 0;  ///< pages in the budget.
+  std::size_t ready_pages = 0;  ///< pages already reserved (pinned) from the device.
   std::size_t free_pages = 0;
-  std::size_t run_pages = 0;          ///< pages held by runs.
-  std::size_t bin_pages = 0;          ///< pages dedicated to a size class.
-  std::size_t pages_in_use = 0;       ///< run_pages + bin_pages.
+  std::size_t run_pages = 0;     ///< pages held by runs.
+  std::size_t bin_pages = 0;     ///< pages dedicated to a size class.
+  std::size_t pages_in_use = 0;  ///< run_pages + bin_pages.
   std::size_t pages_in_use_peak = 0;
-  std::size_t bytes_in_use = 0;       ///< sum of requested bytes of live allocations (incl. pending).
+  std::size_t bytes_in_use = 0;  ///< sum of requested bytes of live allocations (incl. pending).
   std::size_t bytes_in_use_peak = 0;
   std::size_t live_allocations = 0;
-  std::size_t pending_releases = 0;   ///< stream-ordered releases whose event has not completed.
+  std::size_t pending_releases = 0;  ///< stream-ordered releases whose event has not completed.
   std::size_t pending_release_bytes = 0;
   std::size_t move_destinations = 0;  ///< planned move destinations not yet committed/cancelled.
   std::size_t move_destination_bytes = 0;
@@ -175,8 +176,8 @@ class slab_allocator {
 
   /// Plans moves that gather free space (for_request_bytes == 0: evacuate sparse bin pages and fill
   /// the lowest free gaps with the largest runs above them that fit) or make room for one request
-  /// of `for_request_bytes` (a contiguous run for a large request, a free page for a small one). Only
-  /// allocations for which `movable(extent)` returns true are moved; pending releases and move
+  /// of `for_request_bytes` (a contiguous run for a large request, a free page for a small one).
+  /// Only allocations for which `movable(extent)` returns true are moved; pending releases and move
   /// destinations never are. Destinations overlap no live extent, no source and no other
   /// destination, and are reserved until committed or cancelled. `movable` runs under the
   /// allocator's lock and must not call back into it.

@@ -47,7 +47,8 @@ class tensor_file {
   std::uint64_t bytes_read() const;
 
  private:
-  tensor_file(std::string name, int fd, std::uint64_t size, std::uint64_t rate, std::uint64_t latency_ns);
+  tensor_file(std::string name, int fd, std::uint64_t size, std::uint64_t rate,
+              std::uint64_t latency_ns);
 
   std::string name_;
   int fd_ = -1;

@@ -2,10 +2,10 @@
 // moves over one host link direction.
 //
 // Tokens are bytes. The bucket holds at most `burst` tokens and refills at `rate` bytes per second
-// from an injectable nanosecond clock. Refill is exact: elapsed_ns * rate is computed in 128 bits and
-// the part below one byte (the remainder of the division by 1e9) is carried to the next refill, so
-// no byte is lost however often the bucket is read. Over any window of T seconds a consumer can take
-// at most rate * T + burst bytes, and a greedy one takes rate * T - (one take) at least.
+// from an injectable nanosecond clock. Refill is exact: elapsed_ns * rate is computed in 128 bits
+// and the part below one byte (the remainder of the division by 1e9) is carried to the next refill,
+// so no byte is lost however often the bucket is read. Over any window of T seconds a consumer can
+// take at most rate * T + burst bytes, and a greedy one takes rate * T - (one take) at least.
 //
 // Invariants: tokens are never negative and never above burst; a take never succeeds without its
 // tokens. In unlimited mode every take succeeds immediately and the bucket stays full.
@@ -35,7 +35,8 @@ class token_bucket {
 
   /// Takes `bytes` tokens if the bucket holds them now; returns whether it did. Taking 0 bytes
   /// always succeeds. Thread-safe.
-  /// @throws htp::invalid_argument if bytes > burst (it could never succeed; unlimited mode excepted).
+  /// @throws htp::invalid_argument if bytes > burst (it could never succeed; unlimited mode
+  /// excepted).
   bool try_take(std::uint64_t bytes);
 
   /// Nanoseconds from now until `bytes` tokens will be available, 0 if they are now (or unlimited).
@@ -53,11 +54,11 @@ class token_bucket {
   /// Enters (true) or leaves (false) unlimited mode. Leaving it starts with a full bucket.
   void set_unlimited(bool unlimited);
 
-  std::uint64_t rate() const;           ///< bytes per second (meaningless while unlimited).
-  std::uint64_t burst() const;          ///< bytes.
-  bool unlimited() const;               ///< true in unlimited mode.
-  std::uint64_t available();            ///< tokens now, after refilling. Thread-safe.
-  std::uint64_t total_taken() const;    ///< bytes taken since construction, in every mode.
+  std::uint64_t rate() const;         ///< bytes per second (meaningless while unlimited).
+  std::uint64_t burst() const;        ///< bytes.
+  bool unlimited() const;             ///< true in unlimited mode.
+  std::uint64_t available();          ///< tokens now, after refilling. Thread-safe.
+  std::uint64_t total_taken() const;  ///< bytes taken since construction, in every mode.
 
  private:
   void refill_locked(std::int64_t now);

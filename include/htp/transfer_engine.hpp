@@ -84,7 +84,7 @@ struct transfer_config {
   transfer_link_config d2h;                        ///< device-to-host limits.
   double default_cap_fraction = 0.8;               ///< cap = fraction x link peak; in (0, 1].
   std::size_t calibration_bytes = std::size_t{32} << 20;  ///< size of each calibration copy.
-  int calibration_repeats = 3;                     ///< timed copies per direction (after a warm-up).
+  int calibration_repeats = 3;  ///< timed copies per direction (after a warm-up).
   /// Device memory (HBM) that H2D and D2D copies may write into. A destination outside every
   /// region is rejected.
   std::vector<memory_region> device_memory;
@@ -128,14 +128,14 @@ struct finished_transfer {
 
 /// Counters of one copy direction.
 struct transfer_direction_metrics {
-  std::uint64_t bytes = 0;                 ///< bytes whose chunks have completed.
-  std::uint64_t chunks = 0;                ///< chunks completed.
-  std::uint64_t busy_ns = 0;               ///< time with at least one chunk in flight.
-  double achieved_gbps = 0;                ///< bytes / busy time, in GB/s (1e9 bytes/s).
-  double utilization = 0;                  ///< achieved / link peak (0 when the peak is unknown).
-  std::uint64_t token_wait_ns = 0;         ///< time the dispatcher waited for tokens.
-  std::uint64_t rate_cap_bytes_per_second = 0;  ///< current cap; 0 when unlimited or not limited.
-  std::uint64_t link_peak_bytes_per_second = 0; ///< calibrated or configured link peak.
+  std::uint64_t bytes = 0;          ///< bytes whose chunks have completed.
+  std::uint64_t chunks = 0;         ///< chunks completed.
+  std::uint64_t busy_ns = 0;        ///< time with at least one chunk in flight.
+  double achieved_gbps = 0;         ///< bytes / busy time, in GB/s (1e9 bytes/s).
+  double utilization = 0;           ///< achieved / link peak (0 when the peak is unknown).
+  std::uint64_t token_wait_ns = 0;  ///< time the dispatcher waited for tokens.
+  std::uint64_t rate_cap_bytes_per_second = 0;   ///< current cap; 0 when unlimited or not limited.
+  std::uint64_t link_peak_bytes_per_second = 0;  ///< calibrated or configured link peak.
   /// The rate this direction runs at: its cap, or the link peak when it is not capped.
   std::uint64_t effective_rate() const noexcept {
     return rate_cap_bytes_per_second != 0 ? rate_cap_bytes_per_second : link_peak_bytes_per_second;
@@ -144,12 +144,12 @@ struct transfer_direction_metrics {
 
 /// Counters of one priority class.
 struct transfer_class_metrics {
-  std::size_t queue_depth = 0;   ///< requests queued or partly issued now.
+  std::size_t queue_depth = 0;  ///< requests queued or partly issued now.
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
   std::uint64_t cancelled = 0;
   std::uint64_t failed = 0;
-  latency_summary latency;       ///< submission to completion, completed requests only.
+  latency_summary latency;  ///< submission to completion, completed requests only.
 };
 
 /// A snapshot of the engine's counters.
@@ -212,9 +212,9 @@ class transfer_engine {
   /// end of the file, a real file on a timing-only device or a modelled one on a device that
   /// stores bytes, or a destination outside the engine's regions; htp::out_of_memory if the bounce
   /// buffers cannot be allocated.
-  transfer_ticket submit_from_file(void* dst, std::shared_ptr<const tensor_file> file, std::uint64_t offset,
-                                   std::size_t bytes, transfer_priority priority,
-                                   std::vector<event_ref> after = {});
+  transfer_ticket submit_from_file(void* dst, std::shared_ptr<const tensor_file> file,
+                                   std::uint64_t offset, std::size_t bytes,
+                                   transfer_priority priority, std::vector<event_ref> after = {});
 
   /// Allocates the bounce buffers file requests use (max_in_flight_chunks pinned buffers of
   /// chunk_bytes), once: a slow call (pinned memory), made on the caller's thread with no engine

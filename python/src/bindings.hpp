@@ -46,8 +46,8 @@ class stream_binder;
 /// lent on its behalf. Views hold a shared_ptr to it, so the memory they point into outlives them.
 struct pager_state : std::enable_shared_from_this<pager_state> {
   std::shared_ptr<py_device> device;
-  std::shared_ptr<void> owner;          ///< the node, for a node's pager; null otherwise
-  std::unique_ptr<htp::pager> owned;    ///< null for a node's pager
+  std::shared_ptr<void> owner;        ///< the node, for a node's pager; null otherwise
+  std::unique_ptr<htp::pager> owned;  ///< null for a node's pager
   htp::pager* pager = nullptr;
   std::unique_ptr<stream_binder> streams;
 
@@ -104,8 +104,8 @@ void bind_node(nb::module_& m);
 namespace htp::python {
 
 // pager_views.cpp
-/// What acquire returns per tensor: the span, the dtype and shape, and the pager's state, kept alive
-/// so that the memory the view points into outlives it.
+/// What acquire returns per tensor: the span, the dtype and shape, and the pager's state, kept
+/// alive so that the memory the view points into outlives it.
 class view {
  public:
   view(std::shared_ptr<pager_state> owner, const py_tensor& t, const device_span& span);

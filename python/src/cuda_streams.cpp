@@ -1,4 +1,5 @@
-// The legacy default stream bridge (streams.hpp), on the CUDA runtime. Compiled in cuda builds only.
+// The legacy default stream bridge (streams.hpp), on the CUDA runtime. Compiled in cuda builds
+// only.
 #include "streams.hpp"
 
 #include <htp/error.hpp>
@@ -49,6 +50,8 @@ class cuda_legacy_bridge final : public legacy_bridge {
 
 }  // namespace
 
-std::unique_ptr<legacy_bridge> make_legacy_bridge() { return std::make_unique<cuda_legacy_bridge>(); }
+std::unique_ptr<legacy_bridge> make_legacy_bridge() {
+  return std::make_unique<cuda_legacy_bridge>();
+}
 
 }  // namespace htp::python

@@ -48,21 +48,26 @@ void bind_sim_config(nb::module_& m) {
 
 void bind_device(nb::module_& m) {
   bind_sim_config(m);
-  nb::class_<py_device>(m, "Device", "A GPU (cuda) or its CPU emulation (sim). Make one with "
-                                     "htp.make_device; pagers keep it alive.")
-      .def_prop_ro("backend", [](const py_device& d) { return d.backend; },
-                   "'cuda' or 'sim'.")
+  nb::class_<py_device>(m, "Device",
+                        "A GPU (cuda) or its CPU emulation (sim). Make one with "
+                        "htp.make_device; pagers keep it alive.")
+      .def_prop_ro(
+          "backend", [](const py_device& d) { return d.backend; }, "'cuda' or 'sim'.")
       .def_prop_ro("ordinal", [](const py_device& d) { return d.ordinal; })
       .def_prop_ro("name", [](const py_device& d) { return d.dev->properties().name; })
-      .def_prop_ro("total_memory", [](const py_device& d) { return d.dev->properties().total_memory; },
-                   "Bytes of device memory.")
-      .def_prop_ro("timing_only", [](const py_device& d) { return d.dev->properties().timing_only; },
-                   "A sim device that stores no bytes (see SimConfig.timing_only).")
-      .def_prop_ro("sim_pinned_bytes", [](const py_device& d) { return sim_pinned_bytes_in_use(*d.dev); },
-                   "sim only: bytes of pinned host memory allocated now (tests of what htp holds).")
-      .def("synchronize", [](py_device& d) { d.dev->synchronize_all(); },
-           nb::call_guard<nb::gil_scoped_release>(),
-           "Blocks until all work on every stream of this device has completed.")
+      .def_prop_ro(
+          "total_memory", [](const py_device& d) { return d.dev->properties().total_memory; },
+          "Bytes of device memory.")
+      .def_prop_ro(
+          "timing_only", [](const py_device& d) { return d.dev->properties().timing_only; },
+          "A sim device that stores no bytes (see SimConfig.timing_only).")
+      .def_prop_ro(
+          "sim_pinned_bytes", [](const py_device& d) { return sim_pinned_bytes_in_use(*d.dev); },
+          "sim only: bytes of pinned host memory allocated now (tests of what htp holds).")
+      .def(
+          "synchronize", [](py_device& d) { d.dev->synchronize_all(); },
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Blocks until all work on every stream of this device has completed.")
       .def("__repr__", [](const py_device& d) {
         return "<htp.Device " + d.backend + ":" + std::to_string(d.ordinal) + " '" +
                d.dev->properties().name + "'>";
@@ -71,8 +76,9 @@ void bind_device(nb::module_& m) {
         nb::arg("sim") = sim_config{},
         "Creates a device. backend: 'auto' (cuda when a GPU is usable, else sim, with a warning "
         "logged), 'cuda' (raises CudaError when it cannot run) or 'sim'. Thread-safe.");
-  m.def("cuda_device_count", []() { return cuda_device_count(); },
-        "GPUs visible to htp's CUDA runtime (0 without a driver or a CUDA build).");
+  m.def(
+      "cuda_device_count", []() { return cuda_device_count(); },
+      "GPUs visible to htp's CUDA runtime (0 without a driver or a CUDA build).");
 }
 
 }  // namespace htp::python

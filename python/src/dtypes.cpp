@@ -18,12 +18,18 @@ struct named_dtype {
 };
 
 constexpr std::array<named_dtype, 13> k_dtypes{{
-    {"float32", "F32", code::Float, 32},   {"float16", "F16", code::Float, 16},
-    {"bfloat16", "BF16", code::Bfloat, 16}, {"float64", "F64", code::Float, 64},
-    {"int8", "I8", code::Int, 8},          {"int16", "I16", code::Int, 16},
-    {"int32", "I32", code::Int, 32},       {"int64", "I64", code::Int, 64},
-    {"uint8", "U8", code::UInt, 8},        {"uint16", "U16", code::UInt, 16},
-    {"uint32", "U32", code::UInt, 32},     {"uint64", "U64", code::UInt, 64},
+    {"float32", "F32", code::Float, 32},
+    {"float16", "F16", code::Float, 16},
+    {"bfloat16", "BF16", code::Bfloat, 16},
+    {"float64", "F64", code::Float, 64},
+    {"int8", "I8", code::Int, 8},
+    {"int16", "I16", code::Int, 16},
+    {"int32", "I32", code::Int, 32},
+    {"int64", "I64", code::Int, 64},
+    {"uint8", "U8", code::UInt, 8},
+    {"uint16", "U16", code::UInt, 16},
+    {"uint32", "U32", code::UInt, 32},
+    {"uint64", "U64", code::UInt, 64},
     {"bool", "BOOL", code::Bool, 8},
 }};
 
@@ -31,11 +37,13 @@ constexpr std::array<named_dtype, 13> k_dtypes{{
 
 std::string dtype_name(nb::dlpack::dtype d) {
   for (const auto& n : k_dtypes) {
-    if (d.code == static_cast<std::uint8_t>(n.type) && d.bits == n.bits && d.lanes == 1) return n.name;
+    if (d.code == static_cast<std::uint8_t>(n.type) && d.bits == n.bits && d.lanes == 1)
+      return n.name;
   }
-  throw htp::invalid_argument("htp: unsupported dtype (DLPack code " + std::to_string(d.code) +
-                              ", " + std::to_string(d.bits) + " bits, " + std::to_string(d.lanes) +
-                              " lanes); register its bytes as uint8 and view them in your framework");
+  throw htp::invalid_argument(
+      "htp: unsupported dtype (DLPack code " + std::to_string(d.code) + ", " +
+      std::to_string(d.bits) + " bits, " + std::to_string(d.lanes) +
+      " lanes); register its bytes as uint8 and view them in your framework");
 }
 
 nb::dlpack::dtype dtype_from_name(const std::string& name) {

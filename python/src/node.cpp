@@ -97,35 +97,47 @@ void bind_node(nb::module_& m) {
       .def(nb::new_(&make_node), nb::arg("devices"), nb::arg("config"))
       .def_prop_ro("gpu_count", [](const py_node& n) { return n.node->gpu_count(); })
       .def("gpu", &gpu_of, nb::arg("g"), "GPU g's pager (the C++ object; htp.Node wraps it).")
-      .def("register_replicated", [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a) {
-             const shard_source s = source_of(a, name, tensor_kind::weight);
-             nb::gil_scoped_release unlocked;
-             return py_node_tensor{n.node->register_replicated(name, s.meta.nbytes, s.data), {s.meta}, 0};
-           }, nb::arg("name"), nb::arg("source"))
-      .def("register_sharded", [](py_node& n, std::string name, const std::vector<nb::ndarray<nb::ro>>& parts,
-                                  tensor_kind kind) {
-             py_node_tensor out;
-             std::vector<std::size_t> bytes;
-             std::vector<const void*> sources;
-             for (const auto& a : parts) {
-               const shard_source s = source_of(a, name, kind);
-               out.shards.push_back(s.meta);
-               bytes.push_back(s.meta.nbytes);
-               sources.push_back(s.data);
-             }
-             nb::gil_scoped_release unlocked;
-             out.t = n.node->register_sharded(name, bytes, kind, sources);
-             return out;
-           }, nb::arg("name"), nb::arg("shards"), nb::arg("kind"))
-      .def("register_local", [](py_node& n, std::size_t g, std::string name,
-                                const nb::ndarray<nb::ro>& a, tensor_kind kind) {
-             const shard_source s = source_of(a, name, kind);
-             nb::gil_scoped_release unlocked;
-             return py_node_tensor{n.node->register_local(g, name, s.meta.nbytes, kind, s.data), {s.meta}, g};
-           }, nb::arg("g"), nb::arg("name"), nb::arg("source"), nb::arg("kind"))
+      .def(
+          "register_replicated",
+          [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a) {
+            const shard_source s = source_of(a, name, tensor_kind::weight);
+            nb::gil_scoped_release unlocked;
+            return py_node_tensor{
+                n.node->register_replicated(name, s.meta.nbytes, s.data), {s.meta}, 0};
+          },
+          nb::arg("name"), nb::arg("source"))
+      .def(
+          "register_sharded",
+          [](py_node& n, std::string name, const std::vector<nb::ndarray<nb::ro>>& parts,
+             tensor_kind kind) {
+            py_node_tensor out;
+            std::vector<std::size_t> bytes;
+            std::vector<const void*> sources;
+            for (const auto& a : parts) {
+              const shard_source s = source_of(a, name, kind);
+              out.shards.push_back(s.meta);
+              bytes.push_back(s.meta.nbytes);
+              sources.push_back(s.data);
+            }
+            nb::gil_scoped_release unlocked;
+            out.t = n.node->register_sharded(name, bytes, kind, sources);
+            return out;
+          },
+          nb::arg("name"), nb::arg("shards"), nb::arg("kind"))
+      .def(
+          "register_local",
+          [](py_node& n, std::size_t g, std::string name, const nb::ndarray<nb::ro>& a,
+             tensor_kind kind) {
+            const shard_source s = source_of(a, name, kind);
+            nb::gil_scoped_release unlocked;
+            return py_node_tensor{
+                n.node->register_local(g, name, s.meta.nbytes, kind, s.data), {s.meta}, g};
+          },
+          nb::arg("g"), nb::arg("name"), nb::arg("source"), nb::arg("kind"))
       .def("on", &on_gpu, nb::arg("tensor"), nb::arg("g"), "The tensor as GPU g's pager names it.")
-      .def("unregister", [](py_node& n, const py_node_tensor& t) { n.node->unregister(t.t); },
-           nb::call_guard<nb::gil_scoped_release>(), nb::arg("tensor"))
+      .def(
+          "unregister", [](py_node& n, const py_node_tensor& t) { n.node->unregister(t.t); },
+          nb::call_guard<nb::gil_scoped_release>(), nb::arg("tensor"))
       .def("prometheus", [](const py_node& n) { return to_prometheus(n.node->metrics()); });
 }
 

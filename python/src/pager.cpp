@@ -18,7 +18,8 @@ pager_state::pager_state(std::shared_ptr<py_device> d, std::unique_ptr<htp::page
     : device(std::move(d)), owned(std::move(p)), pager(owned.get()),
       streams(std::make_unique<stream_binder>(*device)) {}
 
-pager_state::pager_state(std::shared_ptr<py_device> d, std::shared_ptr<void> node_owner, htp::pager& p)
+pager_state::pager_state(std::shared_ptr<py_device> d, std::shared_ptr<void> node_owner,
+                         htp::pager& p)
     : device(std::move(d)), owner(std::move(node_owner)), pager(&p),
       streams(std::make_unique<stream_binder>(*device)) {}
 
@@ -35,14 +36,16 @@ pager_state::~pager_state() {
 
 host_array host_array_of(const nb::ndarray<nb::ro>& a, const std::string& name) {
   if (a.device_type() != nb::device::cpu::value) {
-    throw htp::invalid_argument("register '" + name + "': the source is not in CPU memory; "
+    throw htp::invalid_argument("register '" + name +
+                                "': the source is not in CPU memory; "
                                 "pass a CPU tensor or array (tensor.cpu()) as the host copy");
   }
   host_array h{const_cast<void*>(a.data()), a.nbytes(), a.dtype(), {}};
   std::int64_t expected = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expected) {
-      throw htp::invalid_argument("register '" + name + "': the source is not C-contiguous; "
+      throw htp::invalid_argument("register '" + name +
+                                  "': the source is not C-contiguous; "
                                   "pass tensor.contiguous() or numpy.ascontiguousarray(a)");
     }
     expected *= static_cast<std::int64_t>(a.shape(i));
@@ -160,18 +163,21 @@ nb::dict info_of(pager_state& s, const py_tensor& t) {
 void bind_tensor(nb::module_& m) {
   nb::class_<py_tensor>(m, "Tensor", "A registered tensor: the pager's handle, name, dtype, shape.")
       .def_ro("name", &py_tensor::name)
-      .def_prop_ro("dtype", [](const py_tensor& t) { return dtype_name(t.dtype); },
-                   "'float32', 'bfloat16', ...")
-      .def_prop_ro("shape", [](const py_tensor& t) {
-        nb::list l;
-        for (std::size_t d : t.shape) l.append(d);
-        return nb::tuple(l);
-      })
+      .def_prop_ro(
+          "dtype", [](const py_tensor& t) { return dtype_name(t.dtype); },
+          "'float32', 'bfloat16', ...")
+      .def_prop_ro("shape",
+                   [](const py_tensor& t) {
+                     nb::list l;
+                     for (std::size_t d : t.shape) l.append(d);
+                     return nb::tuple(l);
+                   })
       .def_ro("nbytes", &py_tensor::nbytes)
       .def_ro("kind", &py_tensor::kind)
-      .def_prop_ro("handle", [](const py_tensor& t) {
-        return nb::make_tuple(t.handle.index, t.handle.generation);
-      }, "(index, generation): stale once unregistered, even after the slot is reused.")
+      .def_prop_ro(
+          "handle",
+          [](const py_tensor& t) { return nb::make_tuple(t.handle.index, t.handle.generation); },
+          "(index, generation): stale once unregistered, even after the slot is reused.")
       .def("__eq__", [](const py_tensor& a, const py_tensor& b) { return a.handle == b.handle; })
       .def("__hash__", [](const py_tensor& t) { return key_of(t.handle); })
       .def("__repr__", [](const py_tensor& t) {
@@ -194,7 +200,8 @@ void bind_pager(nb::module_& m) {
                p = std::make_unique<htp::pager>(*d->dev, c);
              }
              return std::make_shared<pager_state>(std::move(d), std::move(p));
-           }), nb::arg("device"), nb::arg("config"))
+           }),
+           nb::arg("device"), nb::arg("config"))
       .def_prop_ro("device", [](const pager_state& s) { return s.device; })
       .def("register_copy", &register_copy, nb::arg("name"), nb::arg("source"), nb::arg("kind"))
       .def("register_at", &register_at, nb::arg("name"), nb::arg("source"), nb::arg("kind"),
@@ -203,32 +210,48 @@ void bind_pager(nb::module_& m) {
            nb::arg("dtype"), nb::arg("shape"))
       .def("unregister", &unregister, nb::arg("tensor"))
       .def("acquire", &acquire_views, nb::arg("tensors"), nb::arg("stream").none(), nb::arg("wait"))
-      .def("release", &release_views, nb::arg("tensors"), nb::arg("stream").none(), nb::arg("dirty"))
-      .def("lend", [](pager_state& s, std::uintptr_t ptr, std::size_t bytes, host_region_kind k) {
-             s.pager->add_host_region(reinterpret_cast<void*>(ptr), bytes, k);
-           }, gil_free(), nb::arg("ptr"), nb::arg("bytes"), nb::arg("kind"))
-      .def("unlend", [](pager_state& s, std::uintptr_t ptr) {
-             s.pager->remove_host_region(reinterpret_cast<void*>(ptr));
-           }, gil_free(), nb::arg("ptr"))
-      .def("prefetch", [](pager_state& s, const py_tensor& t) { s.pager->prefetch(t.handle); },
-           gil_free(), nb::arg("tensor"))
-      .def("set_schedule", [](pager_state& s, const std::vector<py_tensor>& ts, bool cyclic) {
-             const std::vector<tensor_handle> hs = handles_of(ts);
-             nb::gil_scoped_release unlocked;
-             s.pager->set_schedule(hs, cyclic);
-           }, nb::arg("tensors"), nb::arg("cyclic"))
-      .def("evict", [](pager_state& s, const py_tensor& t) { s.pager->evict(t.handle); },
-           gil_free(), nb::arg("tensor"))
-      .def("compact", [](pager_state& s) { return s.pager->compact(); }, gil_free())
+      .def("release", &release_views, nb::arg("tensors"), nb::arg("stream").none(),
+           nb::arg("dirty"))
+      .def(
+          "lend",
+          [](pager_state& s, std::uintptr_t ptr, std::size_t bytes, host_region_kind k) {
+            s.pager->add_host_region(reinterpret_cast<void*>(ptr), bytes, k);
+          },
+          gil_free(), nb::arg("ptr"), nb::arg("bytes"), nb::arg("kind"))
+      .def(
+          "unlend",
+          [](pager_state& s, std::uintptr_t ptr) {
+            s.pager->remove_host_region(reinterpret_cast<void*>(ptr));
+          },
+          gil_free(), nb::arg("ptr"))
+      .def(
+          "prefetch", [](pager_state& s, const py_tensor& t) { s.pager->prefetch(t.handle); },
+          gil_free(), nb::arg("tensor"))
+      .def(
+          "set_schedule",
+          [](pager_state& s, const std::vector<py_tensor>& ts, bool cyclic) {
+            const std::vector<tensor_handle> hs = handles_of(ts);
+            nb::gil_scoped_release unlocked;
+            s.pager->set_schedule(hs, cyclic);
+          },
+          nb::arg("tensors"), nb::arg("cyclic"))
+      .def(
+          "evict", [](pager_state& s, const py_tensor& t) { s.pager->evict(t.handle); }, gil_free(),
+          nb::arg("tensor"))
+      .def(
+          "compact", [](pager_state& s) { return s.pager->compact(); }, gil_free())
       .def("copy_to_host", &copy_to_host, nb::arg("tensor"), nb::arg("out"))
-      .def("synchronize", [](pager_state& s) { s.pager->synchronize(); }, gil_free())
+      .def(
+          "synchronize", [](pager_state& s) { s.pager->synchronize(); }, gil_free())
       .def("info", &info_of, nb::arg("tensor"))
       .def("metrics_json", [](const pager_state& s) { return to_json(s.pager->metrics()); })
       .def("prometheus", [](const pager_state& s) { return to_prometheus(s.pager->metrics()); })
-      .def("reset_metrics", [](pager_state& s) { s.pager->reset_metrics(); }, gil_free())
-      .def("write_trace", [](const pager_state& s, const std::string& path) {
-             s.pager->write_trace(path);
-           }, gil_free(), nb::arg("path"))
+      .def(
+          "reset_metrics", [](pager_state& s) { s.pager->reset_metrics(); }, gil_free())
+      .def(
+          "write_trace",
+          [](const pager_state& s, const std::string& path) { s.pager->write_trace(path); },
+          gil_free(), nb::arg("path"))
       .def_prop_ro("config", [](const pager_state& s) { return s.pager->config(); });
 }
 

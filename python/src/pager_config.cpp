@@ -26,7 +26,8 @@ void bind_pager_config(nb::module_& m) {
       .value("pageable_read_only", host_region_kind::pageable_read_only,
              "Read-only memory (a mapped file); weights only.");
 
-  nb::class_<transfer_link_config>(m, "LinkConfig", "One direction's rate cap (transfer_engine.hpp).")
+  nb::class_<transfer_link_config>(m, "LinkConfig",
+                                   "One direction's rate cap (transfer_engine.hpp).")
       .def(nb::init<>())
       .def_rw("rate_bytes_per_second", &transfer_link_config::rate_bytes_per_second,
               "The cap; None = 80% of the calibrated link.")
@@ -53,7 +54,9 @@ void bind_pager_config(nb::module_& m) {
       .def_rw("on_oom", &pager_config::on_oom)
       .def_prop_rw(
           "latency_budget_ms", [](const pager_config& c) { return c.latency_budget.count(); },
-          [](pager_config& c, std::int64_t ms) { c.latency_budget = std::chrono::milliseconds(ms); })
+          [](pager_config& c, std::int64_t ms) {
+            c.latency_budget = std::chrono::milliseconds(ms);
+          })
       .def_rw("trace", &pager_config::trace)
       .def_rw("trace_capacity", &pager_config::trace_capacity)
       .def_rw("checked", &pager_config::checked);

@@ -28,19 +28,24 @@ void bind_view(nb::module_& m) {
   nb::class_<view>(m, "View",
                    "A zero-copy view of an acquired tensor for any DLPack consumer "
                    "(torch.from_dlpack, numpy.from_dlpack). Valid until its release.")
-      .def("__dlpack__", [](nb::handle self, nb::object, nb::object, nb::object, nb::object) {
-             return nb::cast<const view&>(self).dlpack(self);
-           }, nb::arg("stream").none() = nb::none(), nb::arg("max_version").none() = nb::none(),
-           nb::arg("dl_device").none() = nb::none(), nb::arg("copy").none() = nb::none(),
-           "A DLPack capsule (a new one per call). The stream argument is ignored: htp ordered "
-           "the acquire on the stream given to Pager.acquire.")
+      .def(
+          "__dlpack__",
+          [](nb::handle self, nb::object, nb::object, nb::object, nb::object) {
+            return nb::cast<const view&>(self).dlpack(self);
+          },
+          nb::arg("stream").none() = nb::none(), nb::arg("max_version").none() = nb::none(),
+          nb::arg("dl_device").none() = nb::none(), nb::arg("copy").none() = nb::none(),
+          "A DLPack capsule (a new one per call). The stream argument is ignored: htp ordered "
+          "the acquire on the stream given to Pager.acquire.")
       .def("__dlpack_device__", &view::dlpack_device)
       .def_prop_ro("tensor", [](const view& v) { return v.tensor(); })
-      .def_prop_ro("data_ptr", [](const view& v) { return reinterpret_cast<std::uintptr_t>(v.span().data); },
-                   "The device address of the first byte.")
+      .def_prop_ro(
+          "data_ptr", [](const view& v) { return reinterpret_cast<std::uintptr_t>(v.span().data); },
+          "The device address of the first byte.")
       .def_prop_ro("nbytes", [](const view& v) { return v.tensor().nbytes; })
-      .def_prop_ro("degraded", [](const view& v) { return v.span().degraded; },
-                   "Served from mapped pinned host memory (the out-of-memory ladder's last rung).");
+      .def_prop_ro(
+          "degraded", [](const view& v) { return v.span().degraded; },
+          "Served from mapped pinned host memory (the out-of-memory ladder's last rung).");
 }
 
 nb::list acquire_views(pager_state& self, const std::vector<py_tensor>& ts,

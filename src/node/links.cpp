@@ -14,14 +14,18 @@ namespace htp::detail {
 namespace {
 
 bool subset(const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) {
-  return std::all_of(a.begin(), a.end(), [&](std::size_t g) { return std::find(b.begin(), b.end(), g) != b.end(); });
+  return std::all_of(a.begin(), a.end(),
+                     [&](std::size_t g) { return std::find(b.begin(), b.end(), g) != b.end(); });
 }
 
 bool intersect(const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) {
-  return std::any_of(a.begin(), a.end(), [&](std::size_t g) { return std::find(b.begin(), b.end(), g) != b.end(); });
+  return std::any_of(a.begin(), a.end(),
+                     [&](std::size_t g) { return std::find(b.begin(), b.end(), g) != b.end(); });
 }
 
-bool directional(const node_link_group& g) { return g.h2d_bytes_per_second > 0 || g.d2h_bytes_per_second > 0; }
+bool directional(const node_link_group& g) {
+  return g.h2d_bytes_per_second > 0 || g.d2h_bytes_per_second > 0;
+}
 
 }  // namespace
 
@@ -56,15 +60,18 @@ std::string build_node_links(const std::vector<node_link_group>& groups, std::si
     if (grp.gpus.empty()) return at + " has no GPUs";
     std::vector<std::size_t> sorted = grp.gpus;
     std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return at + " names a GPU twice";
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return at + " names a GPU twice";
     for (std::size_t g : grp.gpus) {
-      if (g >= gpus) return at + " names GPU " + std::to_string(g) + " but the node has " + std::to_string(gpus);
+      if (g >= gpus)
+        return at + " names GPU " + std::to_string(g) + " but the node has " + std::to_string(gpus);
     }
     for (std::size_t j = 0; j < k; ++j) {
       const auto& other = groups[j].gpus;
       if (intersect(grp.gpus, other) && !subset(grp.gpus, other) && !subset(other, grp.gpus)) {
         return at + " and shared_links[" + std::to_string(j) + "] ('" + groups[j].name +
-               "') share GPUs without one holding the other; groups must nest (a switch inside a NUMA "
+               "') share GPUs without one holding the other; groups must nest (a switch inside a "
+               "NUMA "
                "node) or be disjoint";
       }
     }
@@ -72,8 +79,9 @@ std::string build_node_links(const std::vector<node_link_group>& groups, std::si
   // Inner groups first: by size, then (for equal GPU sets) in the order given.
   std::vector<std::size_t> order(groups.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return groups[a].gpus.size() < groups[b].gpus.size(); });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return groups[a].gpus.size() < groups[b].gpus.size();
+  });
   out.entries.resize(groups.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     node_link_entry& e = out.entries[order[i]];
@@ -87,11 +95,13 @@ std::string build_node_links(const std::vector<node_link_group>& groups, std::si
   }
   for (std::size_t k = 0; k < groups.size(); ++k) {
     if (groups[k].combined_bytes_per_second == 0) continue;
-    for (int j = out.entries[k].parent; j >= 0; j = out.entries[static_cast<std::size_t>(j)].parent) {
+    for (int j = out.entries[k].parent; j >= 0;
+         j = out.entries[static_cast<std::size_t>(j)].parent) {
       if (directional(groups[static_cast<std::size_t>(j)])) {
-        return "shared_links[" + std::to_string(k) + "] ('" + groups[k].name + "') has a combined cap inside '" +
-               groups[static_cast<std::size_t>(j)].name +
-               "', which caps one direction; a cap both directions share (memory bandwidth) sits above the "
+        return "shared_links[" + std::to_string(k) + "] ('" + groups[k].name +
+               "') has a combined cap inside '" + groups[static_cast<std::size_t>(j)].name +
+               "', which caps one direction; a cap both directions share (memory bandwidth) sits "
+               "above the "
                "directional ones (PCIe), never below";
       }
     }
@@ -111,11 +121,13 @@ std::string build_node_links(const std::vector<node_link_group>& groups, std::si
     }
     if (grp.h2d_bytes_per_second > 0) {
       e.h2d = std::make_shared<shared_link>(grp.name + " h2d", grp.h2d_bytes_per_second, burst,
-                                            &token_bucket::steady_clock_ns, out.above(k, copy_direction::host_to_device));
+                                            &token_bucket::steady_clock_ns,
+                                            out.above(k, copy_direction::host_to_device));
     }
     if (grp.d2h_bytes_per_second > 0) {
       e.d2h = std::make_shared<shared_link>(grp.name + " d2h", grp.d2h_bytes_per_second, burst,
-                                            &token_bucket::steady_clock_ns, out.above(k, copy_direction::device_to_host));
+                                            &token_bucket::steady_clock_ns,
+                                            out.above(k, copy_direction::device_to_host));
     }
   }
   out.innermost.assign(gpus, -1);

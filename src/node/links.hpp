@@ -15,8 +15,8 @@ namespace htp::detail {
 
 struct node_link_entry {
   node_link_group group;
-  int parent = -1;                  // the smallest group strictly around this one; -1 = top
-  bool follows_calibration = false; // discovered PCIe group: H2D/D2H caps set from GPU calibration
+  int parent = -1;                   // the smallest group strictly around this one; -1 = top
+  bool follows_calibration = false;  // discovered PCIe group: H2D/D2H caps set from GPU calibration
   std::shared_ptr<shared_link> h2d, d2h, combined;
 };
 
@@ -24,7 +24,8 @@ struct node_links {
   std::vector<node_link_entry> entries;  // in the order given (configured) or found (discovered)
   std::vector<int> innermost;            // per GPU: the smallest group holding it; -1 = none
 
-  /// The link a GPU's lane for `d` (host_to_device or device_to_host) draws from first; null = none.
+  /// The link a GPU's lane for `d` (host_to_device or device_to_host) draws from first; null =
+  /// none.
   std::shared_ptr<shared_link> upstream(std::size_t gpu, copy_direction d) const;
   /// The link above entry k's link for `d` inside the tree: k's combined link, else the nearest
   /// enclosing group's link for d (or its combined one). Null at the top.

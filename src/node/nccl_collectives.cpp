@@ -1,6 +1,7 @@
 // NCCL behind htp::collectives, loaded at run time (dlopen) so that htp builds, links and runs
 // without NCCL. Only NCCL's stable C ABI is declared here (the enum values of nccl.h, and
-// cudaStream_t / ncclComm_t as opaque pointers), so this file needs neither nccl.h nor CUDA headers.
+// cudaStream_t / ncclComm_t as opaque pointers), so this file needs neither nccl.h nor CUDA
+// headers.
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
@@ -23,10 +24,10 @@ namespace htp {
 
 namespace {
 
-using nccl_result = int;  // ncclResult_t; ncclSuccess = 0
-using nccl_comm = void*;  // ncclComm_t
+using nccl_result = int;                                            // ncclResult_t; ncclSuccess = 0
+using nccl_comm = void*;                                            // ncclComm_t
 constexpr int nccl_uint8 = 1, nccl_float32 = 7, nccl_bfloat16 = 9;  // ncclDataType_t
-constexpr int nccl_sum = 0;                                           // ncclRedOp_t
+constexpr int nccl_sum = 0;                                         // ncclRedOp_t
 
 struct nccl_api {
   nccl_result (*comm_init_all)(nccl_comm*, int, const int*) = nullptr;
@@ -37,9 +38,9 @@ struct nccl_api {
   nccl_result (*group_end)() = nullptr;
   const char* (*error_string)(nccl_result) = nullptr;
   // Optional (absent from old NCCL): abort() and asynchronous error checks need them.
-  nccl_result (*comm_abort)(nccl_comm) = nullptr;                               // NCCL >= 2.4
-  nccl_result (*comm_get_async_error)(nccl_comm, nccl_result*) = nullptr;       // NCCL >= 2.4
-  std::string why;  // empty when loaded
+  nccl_result (*comm_abort)(nccl_comm) = nullptr;                          // NCCL >= 2.4
+  nccl_result (*comm_get_async_error)(nccl_comm, nccl_result*) = nullptr;  // NCCL >= 2.4
+  std::string why;                                                         // empty when loaded
 };
 
 /// Loads libnccl.so.2 once: $HTP_NCCL_LIBRARY, the loader's path, then the CUDA toolkit's.
@@ -48,7 +49,8 @@ const nccl_api& api() {
     nccl_api r;
     std::vector<std::string> names;
     if (const char* env = std::getenv("HTP_NCCL_LIBRARY")) names.emplace_back(env);
-    names.insert(names.end(), {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"});
+    names.insert(names.end(), {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
+                               "/usr/local/cuda/lib/libnccl.so.2"});
     void* lib = nullptr;
     std::string tried;
     for (const std::string& n : names) {
@@ -63,7 +65,8 @@ const nccl_api& api() {
     }
     auto sym = [&](auto& fn, const char* name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (!fn && r.why.empty()) r.why = std::string("libnccl.so.2 has no ") + name + "; it is too old";
+      if (!fn && r.why.empty())
+        r.why = std::string("libnccl.so.2 has no ") + name + "; it is too old";
     };
     sym(r.comm_init_all, "ncclCommInitAll");
     sym(r.comm_destroy, "ncclCommDestroy");
@@ -84,7 +87,8 @@ const nccl_api& api() {
 
 /// NCCL errors travel as htp::cuda_error: code = the ncclResult_t (-1: NCCL could not be loaded).
 [[noreturn]] void throw_nccl(int code, const char* call, std::string detail) {
-  throw cuda_error(code, code < 0 ? "ncclNotLoaded" : "ncclError", call, __FILE__, __LINE__, std::move(detail));
+  throw cuda_error(code, code < 0 ? "ncclNotLoaded" : "ncclError", call, __FILE__, __LINE__,
+                   std::move(detail));
 }
 
 const nccl_api& loaded_api(const char* call) {
@@ -94,7 +98,8 @@ const nccl_api& loaded_api(const char* call) {
 }
 
 void check(nccl_result r, const char* what) {
-  if (r != 0) throw_nccl(r, what, detail::concat("NCCL ", what, " failed: ", api().error_string(r)));
+  if (r != 0)
+    throw_nccl(r, what, detail::concat("NCCL ", what, " failed: ", api().error_string(r)));
 }
 
 constexpr nccl_result nccl_in_progress = 7;  // ncclInProgress: not an error
@@ -111,7 +116,8 @@ constexpr nccl_result nccl_in_progress = 7;  // ncclInProgress: not an error
 class nccl_collectives final : public collectives {
  public:
   nccl_collectives(std::vector<nccl_comm> comms, bool owned)
-      : comms_(std::move(comms)), owned_(owned), pins_(comms_.size(), 0), gone_(comms_.size(), false) {}
+      : comms_(std::move(comms)), owned_(owned), pins_(comms_.size(), 0),
+        gone_(comms_.size(), false) {}
   ~nccl_collectives() override {
     // No call is in flight now (the caller's contract): what an abort left pinned goes now.
     abort_comms(abortable());
@@ -119,22 +125,27 @@ class nccl_collectives final : public collectives {
     if (!owned_) return;
     // One group: newer NCCL finalizes inside destroy, which waits for the other ranks.
     api().group_start();
-    for (nccl_comm c : comms_) api().comm_destroy(c);  // errors ignored: nothing to do about them here
+    for (nccl_comm c : comms_)
+      api().comm_destroy(c);  // errors ignored: nothing to do about them here
     api().group_end();
   }
   std::size_t size() const noexcept override { return comms_.size(); }
   std::string backend_name() const override { return "nccl"; }
-  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
+                  stream_ref s) override {
     const detail::nvtx_range range("htp all_gather");
     check_args(rank, send, recv, bytes, "all_gather");
-    call(rank, "ncclAllGather", [&](nccl_comm c) { return api().all_gather(send, recv, bytes, nccl_uint8, c, s.native); });
+    call(rank, "ncclAllGather",
+         [&](nccl_comm c) { return api().all_gather(send, recv, bytes, nccl_uint8, c, s.native); });
   }
-  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
-                      stream_ref s) override {
+  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                      element_type type, stream_ref s) override {
     const detail::nvtx_range range("htp all_reduce_sum");
     check_args(rank, send, recv, count, "all_reduce_sum");
     const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
-    call(rank, "ncclAllReduce", [&](nccl_comm c) { return api().all_reduce(send, recv, count, t, nccl_sum, c, s.native); });
+    call(rank, "ncclAllReduce", [&](nccl_comm c) {
+      return api().all_reduce(send, recv, count, t, nccl_sum, c, s.native);
+    });
   }
   void group_start() override {
     {
@@ -152,7 +163,8 @@ class nccl_collectives final : public collectives {
   void group_end() override {
     auto& mine = thread_groups();
     const auto it = mine.find(this);
-    if (it == mine.end()) {  // no group of this thread is open here (its group_start threw, or none)
+    if (it ==
+        mine.end()) {  // no group of this thread is open here (its group_start threw, or none)
       if (aborted_) {
         std::lock_guard lock(mu_);
         throw aborted_error_locked("group_end()");
@@ -206,14 +218,16 @@ class nccl_collectives final : public collectives {
   };
 
   /// One NCCL enqueue on rank's communicator, pinned; a communicator with an asynchronous error
-  /// or a refused call aborts the object (the other ranks' calls could never complete), then throws.
+  /// or a refused call aborts the object (the other ranks' calls could never complete), then
+  /// throws.
   template <class F>
   void call(std::size_t rank, const char* what, F&& enqueue) {
     const detail::restore_current_device keep;
     const pin held(*this, rank, what);
     if (api().comm_get_async_error) {
       nccl_result async = 0;
-      if (api().comm_get_async_error(comms_[rank], &async) == 0 && async != 0 && async != nccl_in_progress) {
+      if (api().comm_get_async_error(comms_[rank], &async) == 0 && async != 0 &&
+          async != nccl_in_progress) {
         fail(async, what, detail::concat("rank ", rank, "'s communicator (an asynchronous error)"));
       }
     }
@@ -223,7 +237,8 @@ class nccl_collectives final : public collectives {
 
   /// Aborts the object for NCCL's error `r` of `what` on `where`, then throws it as cuda_error.
   [[noreturn]] void fail(nccl_result r, const char* what, const std::string& where) {
-    const std::string msg = detail::concat("NCCL ", what, " failed on ", where, ": ", api().error_string(r));
+    const std::string msg =
+        detail::concat("NCCL ", what, " failed on ", where, ": ", api().error_string(r));
     abort(msg + "; the other ranks' collectives could not complete");
     throw_nccl(r, what, msg + "; the collectives are aborted: make new ones");
   }
@@ -272,22 +287,25 @@ class nccl_collectives final : public collectives {
 
   /// The error of a call after an abort. Called with mu_ held.
   logic_error aborted_error_locked(const std::string& call) const {
-    return logic_error(detail::concat("collectives::", call, ": the NCCL collectives were aborted (", reason_,
-                                      "); no collective runs after an abort: make new collectives"));
+    return logic_error(
+        detail::concat("collectives::", call, ": the NCCL collectives were aborted (", reason_,
+                       "); no collective runs after an abort: make new collectives"));
   }
 
-  void check_args(std::size_t rank, const void* send, const void* recv, std::size_t n, const char* what) const {
-    HTP_EXPECTS(rank < comms_.size(), invalid_argument, "collectives::", what, ": rank ", rank, " of ", comms_.size());
+  void check_args(std::size_t rank, const void* send, const void* recv, std::size_t n,
+                  const char* what) const {
+    HTP_EXPECTS(rank < comms_.size(), invalid_argument, "collectives::", what, ": rank ", rank,
+                " of ", comms_.size());
     HTP_EXPECTS(send && recv && n > 0, invalid_argument, "collectives::", what, "(rank ", rank,
                 "): null buffer or zero size");
   }
   std::vector<nccl_comm> comms_;
   bool owned_;
-  mutable std::mutex mu_;            // everything below
-  std::vector<std::size_t> pins_;    // per rank: NCCL calls in flight on its communicator
-  std::vector<bool> gone_;           // per rank: its communicator is aborted (or being aborted)
-  std::size_t open_groups_ = 0;      // group_start()s not yet ended, over all threads (each
-                                     // thread's own count is in thread_groups())
+  mutable std::mutex mu_;          // everything below
+  std::vector<std::size_t> pins_;  // per rank: NCCL calls in flight on its communicator
+  std::vector<bool> gone_;         // per rank: its communicator is aborted (or being aborted)
+  std::size_t open_groups_ = 0;    // group_start()s not yet ended, over all threads (each
+                                   // thread's own count is in thread_groups())
   std::string reason_;
   std::atomic<bool> aborted_{false};
 };
@@ -304,27 +322,30 @@ std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& d
   HTP_EXPECTS(!devices.empty(), invalid_argument, "make_nccl_collectives: no devices");
   std::vector<int> ordinals;
   for (std::size_t r = 0; r < devices.size(); ++r) {
-    HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::cuda, invalid_argument,
-                "make_nccl_collectives: device ", r, " is ", devices[r] ? "not a cuda device" : "null",
+    HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::cuda,
+                invalid_argument, "make_nccl_collectives: device ", r, " is ",
+                devices[r] ? "not a cuda device" : "null",
                 "; use make_sim_collectives for sim devices");
     ordinals.push_back(devices[r]->properties().ordinal);
     for (std::size_t q = 0; q < r; ++q) {
-      HTP_EXPECTS(ordinals[q] != ordinals[r], invalid_argument, "make_nccl_collectives: devices ", q, " and ", r,
-                  " are both GPU ", ordinals[r], "; each rank needs its own GPU");
+      HTP_EXPECTS(ordinals[q] != ordinals[r], invalid_argument, "make_nccl_collectives: devices ",
+                  q, " and ", r, " are both GPU ", ordinals[r], "; each rank needs its own GPU");
     }
   }
   const nccl_api& a = loaded_api("make_nccl_collectives");
   std::vector<nccl_comm> comms(devices.size(), nullptr);
   // Blocking set-up (it starts NCCL's threads and proxy); no htp lock is held here.
   const detail::restore_current_device keep;  // NCCL switches devices to initialise each rank
-  check(a.comm_init_all(comms.data(), static_cast<int>(comms.size()), ordinals.data()), "ncclCommInitAll");
+  check(a.comm_init_all(comms.data(), static_cast<int>(comms.size()), ordinals.data()),
+        "ncclCommInitAll");
   return std::make_unique<nccl_collectives>(std::move(comms), true);
 }
 
 std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comms) {
   HTP_EXPECTS(!nccl_comms.empty(), invalid_argument, "wrap_nccl_comms: no communicators");
   for (std::size_t r = 0; r < nccl_comms.size(); ++r) {
-    HTP_EXPECTS(nccl_comms[r] != nullptr, invalid_argument, "wrap_nccl_comms: communicator ", r, " is null");
+    HTP_EXPECTS(nccl_comms[r] != nullptr, invalid_argument, "wrap_nccl_comms: communicator ", r,
+                " is null");
   }
   (void)loaded_api("wrap_nccl_comms");
   return std::make_unique<nccl_collectives>(nccl_comms, false);

@@ -39,8 +39,8 @@ struct host_tier {
 struct node::impl {
   std::vector<device*> devs;
   node_config cfg;
-  std::vector<host_tier> hosts;        // one per NUMA node of the GPUs, or one
-  std::vector<std::size_t> tier_of;    // per GPU: the host tier of its NUMA node
+  std::vector<host_tier> hosts;      // one per NUMA node of the GPUs, or one
+  std::vector<std::size_t> tier_of;  // per GPU: the host tier of its NUMA node
   detail::node_links links;
   std::vector<std::unique_ptr<pager>> pagers;  // after host: destroyed first
   mutable std::mutex mu;
@@ -61,7 +61,8 @@ struct node::impl {
                 ", generation ", t.generation, "); it was unregistered or never registered");
     return records[t.index];
   }
-  /// A host extent of `bytes` in GPU g's host tier, filled from `source` (null = zeros), added to r.
+  /// A host extent of `bytes` in GPU g's host tier, filled from `source` (null = zeros), added to
+  /// r.
   void add_host_extent(record& r, std::size_t g, std::size_t bytes, const void* source) {
     const std::size_t t = tier_of[g];
     const extent e = hosts[t].alloc->allocate(bytes);
@@ -77,7 +78,8 @@ struct node::impl {
   }
   /// Frees every host extent of r.
   void free_host(const record& r) {
-    for (std::size_t i = 0; i < r.host.size(); ++i) hosts[r.tier[i]].alloc->deallocate(r.host[i].ptr, r.host[i].bytes);
+    for (std::size_t i = 0; i < r.host.size(); ++i)
+      hosts[r.tier[i]].alloc->deallocate(r.host[i].ptr, r.host[i].bytes);
   }
   /// Registers `r` (host extents filled) in the pagers of `where` (per extent index) and stores it.
   node_tensor commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
@@ -103,8 +105,9 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
   std::size_t largest_hbm = 0, largest_chunk = 0;
   for (std::size_t g = 0; g < n; ++g) {
     HTP_EXPECTS(pcs[g].host_budget_bytes == 0, invalid_argument, "node_config.",
-                s.cfg.per_gpu.empty() ? "gpu" : "per_gpu[" + std::to_string(g) + "]", ".host_budget_bytes is ",
-                pcs[g].host_budget_bytes, "; it must be 0: the node's one host tier (node_config.host_budget_bytes) "
+                s.cfg.per_gpu.empty() ? "gpu" : "per_gpu[" + std::to_string(g) + "]",
+                ".host_budget_bytes is ", pcs[g].host_budget_bytes,
+                "; it must be 0: the node's one host tier (node_config.host_budget_bytes) "
                 "serves every GPU");
     largest_hbm = std::max(largest_hbm, pcs[g].hbm_budget_bytes);
     largest_chunk = std::max(largest_chunk, pcs[g].chunk_bytes);
@@ -117,34 +120,41 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
   std::vector<int> numa_nodes;  // distinct known nodes, in GPU order
   for (device* d : s.devs) {
     const int nn = d->properties().numa_node;
-    if (nn >= 0 && std::find(numa_nodes.begin(), numa_nodes.end(), nn) == numa_nodes.end()) numa_nodes.push_back(nn);
+    if (nn >= 0 && std::find(numa_nodes.begin(), numa_nodes.end(), nn) == numa_nodes.end())
+      numa_nodes.push_back(nn);
   }
   const bool per_numa = s.cfg.numa_placement && numa_nodes.size() >= 2;
-  if (!per_numa) numa_nodes = {numa_nodes.size() == 1 && s.cfg.numa_placement ? numa_nodes.front() : -1};
+  if (!per_numa)
+    numa_nodes = {numa_nodes.size() == 1 && s.cfg.numa_placement ? numa_nodes.front() : -1};
   s.tier_of.assign(n, 0);  // a GPU of unknown NUMA node uses the first tier
   for (std::size_t g = 0; g < n && per_numa; ++g) {
-    const auto it = std::find(numa_nodes.begin(), numa_nodes.end(), s.devs[g]->properties().numa_node);
+    const auto it =
+        std::find(numa_nodes.begin(), numa_nodes.end(), s.devs[g]->properties().numa_node);
     if (it != numa_nodes.end()) s.tier_of[g] = static_cast<std::size_t>(it - numa_nodes.begin());
   }
   for (std::size_t t = 0; t < numa_nodes.size(); ++t) {
-    const std::size_t first_gpu =
-        static_cast<std::size_t>(std::find(s.tier_of.begin(), s.tier_of.end(), t) - s.tier_of.begin());
+    const std::size_t first_gpu = static_cast<std::size_t>(
+        std::find(s.tier_of.begin(), s.tier_of.end(), t) - s.tier_of.begin());
     slab_allocator_config hc;
     hc.t = tier::host;
     hc.budget_bytes = s.cfg.host_budget_bytes / numa_nodes.size();
     hc.slab_bytes = s.cfg.host_slab_bytes;
     hc.page_bytes = s.cfg.host_page_bytes;
     if (hc.slab_bytes > 0) {
-      hc.slabs_per_reservation = (std::max(largest_hbm, std::size_t{1} << 30) + hc.slab_bytes - 1) / hc.slab_bytes;
+      hc.slabs_per_reservation =
+          (std::max(largest_hbm, std::size_t{1} << 30) + hc.slab_bytes - 1) / hc.slab_bytes;
     }
     host_tier ht;
     ht.numa_node = numa_nodes[t];
     {
       const detail::numa_preference prefer(ht.numa_node);
-      ht.placement = prefer.applied() ? "node " + std::to_string(ht.numa_node)
-                     : ht.numa_node < 0 ? std::string("no NUMA preference (GPU NUMA nodes unknown or numa_placement off)")
-                                        : "not placed: " + prefer.why();
-      ht.alloc = std::make_unique<slab_allocator>(*s.devs[first_gpu], hc);  // pinning threads inherit the policy
+      ht.placement =
+          prefer.applied() ? "node " + std::to_string(ht.numa_node)
+          : ht.numa_node < 0
+              ? std::string("no NUMA preference (GPU NUMA nodes unknown or numa_placement off)")
+              : "not placed: " + prefer.why();
+      ht.alloc = std::make_unique<slab_allocator>(*s.devs[first_gpu],
+                                                  hc);  // pinning threads inherit the policy
     }
     s.hosts.push_back(std::move(ht));
   }
@@ -156,16 +166,19 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
     HTP_EXPECTS(bad.empty(), invalid_argument, "node_config.", bad);
   } else {
     std::vector<node_link_group> pcie = detail::discover_pcie_groups(s.devs);
-    for (node_link_group& grp : pcie) grp.h2d_bytes_per_second = grp.d2h_bytes_per_second = 1;  // set below
+    for (node_link_group& grp : pcie)
+      grp.h2d_bytes_per_second = grp.d2h_bytes_per_second = 1;  // set below
     std::vector<node_link_group> all = pcie;
-    for (node_link_group& grp : detail::discover_numa_groups(s.devs, s.cfg.numa_bytes_per_second)) all.push_back(grp);
+    for (node_link_group& grp : detail::discover_numa_groups(s.devs, s.cfg.numa_bytes_per_second))
+      all.push_back(grp);
     // A topology whose root ports straddle NUMA nodes (or cap directions above memory) keeps its
     // PCIe groups alone rather than failing the node.
     if (!detail::build_node_links(all, n, burst, s.links).empty()) {
       const std::string bad = detail::build_node_links(pcie, n, burst, s.links);
       HTP_ASSERT(bad.empty(), "discovered PCIe groups are disjoint: ", bad);
     }
-    for (std::size_t k = 0; k < pcie.size(); ++k) s.links.entries[k].follows_calibration = true;  // listed first
+    for (std::size_t k = 0; k < pcie.size(); ++k)
+      s.links.entries[k].follows_calibration = true;  // listed first
   }
 
   std::vector<extent> host_memory;
@@ -182,14 +195,16 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
       // The first GPU of a discovered PCIe group is calibrated now: the shared caps follow its own.
       const transfer_metrics m = s.pagers.back()->engine().metrics();
       const auto share = [&](std::uint64_t cap) {
-        return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(static_cast<double>(cap) * s.cfg.link_share));
+        return std::max<std::uint64_t>(
+            1, static_cast<std::uint64_t>(static_cast<double>(cap) * s.cfg.link_share));
       };
       e.group.h2d_bytes_per_second = share(m.h2d.effective_rate());
       e.group.d2h_bytes_per_second = share(m.d2h.effective_rate());
       e.h2d->set_rate(e.group.h2d_bytes_per_second);
       e.d2h->set_rate(e.group.d2h_bytes_per_second);
     }
-    for (const extent& r : host_memory) s.pagers.back()->add_host_region(r.ptr, r.bytes, host_region_kind::pinned);
+    for (const extent& r : host_memory)
+      s.pagers.back()->add_host_region(r.ptr, r.bytes, host_region_kind::pinned);
   }
 }
 
@@ -208,11 +223,13 @@ pager& node::gpu(std::size_t g) {
 }
 
 device& node::device_of(std::size_t g) {
-  HTP_EXPECTS(g < p_->devs.size(), invalid_argument, "node::device_of(", g, "): the node has ", p_->devs.size(), " GPUs");
+  HTP_EXPECTS(g < p_->devs.size(), invalid_argument, "node::device_of(", g, "): the node has ",
+              p_->devs.size(), " GPUs");
   return *p_->devs[g];
 }
 
-node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
+node_tensor node::impl::commit(record r,
+                               const std::vector<std::pair<std::size_t, std::size_t>>& where,
                                tensor_kind kind) {
   // where: (GPU, host extent index). Register in each pager; on failure undo all of it.
   r.handles.assign(pagers.size(), tensor_handle{});
@@ -246,7 +263,8 @@ node_tensor node::impl::commit(record r, const std::vector<std::pair<std::size_t
 }
 
 node_tensor node::register_replicated(std::string name, std::size_t bytes, const void* source) {
-  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_replicated('", name, "', 0 bytes): a tensor needs a byte");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_replicated('", name,
+              "', 0 bytes): a tensor needs a byte");
   record r;
   r.name = std::move(name);
   r.layout = node_layout::replicated;
@@ -259,13 +277,14 @@ node_tensor node::register_replicated(std::string name, std::size_t bytes, const
 node_tensor node::register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
                                    tensor_kind kind, const std::vector<const void*>& sources) {
   const std::size_t n = p_->pagers.size();
-  HTP_EXPECTS(shard_bytes.size() == n, invalid_argument, "node::register_sharded('", name, "'): ",
-              shard_bytes.size(), " shard sizes for ", n, " GPUs; give one per GPU");
-  HTP_EXPECTS(sources.empty() || sources.size() == n, invalid_argument, "node::register_sharded('", name,
-              "'): ", sources.size(), " sources for ", n, " shards; give none or one per shard");
+  HTP_EXPECTS(shard_bytes.size() == n, invalid_argument, "node::register_sharded('", name,
+              "'): ", shard_bytes.size(), " shard sizes for ", n, " GPUs; give one per GPU");
+  HTP_EXPECTS(sources.empty() || sources.size() == n, invalid_argument, "node::register_sharded('",
+              name, "'): ", sources.size(), " sources for ", n,
+              " shards; give none or one per shard");
   for (std::size_t g = 0; g < n; ++g) {
-    HTP_EXPECTS(shard_bytes[g] > 0, invalid_argument, "node::register_sharded('", name, "'): shard ", g,
-                " has 0 bytes; every GPU's shard needs a byte");
+    HTP_EXPECTS(shard_bytes[g] > 0, invalid_argument, "node::register_sharded('", name,
+                "'): shard ", g, " has 0 bytes; every GPU's shard needs a byte");
   }
   record r;
   r.name = std::move(name);
@@ -273,7 +292,8 @@ node_tensor node::register_sharded(std::string name, const std::vector<std::size
   std::vector<std::pair<std::size_t, std::size_t>> where;
   try {
     for (std::size_t g = 0; g < n; ++g) {
-      p_->add_host_extent(r, g, shard_bytes[g], sources.empty() ? nullptr : sources[g]);  // GPU g's NUMA node
+      p_->add_host_extent(r, g, shard_bytes[g],
+                          sources.empty() ? nullptr : sources[g]);  // GPU g's NUMA node
       where.emplace_back(g, g);
     }
   } catch (...) {
@@ -283,11 +303,12 @@ node_tensor node::register_sharded(std::string name, const std::vector<std::size
   return p_->commit(std::move(r), where, kind);
 }
 
-node_tensor node::register_local(std::size_t g, std::string name, std::size_t bytes, tensor_kind kind,
-                                 const void* source) {
+node_tensor node::register_local(std::size_t g, std::string name, std::size_t bytes,
+                                 tensor_kind kind, const void* source) {
   HTP_EXPECTS(g < p_->pagers.size(), invalid_argument, "node::register_local(", g, ", '", name,
               "'): the node has ", p_->pagers.size(), " GPUs");
-  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_local('", name, "', 0 bytes): a tensor needs a byte");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_local('", name,
+              "', 0 bytes): a tensor needs a byte");
   record r;
   r.name = std::move(name);
   r.layout = node_layout::local;
@@ -298,13 +319,15 @@ node_tensor node::register_local(std::size_t g, std::string name, std::size_t by
 tensor_handle node::on(node_tensor t, std::size_t g) const {
   std::lock_guard lock(p_->mu);
   const record& r = p_->live_record(t, "on");
-  HTP_EXPECTS(g < r.handles.size(), invalid_argument, "node::on('", r.name, "', ", g, "): the node has ",
-              r.handles.size(), " GPUs");
-  HTP_EXPECTS(static_cast<bool>(r.handles[g]), invalid_argument, "node::on('", r.name, "', ", g, "): the ",
-              r.layout == node_layout::sharded ? "sharded tensor's shard for GPU " : "local tensor is not on GPU ", g,
-              r.layout == node_layout::sharded ? " is not registered" : "", "; a ",
-              r.layout == node_layout::sharded ? "shard" : "local tensor",
-              " is paged only into its own GPU (use register_replicated for a weight every GPU reads)");
+  HTP_EXPECTS(g < r.handles.size(), invalid_argument, "node::on('", r.name, "', ", g,
+              "): the node has ", r.handles.size(), " GPUs");
+  HTP_EXPECTS(
+      static_cast<bool>(r.handles[g]), invalid_argument, "node::on('", r.name, "', ", g, "): the ",
+      r.layout == node_layout::sharded ? "sharded tensor's shard for GPU "
+                                       : "local tensor is not on GPU ",
+      g, r.layout == node_layout::sharded ? " is not registered" : "", "; a ",
+      r.layout == node_layout::sharded ? "shard" : "local tensor",
+      " is paged only into its own GPU (use register_replicated for a weight every GPU reads)");
   return r.handles[g];
 }
 
@@ -316,8 +339,8 @@ node_layout node::layout(node_tensor t) const {
 extent node::host_copy(node_tensor t, std::size_t shard) const {
   std::lock_guard lock(p_->mu);
   const record& r = p_->live_record(t, "host_copy");
-  HTP_EXPECTS(shard < r.host.size(), invalid_argument, "node::host_copy('", r.name, "', ", shard, "): it has ",
-              r.host.size(), " host cop", r.host.size() == 1 ? "y" : "ies");
+  HTP_EXPECTS(shard < r.host.size(), invalid_argument, "node::host_copy('", r.name, "', ", shard,
+              "): it has ", r.host.size(), " host cop", r.host.size() == 1 ? "y" : "ies");
   return r.host[shard];
 }
 
@@ -329,8 +352,8 @@ void node::unregister(node_tensor t) {
     for (std::size_t g = 0; g < cur.handles.size(); ++g) {
       if (!cur.handles[g]) continue;
       const tensor_info info = p_->pagers[g]->info(cur.handles[g]);
-      HTP_EXPECTS(info.pins == 0, invalid_argument, "node::unregister('", cur.name, "'): still acquired ",
-                  info.pins, " time(s) on GPU ", g, "; release it first");
+      HTP_EXPECTS(info.pins == 0, invalid_argument, "node::unregister('", cur.name,
+                  "'): still acquired ", info.pins, " time(s) on GPU ", g, "; release it first");
     }
     record& slot = p_->records[t.index];
     r = slot;

@@ -18,16 +18,18 @@ class one_rank_collectives final : public collectives {
   std::size_t size() const noexcept override { return 1; }
   std::string backend_name() const override { return "one-rank"; }
 
-  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
+                  stream_ref s) override {
     check(rank, send, recv, bytes, "all_gather");
     throw_if_aborted("all_gather");
     if (send != recv) dev_.copy_async(recv, send, bytes, copy_direction::device_to_device, s);
   }
-  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
-                      stream_ref s) override {
+  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                      element_type type, stream_ref s) override {
     check(rank, send, recv, count, "all_reduce_sum");
     throw_if_aborted("all_reduce_sum");
-    if (send != recv) dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
+    if (send != recv)
+      dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
   }
   void group_start() override { throw_if_aborted("group_start"); }
   void group_end() override {}
@@ -47,11 +49,14 @@ class one_rank_collectives final : public collectives {
   void throw_if_aborted(const char* what) const {
     if (!aborted_) return;
     std::lock_guard lock(mu_);
-    throw logic_error(detail::concat("collectives::", what, ": the one-rank collectives were aborted (", reason_,
+    throw logic_error(detail::concat("collectives::", what,
+                                     ": the one-rank collectives were aborted (", reason_,
                                      "); no collective runs after an abort: make new collectives"));
   }
-  static void check(std::size_t rank, const void* send, void* recv, std::size_t n, const char* what) {
-    HTP_EXPECTS(rank == 0, invalid_argument, what, ": rank ", rank, " of a one-rank group; the only rank is 0");
+  static void check(std::size_t rank, const void* send, void* recv, std::size_t n,
+                    const char* what) {
+    HTP_EXPECTS(rank == 0, invalid_argument, what, ": rank ", rank,
+                " of a one-rank group; the only rank is 0");
     HTP_EXPECTS(send != nullptr && recv != nullptr && n > 0, invalid_argument, what,
                 ": null buffer or empty size; give both buffers and at least one element");
   }

@@ -60,13 +60,13 @@ struct rendezvous {
   clock_type::duration timeout;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::uint64_t> calls;   // per rank: collectives issued so far
-  std::map<std::uint64_t, op> ops;    // by collective index, until every rank has left
-  bool closing = false;               // the object is gone: waiting ranks return, nothing copied
+  std::vector<std::uint64_t> calls;  // per rank: collectives issued so far
+  std::map<std::uint64_t, op> ops;   // by collective index, until every rank has left
+  bool closing = false;              // the object is gone: waiting ranks return, nothing copied
   // abort(): waiting ranks return, nothing copied, calls throw. Set under `mu`; atomic so that
   // aborted() reads it without the lock.
   std::atomic<bool> aborted{false};
-  std::string reason;                 // the first abort's
+  std::string reason;  // the first abort's
 
   bool timing_only = false;  // the devices hold no bytes: only the modelled time passes
   rendezvous(std::size_t n, std::uint64_t r, clock_type::duration t, bool only)
@@ -108,7 +108,8 @@ struct rendezvous {
       while (!o.done && !(stopped() && !o.running)) {
         if (o.arrived == ranks || stopped()) {
           cv.wait(lock);  // all here: the copy is under way and bounded
-        } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && o.arrived < ranks && !stopped()) {
+        } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && o.arrived < ranks &&
+                   !stopped()) {
           abort_locked(late_ranks(id, o, rank));
         }
       }
@@ -125,12 +126,15 @@ struct rendezvous {
       list += (list.empty() ? "" : ", ") + std::to_string(r);
     }
     const double secs = std::chrono::duration<double>(timeout).count();
-    return detail::concat("rank ", waiter, " waited ", secs, " s at collective ", id, " (an ",
-                          o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes, " bytes) for rank(s) ",
-                          never, never.empty() || behind.empty() ? "" : ", ", behind, " that did not arrive",
-                          never.empty() ? "" : detail::concat(" (never called: ", never, ")"),
-                          behind.empty() ? "" : detail::concat(" (called, but their streams did not get there: ", behind, ")"),
-                          "; the rendezvous timeout of make_sim_collectives ran out");
+    return detail::concat(
+        "rank ", waiter, " waited ", secs, " s at collective ", id, " (an ",
+        o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes, " bytes) for rank(s) ", never,
+        never.empty() || behind.empty() ? "" : ", ", behind, " that did not arrive",
+        never.empty() ? "" : detail::concat(" (never called: ", never, ")"),
+        behind.empty()
+            ? ""
+            : detail::concat(" (called, but their streams did not get there: ", behind, ")"),
+        "; the rendezvous timeout of make_sim_collectives ran out");
   }
 
   void copy(op& o) const {
@@ -176,7 +180,8 @@ struct rendezvous {
   std::chrono::nanoseconds modelled_time(const op& o) const {
     const std::size_t n = ranks;
     if (rate == 0 || n < 2) return std::chrono::nanoseconds(0);
-    const double per_rank = static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
+    const double per_rank =
+        static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
     return std::chrono::nanoseconds(static_cast<std::int64_t>(per_rank / double(rate) * 1e9));
   }
 };
@@ -185,7 +190,8 @@ class sim_collectives final : public collectives {
  public:
   sim_collectives(std::vector<device*> devs, std::uint64_t rate, clock_type::duration timeout)
       : devs_(std::move(devs)),
-        rv_(std::make_shared<rendezvous>(devs_.size(), rate, timeout, devs_.front()->properties().timing_only)) {}
+        rv_(std::make_shared<rendezvous>(devs_.size(), rate, timeout,
+                                         devs_.front()->properties().timing_only)) {}
   /// Ranks still waiting in a collective no other rank will complete return (nothing copied).
   ~sim_collectives() override {
     std::lock_guard lock(rv_->mu);
@@ -195,12 +201,13 @@ class sim_collectives final : public collectives {
   std::size_t size() const noexcept override { return devs_.size(); }
   std::string backend_name() const override { return "sim"; }
 
-  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes, stream_ref s) override {
+  void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
+                  stream_ref s) override {
     const detail::nvtx_range range("htp all_gather");
     enqueue(rank, "all_gather", send, recv, bytes, bytes, element_type::float32, false, s);
   }
-  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count, element_type type,
-                      stream_ref s) override {
+  void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                      element_type type, stream_ref s) override {
     const detail::nvtx_range range("htp all_reduce_sum");
     enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
   }
@@ -219,16 +226,17 @@ class sim_collectives final : public collectives {
   /// The error of a call after an abort. Called with rv_->mu held.
   /// `call` names the call, e.g. "all_gather(rank 1)".
   logic_error aborted_error_locked(const std::string& call) const {
-    return logic_error(detail::concat("collectives::", call, ": the sim collectives were aborted (", rv_->reason,
-                                      "); no collective runs after an abort: make new collectives"));
+    return logic_error(
+        detail::concat("collectives::", call, ": the sim collectives were aborted (", rv_->reason,
+                       "); no collective runs after an abort: make new collectives"));
   }
 
   void enqueue(std::size_t rank, const char* what, const void* send, void* recv, std::size_t bytes,
                std::size_t count, element_type type, bool reduce, stream_ref s) {
-    HTP_EXPECTS(rank < devs_.size(), invalid_argument, "collectives::", what, ": rank ", rank, " of ",
-                devs_.size());
-    HTP_EXPECTS(send != nullptr && recv != nullptr && bytes > 0, invalid_argument, "collectives::", what,
-                "(rank ", rank, "): null buffer or zero size");
+    HTP_EXPECTS(rank < devs_.size(), invalid_argument, "collectives::", what, ": rank ", rank,
+                " of ", devs_.size());
+    HTP_EXPECTS(send != nullptr && recv != nullptr && bytes > 0, invalid_argument,
+                "collectives::", what, "(rank ", rank, "): null buffer or zero size");
     rendezvous& rv = *rv_;
     std::uint64_t id;
     {
@@ -245,10 +253,11 @@ class sim_collectives final : public collectives {
         o.recv.assign(devs_.size(), nullptr);
         o.here.assign(devs_.size(), false);
       } else {
-        HTP_EXPECTS(o.reduce == reduce && o.bytes == bytes && o.type == type, invalid_argument,
-                    "collectives::", what, "(rank ", rank, "): collective ", id, " is a ",
-                    o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes,
-                    " bytes on the other ranks; every rank must make the same calls in the same order");
+        HTP_EXPECTS(
+            o.reduce == reduce && o.bytes == bytes && o.type == type, invalid_argument,
+            "collectives::", what, "(rank ", rank, "): collective ", id, " is a ",
+            o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes,
+            " bytes on the other ranks; every rank must make the same calls in the same order");
       }
       o.send[rank] = send;
       o.recv[rank] = recv;
@@ -278,20 +287,24 @@ std::unique_ptr<collectives> make_sim_collectives(const std::vector<device*>& de
                                                   std::uint64_t interconnect_bytes_per_second,
                                                   std::chrono::milliseconds rendezvous_timeout) {
   HTP_EXPECTS(!devices.empty(), invalid_argument, "make_sim_collectives: no devices");
-  HTP_EXPECTS(rendezvous_timeout.count() > 0, invalid_argument, "make_sim_collectives: a rendezvous timeout of ",
-              rendezvous_timeout.count(), " ms; give a positive one (the default is 120 s)");
+  HTP_EXPECTS(rendezvous_timeout.count() > 0, invalid_argument,
+              "make_sim_collectives: a rendezvous timeout of ", rendezvous_timeout.count(),
+              " ms; give a positive one (the default is 120 s)");
   for (std::size_t r = 0; r < devices.size(); ++r) {
-    HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::sim, invalid_argument,
-                "make_sim_collectives: device ", r, " is ", devices[r] ? "not a sim device" : "null",
+    HTP_EXPECTS(devices[r] != nullptr && devices[r]->properties().kind == backend::sim,
+                invalid_argument, "make_sim_collectives: device ", r, " is ",
+                devices[r] ? "not a sim device" : "null",
                 "; use make_nccl_collectives for cuda devices");
   }
   for (std::size_t r = 1; r < devices.size(); ++r) {
-    HTP_EXPECTS(devices[r]->properties().timing_only == devices[0]->properties().timing_only, invalid_argument,
-                "make_sim_collectives: device ", r, " is ", devices[r]->properties().timing_only ? "" : "not ",
-                "timing-only and device 0 is ", devices[0]->properties().timing_only ? "" : "not",
+    HTP_EXPECTS(devices[r]->properties().timing_only == devices[0]->properties().timing_only,
+                invalid_argument, "make_sim_collectives: device ", r, " is ",
+                devices[r]->properties().timing_only ? "" : "not ", "timing-only and device 0 is ",
+                devices[0]->properties().timing_only ? "" : "not",
                 "; make every rank's device the same way");
   }
-  return std::make_unique<sim_collectives>(devices, interconnect_bytes_per_second, rendezvous_timeout);
+  return std::make_unique<sim_collectives>(devices, interconnect_bytes_per_second,
+                                           rendezvous_timeout);
 }
 
 }  // namespace htp

@@ -21,11 +21,11 @@ struct gpu_state {
   std::vector<tensor_handle> buffer_tensor;  // device-resident tensors of this GPU's pager
   std::vector<void*> buffer;
   std::vector<event_ref> ready, released;
-  std::size_t issued = 0;  // groups whose gathers are enqueued
-  std::size_t next = 0;    // the next visit to acquire
-  bool holding = false;    // visit next - 1 acquired and not released
-  stream_ref waited_on;    // the compute stream that waited for the current group's event
-  std::size_t pinned = 0;  // buffers acquired (for teardown after a partial construction)
+  std::size_t issued = 0;     // groups whose gathers are enqueued
+  std::size_t next = 0;       // the next visit to acquire
+  bool holding = false;       // visit next - 1 acquired and not released
+  stream_ref waited_on;       // the compute stream that waited for the current group's event
+  std::size_t pinned = 0;     // buffers acquired (for teardown after a partial construction)
   std::uint64_t gathers = 0;  // all-gathers enqueued (probe included): every rank's must match
   bool stopped = false;       // stop(): nothing more is gathered, the buffers hold no usable layer
   /// Host path: events recorded on the gather stream once a buffer is free, handed to the engine as
@@ -44,12 +44,12 @@ struct swap_shard::impl {
   node& n;
   collectives& coll;
   swap_shard_config cfg;
-  std::vector<std::size_t> bytes;         // per layer, as given
-  std::size_t shard = 0;                  // bytes per shard (the largest layer / N, rounded up)
-  std::vector<node_tensor> layer;         // sharded
+  std::vector<std::size_t> bytes;  // per layer, as given
+  std::size_t shard = 0;           // bytes per shard (the largest layer / N, rounded up)
+  std::vector<node_tensor> layer;  // sharded
   std::vector<layer_source> src;
   std::vector<gpu_state> gpus;
-  mutable std::mutex mu;                  // metrics
+  mutable std::mutex mu;  // metrics
   swap_shard_metrics m;
 
   impl(node& nd, collectives& c, swap_shard_config config) : n(nd), coll(c), cfg(config) {}
@@ -90,7 +90,7 @@ struct swap_shard::impl {
     const stream_ref gs = *st.gather;
     const std::size_t N = n.gpu_count();
     if (q >= cfg.ahead) dev.wait(st.released[b], gs);  // the buffer's previous group is done
-    gpu_state::gate* gt = nullptr;  // host path: one fence for the group's loads
+    gpu_state::gate* gt = nullptr;                     // host path: one fence for the group's loads
     std::uint64_t peers = 0, hosts = 0;
     const std::size_t k = cfg.layers_per_sync;
     for (std::size_t j = 0; j < k; ++j) {
@@ -118,8 +118,9 @@ struct swap_shard::impl {
         }
         for (std::size_t r = 0; r < N; ++r) {
           const extent hc = n.host_copy(layer[l], r);
-          gt->loads.push_back(e.submit(at + r * shard, hc.ptr, shard, copy_direction::host_to_device,
-                                       transfer_priority::prefetch, {gt->ev}));
+          gt->loads.push_back(e.submit(at + r * shard, hc.ptr, shard,
+                                       copy_direction::host_to_device, transfer_priority::prefetch,
+                                       {gt->ev}));
           e.wait_on(gt->loads.back(), gs);
         }
         ++hosts;
@@ -141,19 +142,23 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
   const std::size_t N = nd.gpu_count();
   HTP_EXPECTS(!layer_bytes.empty(), invalid_argument, "swap_shard: no layers");
   HTP_EXPECTS(layer_sources.empty() || layer_sources.size() == layer_bytes.size(), invalid_argument,
-              "swap_shard: ", layer_sources.size(), " sources for ", layer_bytes.size(), " layers; give none or one per layer");
+              "swap_shard: ", layer_sources.size(), " sources for ", layer_bytes.size(),
+              " layers; give none or one per layer");
   HTP_EXPECTS(c.size() == N, invalid_argument, "swap_shard: the collectives have ", c.size(),
               " ranks and the node ", N, " GPUs");
-  HTP_EXPECTS(config.ahead >= 1, invalid_argument, "swap_shard_config.ahead is 0; at least one buffer is needed (2 = double buffering)");
+  HTP_EXPECTS(config.ahead >= 1, invalid_argument,
+              "swap_shard_config.ahead is 0; at least one buffer is needed (2 = double buffering)");
   HTP_EXPECTS(config.layers_per_sync >= 1, invalid_argument,
-              "swap_shard_config.layers_per_sync is 0; give 1 (a synchronisation per layer) or more (2 = once per two layers)");
+              "swap_shard_config.layers_per_sync is 0; give 1 (a synchronisation per layer) or "
+              "more (2 = once per two layers)");
   for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
     HTP_EXPECTS(layer_bytes[l] > 0, invalid_argument, "swap_shard: layer ", l, " has 0 bytes");
   }
   s.bytes = layer_bytes;
   const std::size_t largest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
   s.shard = (largest + N - 1) / N;
-  s.shard = (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
+  s.shard =
+      (s.shard + device::alignment - 1) / device::alignment * device::alignment;  // aligned offsets
 
   try {
     for (std::size_t g = 0; g < N; ++g) {
@@ -164,7 +169,8 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
       st.gather = std::make_unique<stream>(dev);
       for (std::size_t b = 0; b < config.ahead; ++b) {
         // HBM only: a staging buffer is rewritten by every gather and never needs a host copy.
-        st.buffer_tensor.push_back(p.register_resident("staging" + std::to_string(b), config.layers_per_sync * N * s.shard,
+        st.buffer_tensor.push_back(p.register_resident("staging" + std::to_string(b),
+                                                       config.layers_per_sync * N * s.shard,
                                                        tensor_kind::mutable_state));
         st.buffer.push_back(p.acquire(st.buffer_tensor.back(), *st.gather).data);  // held for life
         ++st.pinned;
@@ -176,12 +182,14 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
     std::vector<unsigned char> padded;
     for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
       std::vector<const void*> shard_src;
-      if (!layer_sources.empty() && layer_sources[l] != nullptr && !nd.device_of(0).properties().timing_only) {
+      if (!layer_sources.empty() && layer_sources[l] != nullptr &&
+          !nd.device_of(0).properties().timing_only) {
         padded.assign(N * s.shard, 0);
         std::memcpy(padded.data(), layer_sources[l], layer_bytes[l]);
         for (std::size_t k = 0; k < N; ++k) shard_src.push_back(padded.data() + k * s.shard);
       }
-      s.layer.push_back(nd.register_sharded("layer" + std::to_string(l), std::vector<std::size_t>(N, s.shard),
+      s.layer.push_back(nd.register_sharded("layer" + std::to_string(l),
+                                            std::vector<std::size_t>(N, s.shard),
                                             tensor_kind::weight, shard_src));
       s.src.push_back(plan);
       ++(plan == layer_source::peers ? s.m.layers_from_peers : s.m.layers_from_host);
@@ -195,13 +203,17 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
 layer_source swap_shard::impl::plan_sources(std::size_t layers) {
   const std::size_t N = n.gpu_count();
   std::size_t smallest_hbm = SIZE_MAX;
-  for (std::size_t g = 0; g < N; ++g) smallest_hbm = std::min(smallest_hbm, n.gpu(g).config().hbm_budget_bytes);
+  for (std::size_t g = 0; g < N; ++g)
+    smallest_hbm = std::min(smallest_hbm, n.gpu(g).config().hbm_budget_bytes);
   const std::size_t staging = cfg.ahead * cfg.layers_per_sync * N * shard;
-  if (shard * layers + staging <= smallest_hbm) return layer_source::peers;  // every shard stays in HBM
+  if (shard * layers + staging <= smallest_hbm)
+    return layer_source::peers;           // every shard stays in HBM
   if (N == 1) return layer_source::host;  // a one-rank gather would only add a copy
-  const std::uint64_t host = cfg.host_bytes_per_second > 0 ? cfg.host_bytes_per_second
-                                                            : n.gpu(0).engine().metrics().h2d.effective_rate();
-  const std::uint64_t ic = cfg.interconnect_bytes_per_second > 0 ? cfg.interconnect_bytes_per_second : measure_interconnect();
+  const std::uint64_t host = cfg.host_bytes_per_second > 0
+                                 ? cfg.host_bytes_per_second
+                                 : n.gpu(0).engine().metrics().h2d.effective_rate();
+  const std::uint64_t ic = cfg.interconnect_bytes_per_second > 0 ? cfg.interconnect_bytes_per_second
+                                                                 : measure_interconnect();
   m.host_bytes_per_second = host;
   m.interconnect_bytes_per_second = ic;
   m.interconnect_measured = cfg.interconnect_bytes_per_second == 0;
@@ -215,7 +227,8 @@ layer_source swap_shard::impl::plan_sources(std::size_t layers) {
 std::uint64_t swap_shard::impl::measure_interconnect() {
   const std::size_t N = n.gpu_count();
   // In place in staging buffer 0 (rank r sends its slot), which holds N shards or more.
-  const std::size_t probe = std::max<std::size_t>(device::alignment, std::min(cfg.probe_bytes, shard) / device::alignment * device::alignment);
+  const std::size_t probe = std::max<std::size_t>(
+      device::alignment, std::min(cfg.probe_bytes, shard) / device::alignment * device::alignment);
   double best_s = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -259,7 +272,8 @@ void swap_shard::impl::stop(std::size_t g) {
   if (!st.gather) return;
   transfer_engine& e = n.gpu(g).engine();
   for (const gpu_state::gate& gt : st.gates) {
-    for (transfer_ticket t : gt.loads) e.cancel(t);  // false for loads already issued: they complete
+    for (transfer_ticket t : gt.loads)
+      e.cancel(t);  // false for loads already issued: they complete
   }
   st.gather->synchronize();
 }
@@ -277,7 +291,8 @@ void swap_shard::impl::abort_unmatched_gathers() noexcept {
     for (std::size_t g = 0; g < gpus.size(); ++g) {
       counts += detail::concat(g == 0 ? "" : ", ", "GPU ", g, ": ", gpus[g].gathers);
     }
-    coll.abort(detail::concat("swap_shard destroyed with all-gathers no other rank matches (", counts,
+    coll.abort(detail::concat("swap_shard destroyed with all-gathers no other rank matches (",
+                              counts,
                               "); every GPU must make the same acquires before it is destroyed"));
   } catch (...) {
     coll.abort("swap_shard destroyed with all-gathers no other rank matches");
@@ -303,7 +318,8 @@ void swap_shard::impl::teardown() noexcept {
       if (st.gather) {
         // The compute streams' last uses of the buffers end before their memory goes back.
         for (event_ref e : st.released) s.n.device_of(g).synchronize(e);
-        for (std::size_t b = 0; b < st.pinned; ++b) s.n.gpu(g).release(st.buffer_tensor[b], *st.gather);
+        for (std::size_t b = 0; b < st.pinned; ++b)
+          s.n.gpu(g).release(st.buffer_tensor[b], *st.gather);
         st.gather->synchronize();
       }
       for (tensor_handle t : st.buffer_tensor) s.n.gpu(g).unregister_tensor(t);
@@ -327,32 +343,38 @@ void swap_shard::impl::teardown() noexcept {
 
 void swap_shard::stop(std::size_t g) {
   impl& s = *p_;
-  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::stop: GPU ", g, " of ", s.gpus.size());
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::stop: GPU ", g, " of ",
+              s.gpus.size());
   s.stop(g);
 }
 
 std::size_t swap_shard::layers() const noexcept { return p_->layer.size(); }
 
 layer_source swap_shard::source(std::size_t layer) const {
-  HTP_EXPECTS(layer < p_->layer.size(), invalid_argument, "swap_shard::source(", layer, "): ", p_->layer.size(), " layers");
+  HTP_EXPECTS(layer < p_->layer.size(), invalid_argument, "swap_shard::source(", layer,
+              "): ", p_->layer.size(), " layers");
   return p_->src[layer];
 }
 
 device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref compute) {
   impl& s = *p_;
-  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::acquire: GPU ", g, " of ", s.gpus.size());
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::acquire: GPU ", g, " of ",
+              s.gpus.size());
   gpu_state& st = s.gpus[g];
-  HTP_EXPECTS(!st.stopped, logic_error, "swap_shard::acquire(GPU ", g, ", layer ", layer,
-              "): GPU ", g, " was stopped (swap_shard::stop); its staging buffers hold no usable layer");
+  HTP_EXPECTS(!st.stopped, logic_error, "swap_shard::acquire(GPU ", g, ", layer ", layer, "): GPU ",
+              g, " was stopped (swap_shard::stop); its staging buffers hold no usable layer");
   const std::size_t expected = st.next % s.layer.size();
-  HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
-              "): ", st.holding ? "the previous layer is not released yet"
-                                : "layers come in order; the next one on this GPU is " + std::to_string(expected));
+  HTP_EXPECTS(
+      layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ",
+      layer, "): ",
+      st.holding ? "the previous layer is not released yet"
+                 : "layers come in order; the next one on this GPU is " + std::to_string(expected));
   const std::size_t k = s.cfg.layers_per_sync;
   const std::size_t q = st.next / k, b = q % s.cfg.ahead, j = st.next % k;
   // Keep `ahead` groups in flight: this one and the next, whose buffers are released.
   for (; st.issued < q + s.cfg.ahead; ++st.issued) s.issue(g, st.issued);
-  HTP_EXPECTS(j == 0 || compute == st.waited_on, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ", layer,
+  HTP_EXPECTS(j == 0 || compute == st.waited_on, invalid_argument, "swap_shard::acquire(GPU ", g,
+              ", layer ", layer,
               "): the layers of a group (swap_shard_config.layers_per_sync = ", k,
               ") are acquired on one compute stream; this one differs from the group's first");
   const bool wait = j == 0;  // once per group
@@ -360,7 +382,8 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
     s.n.device_of(g).wait(st.ready[b], compute);
     st.waited_on = compute;
   }
-  const device_span span{static_cast<char*>(st.buffer[b]) + j * s.n.gpu_count() * s.shard, s.bytes[layer], false};
+  const device_span span{static_cast<char*>(st.buffer[b]) + j * s.n.gpu_count() * s.shard,
+                         s.bytes[layer], false};
   ++st.next;
   st.holding = true;
   std::lock_guard lock(s.mu);
@@ -371,13 +394,15 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
 
 void swap_shard::release(std::size_t g, std::size_t layer, stream_ref compute) {
   impl& s = *p_;
-  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::release: GPU ", g, " of ", s.gpus.size());
+  HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::release: GPU ", g, " of ",
+              s.gpus.size());
   gpu_state& st = s.gpus[g];
-  HTP_EXPECTS(st.holding && layer == (st.next - 1) % s.layer.size(), invalid_argument, "swap_shard::release(GPU ", g,
-              ", layer ", layer, "): not the layer this GPU holds");
+  HTP_EXPECTS(st.holding && layer == (st.next - 1) % s.layer.size(), invalid_argument,
+              "swap_shard::release(GPU ", g, ", layer ", layer, "): not the layer this GPU holds");
   // A marker, not a synchronisation: the buffer's next gather waits on it once, after the group's
   // last layer (a later record on the same stream covers the earlier ones).
-  s.n.device_of(g).record(st.released[((st.next - 1) / s.cfg.layers_per_sync) % s.cfg.ahead], compute);
+  s.n.device_of(g).record(st.released[((st.next - 1) / s.cfg.layers_per_sync) % s.cfg.ahead],
+                          compute);
   st.holding = false;
 }
 

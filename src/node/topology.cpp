@@ -7,17 +7,18 @@
 #include <fstream>
 #include <string>
 
-#include <cerrno>
-#include <cstring>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 namespace htp::detail {
 
 std::string normalize_pci_bus_id(std::string id) {
   for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto colon = id.find(':');
-  if (colon != std::string::npos && colon > 4) id.erase(0, colon - 4);  // 8-digit domains (NVML style)
+  if (colon != std::string::npos && colon > 4)
+    id.erase(0, colon - 4);  // 8-digit domains (NVML style)
   return id;
 }
 
@@ -38,9 +39,9 @@ std::string pcie_root_port_of(const std::string& pci_bus_id) {
   const std::string path(resolved);
   const std::string prefix = "/sys/devices/";
   if (path.compare(0, prefix.size(), prefix) != 0) return {};
-  const auto first = path.find('/', prefix.size());           // end of "pci0000:00"
+  const auto first = path.find('/', prefix.size());  // end of "pci0000:00"
   if (first == std::string::npos) return {};
-  const auto second = path.find('/', first + 1);             // end of the root port
+  const auto second = path.find('/', first + 1);  // end of the root port
   if (second == std::string::npos) return {};
   return path.substr(prefix.size(), second - prefix.size());
 }
@@ -64,7 +65,8 @@ numa_preference::numa_preference(int node) {
   unsigned long mask[16] = {};
   mask[node / (8 * sizeof(unsigned long))] = 1UL << (node % (8 * sizeof(unsigned long)));
   if (syscall(SYS_set_mempolicy, mpol_preferred, mask, mask_bits) != 0) {
-    why_ = "set_mempolicy(MPOL_PREFERRED, node " + std::to_string(node) + "): " + std::strerror(errno);
+    why_ =
+        "set_mempolicy(MPOL_PREFERRED, node " + std::to_string(node) + "): " + std::strerror(errno);
     return;
   }
   applied_ = true;

@@ -50,20 +50,23 @@ bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot
     }
     return false;  // state may have changed meanwhile: start over
   }
-  if (config.on_oom == oom_policy::allow_degraded && !t.file) {  // a file tensor has no host copy to map
+  if (config.on_oom == oom_policy::allow_degraded &&
+      !t.file) {  // a file tensor has no host copy to map
     tensors.pin_degraded(slot);
     outcome = acquire_outcome::degraded_oom;
-    detail::logger().warn("pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of "
-                          "pinned tensors", t.name, t.bytes);
+    detail::logger().warn(
+        "pager: '{}' ({} bytes) served from mapped host memory (degraded): HBM is full of "
+        "pinned tensors",
+        t.name, t.bytes);
     return true;
   }
   stats.rung(&oom_ladder_counts::thrown);
   throw detail::ladder_exhausted(oom_message(t.bytes, t.name, "page in to HBM"), t.bytes);
 }
 
-device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h, stream_ref compute,
-                                     acquire_outcome& outcome, transfer_ticket& pending,
-                                     std::vector<event_ref>& waits) {
+device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h,
+                                     stream_ref compute, acquire_outcome& outcome,
+                                     transfer_ticket& pending, std::vector<event_ref>& waits) {
   bool compacted = false;
   pending = {};
   for (;;) {
@@ -71,8 +74,9 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
     const std::uint32_t slot = slot_of(h);
     const tensor_record& t = tensors[slot];
     if (t.load_failed) {  // earlier acquirers still hold an extent whose page-in failed
-      throw_copy_failed(detail::concat("acquire('", t.name, "')"),
-                        "its page-in failed while other acquires hold it; retry after they release");
+      throw_copy_failed(
+          detail::concat("acquire('", t.name, "')"),
+          "its page-in failed while other acquires hold it; retry after they release");
     }
     if (t.degraded) {  // already served zero-copy: every concurrent acquire shares that mode
       tensors.pin_degraded(slot);
@@ -136,7 +140,8 @@ void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
     auto& notes = tensors.notes(slot);
     if (outcomes[i] == acquire_outcome::fault || outcomes[i] == acquire_outcome::late_prefetch) {
       if (t.pending == pending_kind::load) {
-        if (notes.wait_from == std::chrono::steady_clock::time_point{}) notes.wait_from = called;  // reap records it
+        if (notes.wait_from == std::chrono::steady_clock::time_point{})
+          notes.wait_from = called;                              // reap records it
       } else if (!t.load_failed && notes.loaded_at >= called) {  // arrived while this call waited
         stats.fault_wait(called, notes.loaded_at, t.bytes);
       }
@@ -211,8 +216,8 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
       unpin(hs[i].index);
     }
     stats.add(&pager_metrics::failed_acquires, n);
-    throw_copy_failed(detail::concat("acquire('", tensors[hs[0].index].name, "'", n > 1 ? " and others" : "",
-                                     wait ? ", wait)" : ")"),
+    throw_copy_failed(detail::concat("acquire('", tensors[hs[0].index].name, "'",
+                                     n > 1 ? " and others" : "", wait ? ", wait)" : ")"),
                       e.what());
   }
   if (!wait && writes.empty()) return;
@@ -221,16 +226,18 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   let_go_of_writes();
 }
 
-void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty) {
+void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute,
+                            bool dirty) {
   detail::check_stream_handle(compute.native, "release: the compute stream");
   std::unique_lock lock(mutex);
   const auto check = [&] {  // everything, before anything changes
     check_list(hs, n, "release", [&](const tensor_record& t) {
       HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
                   "') without a matching acquire (or released twice)");
-      HTP_EXPECTS(!(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
-                  "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
-                  "if kernels write it");
+      HTP_EXPECTS(
+          !(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
+          "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
+          "if kernels write it");
     });
   };
   reap();

@@ -1,15 +1,14 @@
-// Compaction: the allocator plans moves of unpinned tensors (mutable ones settled); the pager copies them
-// device-to-device at compaction priority on the reduction stream and commits each move once its
-// copy completes (reap). Handles point at the destination at once: an acquire in between makes the
-// compute stream wait for the copy, so nobody reads the destination early and nobody sees the
-// source again. Runs with the pager's mutex held; never blocks the compute stream.
+// Compaction: the allocator plans moves of unpinned tensors (mutable ones settled); the pager
+// copies them device-to-device at compaction priority on the reduction stream and commits each move
+// once its copy completes (reap). Handles point at the destination at once: an acquire in between
+// makes the compute stream wait for the copy, so nobody reads the destination early and nobody sees
+// the source again. Runs with the pager's mutex held; never blocks the compute stream.
 #include "nvtx_range.hpp"
 #include "pager/pager_impl.hpp"
 
 #include <unordered_map>
 
 namespace htp {
-
 
 std::size_t pager::impl::start_compaction(std::size_t request_bytes) {
   const detail::nvtx_range range("htp compaction");

@@ -34,7 +34,9 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
     case pending_kind::load:
       if (ok) {
         auto& notes = tensors.notes(slot);
-        notes.loaded_at = notes.ticket_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
+        notes.loaded_at =
+            notes.ticket_start +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
         stats.fault_wait(notes.wait_from, notes.loaded_at, t.bytes);  // if an acquire waits for it
         notes.wait_from = {};
         tensors.finish_load(slot);
@@ -61,21 +63,22 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
       --moves_in_flight;
       break;
     }
-    case pending_kind::none:
-      break;
+    case pending_kind::none: break;
   }
 }
 
 void pager::impl::detached_load_done(const finished_transfer& done, const detached_load& d) {
   tensors.detached_load_done(d.slot, d.generation);
   const bool ok = done.status == transfer_status::complete;
-  stats.detached_load_finished(ok, d.fault_load, d.wait_from, d.started, done.latency, d.bytes, d.traced_name);
+  stats.detached_load_finished(ok, d.fault_load, d.wait_from, d.started, done.latency, d.bytes,
+                               d.traced_name);
   if (!ok) {
     // Its tensor was evicted (released, fenced) before the load finished; the host copy is
     // authoritative, but the kernels that read it got undefined bytes.
-    detail::logger().error("pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
-                           "kernels ordered after that acquire read undefined bytes",
-                           done.ticket.id);
+    detail::logger().error(
+        "pager: a page-in (transfer {}) failed after its tensor was released and evicted; "
+        "kernels ordered after that acquire read undefined bytes",
+        done.ticket.id);
   }
 }
 

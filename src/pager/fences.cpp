@@ -16,15 +16,15 @@ void fence_set::visit(const char* begin, const char* end, F&& f) {
   const auto lo = reinterpret_cast<std::uintptr_t>(begin);
   const std::size_t longest = *lengths_.rbegin();
   const char* from = lo > longest ? begin - longest : nullptr;
-  for (auto it = by_address_.lower_bound({from, 0}); it != by_address_.end() && it->first.first < end; ++it) {
+  for (auto it = by_address_.lower_bound({from, 0});
+       it != by_address_.end() && it->first.first < end; ++it) {
     if (begin < it->second.end) f(it->second);
   }
 }
 
 void fence_set::events_over(const char* begin, const char* end, std::vector<event_ref>& out) const {
-  const_cast<fence_set*>(this)->visit(begin, end, [&](const fence& f) {
-    out.insert(out.end(), f.events.begin(), f.events.end());
-  });
+  const_cast<fence_set*>(this)->visit(
+      begin, end, [&](const fence& f) { out.insert(out.end(), f.events.begin(), f.events.end()); });
 }
 
 void fence_set::add_user(const char* begin, const char* end, transfer_ticket user) {

@@ -21,8 +21,8 @@ namespace htp::detail {
 struct fence {
   const char* begin = nullptr;
   const char* end = nullptr;
-  std::vector<event_ref> events;        // held: released when the fence is dropped
-  std::vector<transfer_ticket> users;   // requests that were told to wait on `events`
+  std::vector<event_ref> events;       // held: released when the fence is dropped
+  std::vector<transfer_ticket> users;  // requests that were told to wait on `events`
 };
 
 class fence_set {
@@ -55,7 +55,8 @@ class fence_set {
   std::deque<key> by_age_;
   std::uint64_t next_id_ = 0;
   // Lengths of the live fences: the longest bounds the search to the left of `begin`, and shrinks
-  // again when a long fence is dropped (one fence over a GB tensor must not slow every later lookup).
+  // again when a long fence is dropped (one fence over a GB tensor must not slow every later
+  // lookup).
   std::multiset<std::size_t> lengths_;
 };
 

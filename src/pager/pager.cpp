@@ -6,8 +6,8 @@
 
 #include "transfer/link_checks.hpp"
 
-#include <cstring>
 #include <unistd.h>
+#include <cstring>
 #include "log.hpp"
 
 namespace htp {
@@ -32,17 +32,20 @@ void validate(const pager_config& c) {
                   (c.slab_bytes & (c.slab_bytes - 1)) == 0,
               invalid_argument, "pager_config.slab_bytes is ", c.slab_bytes,
               "; it must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB), e.g. 64 MiB");
-  HTP_EXPECTS(c.page_bytes == 0 || (c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes &&
-                                    (c.page_bytes & (c.page_bytes - 1)) == 0),
-              invalid_argument, "pager_config.page_bytes is ", c.page_bytes,
-              "; it must be 0 (automatic) or a power of two from 4096 (4 KiB) to pager_config.slab_bytes (",
-              c.slab_bytes, ")");
-  HTP_EXPECTS(c.hbm_budget_bytes >= c.slab_bytes, invalid_argument, "pager_config.hbm_budget_bytes (",
-              c.hbm_budget_bytes, ") must hold at least one slab (pager_config.slab_bytes = ", c.slab_bytes, ")");
+  HTP_EXPECTS(
+      c.page_bytes == 0 || (c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes &&
+                            (c.page_bytes & (c.page_bytes - 1)) == 0),
+      invalid_argument, "pager_config.page_bytes is ", c.page_bytes,
+      "; it must be 0 (automatic) or a power of two from 4096 (4 KiB) to pager_config.slab_bytes (",
+      c.slab_bytes, ")");
+  HTP_EXPECTS(c.hbm_budget_bytes >= c.slab_bytes, invalid_argument,
+              "pager_config.hbm_budget_bytes (", c.hbm_budget_bytes,
+              ") must hold at least one slab (pager_config.slab_bytes = ", c.slab_bytes, ")");
   HTP_EXPECTS(c.host_budget_bytes == 0 || c.host_budget_bytes >= c.slab_bytes, invalid_argument,
               "pager_config.host_budget_bytes (", c.host_budget_bytes,
               ") must be 0 (tensors in caller memory only) or hold at least one slab "
-              "(pager_config.slab_bytes = ", c.slab_bytes, ")");
+              "(pager_config.slab_bytes = ",
+              c.slab_bytes, ")");
   HTP_EXPECTS(c.chunk_bytes > 0, invalid_argument, "pager_config.chunk_bytes is 0; use e.g. 2 MiB");
   HTP_EXPECTS(c.compaction_threshold > 0 && c.compaction_threshold <= 1, invalid_argument,
               "pager_config.compaction_threshold is ", c.compaction_threshold,
@@ -51,8 +54,9 @@ void validate(const pager_config& c) {
               c.prefetch_lookahead, "; more than 64 tensors ahead only wastes HBM");
   HTP_EXPECTS(c.latency_budget.count() > 0, invalid_argument, "pager_config.latency_budget is ",
               c.latency_budget.count(), " ms; it must be positive, e.g. 200 ms");
-  HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument, "pager_config.max_in_flight_chunks is ",
-              c.max_in_flight_chunks, "; at least 1 chunk per direction must be in flight (3 is the default)");
+  HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
+              "pager_config.max_in_flight_chunks is ", c.max_in_flight_chunks,
+              "; at least 1 chunk per direction must be in flight (3 is the default)");
   detail::check_link_config(c.h2d, "pager_config.h2d", c.chunk_bytes, "pager_config.chunk_bytes");
   detail::check_link_config(c.d2h, "pager_config.d2h", c.chunk_bytes, "pager_config.chunk_bytes");
 }
@@ -77,9 +81,11 @@ void warn_if_far_above_ram(std::size_t budget, bool timing_only) {
   if (timing_only || pages <= 0 || page <= 0) return;
   const auto ram = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
   if (budget / 2 > ram) {
-    detail::logger().warn("pager_config.host_budget_bytes is {} bytes, over twice the {} bytes MemTotal "
-                          "reports; pinning it may fail or exhaust the host (lower it unless this VM's "
-                          "memory grows on use)", budget, ram);
+    detail::logger().warn(
+        "pager_config.host_budget_bytes is {} bytes, over twice the {} bytes MemTotal "
+        "reports; pinning it may fail or exhaust the host (lower it unless this VM's "
+        "memory grows on use)",
+        budget, ram);
   }
 }
 
@@ -95,12 +101,8 @@ void check_fits(const char* field, std::size_t budget, std::size_t available, co
 }  // namespace
 
 pager::impl::impl(device& d, pager_config c)
-    : dev(d),
-      config(std::move(c)),
-      stats(config.trace ? config.trace_capacity : 0),
-      events(d),
-      tensors(d, events, schedule, stats, config.checked),
-      private_stream(d) {
+    : dev(d), config(std::move(c)), stats(config.trace ? config.trace_capacity : 0), events(d),
+      tensors(d, events, schedule, stats, config.checked), private_stream(d) {
   validate(config);
   check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
              "the device's memory");
@@ -169,13 +171,15 @@ detail::host_region* pager::impl::region_of(const void* p, std::size_t bytes) {
   auto it = host_regions.upper_bound(q);
   if (it == host_regions.begin()) return nullptr;
   --it;
-  if (q < it->first || bytes > it->second.bytes || static_cast<std::size_t>(q - it->first) > it->second.bytes - bytes) {
+  if (q < it->first || bytes > it->second.bytes ||
+      static_cast<std::size_t>(q - it->first) > it->second.bytes - bytes) {
     return nullptr;
   }
   return &it->second;
 }
 
-// ---- pager ---------------------------------------------------------------------------------------
+// ---- pager
+// ---------------------------------------------------------------------------------------
 
 pager::pager(device& dev, pager_config config)
     : impl_(std::make_unique<impl>(dev, std::move(config))) {}
@@ -184,10 +188,12 @@ pager::~pager() = default;
 
 namespace {
 void check_fits_hbm(const pager::impl& p, const std::string& name, std::size_t bytes) {
-  HTP_EXPECTS(bytes > 0, invalid_argument, "register_tensor('", name, "', 0 bytes): a tensor must have at least one byte");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "register_tensor('", name,
+              "', 0 bytes): a tensor must have at least one byte");
   HTP_EXPECTS(bytes <= p.hbm->max_request_bytes() || p.config.on_oom == oom_policy::allow_degraded,
               invalid_argument, "register_tensor('", name, "', ", bytes,
-              " bytes): it can never fit in HBM, whose largest extent is ", p.hbm->max_request_bytes(),
+              " bytes): it can never fit in HBM, whose largest extent is ",
+              p.hbm->max_request_bytes(),
               " bytes (pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
               "). Raise pager_config.hbm_budget_bytes, split the tensor, or set "
               "pager_config.on_oom = allow_degraded");
@@ -204,8 +210,9 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
               "pager_config.host_budget_bytes");
   HTP_EXPECTS(bytes <= p.host->max_request_bytes(), invalid_argument, "register_tensor('", name,
               "', ", bytes, " bytes): larger than the largest host extent (",
-              p.host->max_request_bytes(), " bytes; pager_config.host_budget_bytes = ",
-              p.config.host_budget_bytes, "). Raise pager_config.host_budget_bytes or lend the "
+              p.host->max_request_bytes(),
+              " bytes; pager_config.host_budget_bytes = ", p.config.host_budget_bytes,
+              "). Raise pager_config.host_budget_bytes or lend the "
               "memory with add_host_region and register_tensor_at");
   extent h;
   {
@@ -229,7 +236,8 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
     std::memset(h.ptr, 0, bytes);
   }
   std::lock_guard lock(p.mutex);
-  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind, h, /*external=*/false));
+  return p.tensors.add(
+      detail::tensor_spec::in_host(std::move(name), bytes, kind, h, /*external=*/false));
 }
 
 tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
@@ -238,14 +246,18 @@ tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, ten
   check_fits_hbm(p, name, bytes);
   std::lock_guard lock(p.mutex);
   detail::host_region* r = p.region_of(host_ptr, bytes);
-  HTP_EXPECTS(r != nullptr, invalid_argument, "register_tensor_at('", name, "', ", bytes, " bytes at ",
-              host_ptr, "): the range is not inside one region lent with add_host_region; lend "
+  HTP_EXPECTS(r != nullptr, invalid_argument, "register_tensor_at('", name, "', ", bytes,
+              " bytes at ", host_ptr,
+              "): the range is not inside one region lent with add_host_region; lend "
               "the memory first");
-  HTP_EXPECTS(!(kind == tensor_kind::mutable_state && r->kind == host_region_kind::pageable_read_only),
-              invalid_argument, "register_tensor_at('", name, "'): a mutable tensor cannot live in "
-              "a read-only region (its write-backs would land there); lend writable memory");
+  HTP_EXPECTS(
+      !(kind == tensor_kind::mutable_state && r->kind == host_region_kind::pageable_read_only),
+      invalid_argument, "register_tensor_at('", name,
+      "'): a mutable tensor cannot live in "
+      "a read-only region (its write-backs would land there); lend writable memory");
   ++r->tensors;
-  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind, extent{host_ptr, bytes}, /*external=*/true));
+  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind,
+                                                    extent{host_ptr, bytes}, /*external=*/true));
 }
 
 void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind) {
@@ -288,8 +300,9 @@ void pager::remove_host_region(void* ptr) {
     auto it = p.host_regions.find(static_cast<const char*>(ptr));
     HTP_EXPECTS(it != p.host_regions.end(), invalid_argument, "remove_host_region(", ptr,
                 "): not the start of a region lent with add_host_region");
-    HTP_EXPECTS(it->second.tensors == 0, invalid_argument, "remove_host_region(", ptr, "): ",
-                it->second.tensors, " registered tensor(s) still live in it; unregister them first");
+    HTP_EXPECTS(it->second.tensors == 0, invalid_argument, "remove_host_region(", ptr,
+                "): ", it->second.tensors,
+                " registered tensor(s) still live in it; unregister them first");
     kind = it->second.kind;
     p.host_regions.erase(it);
   }
@@ -373,10 +386,12 @@ void pager::evict(tensor_handle h) {
     p.reap();
     const std::uint32_t slot = p.slot_of(h);
     const tensor_record& t = p.tensors[slot];
-    HTP_EXPECTS(t.pins == 0, invalid_argument, "evict('", t.name, "'): it is acquired; release it first");
-    HTP_EXPECTS(!t.device_resident, invalid_argument, "evict('", t.name,
-                "'): it is device-resident (register_resident) and has no host copy to fall back on; "
-                "unregister it to free its HBM");
+    HTP_EXPECTS(t.pins == 0, invalid_argument, "evict('", t.name,
+                "'): it is acquired; release it first");
+    HTP_EXPECTS(
+        !t.device_resident, invalid_argument, "evict('", t.name,
+        "'): it is device-resident (register_resident) and has no host copy to fall back on; "
+        "unregister it to free its HBM");
     if (t.where == residency::host) return;
     detail::wait_set w;
     bool mine = false;  // the write-back this call started
@@ -414,12 +429,14 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
   auto& p = *impl_;
   HTP_EXPECTS(dst != nullptr, invalid_argument, "copy_to_host: null destination");
   HTP_EXPECTS(!p.dev.properties().timing_only, invalid_argument,
-              "copy_to_host: the device is timing-only (sim_config::timing_only) and holds no tensor bytes; "
+              "copy_to_host: the device is timing-only (sim_config::timing_only) and holds no "
+              "tensor bytes; "
               "use a sim device that stores bytes to read them back");
   std::unique_lock lock(p.mutex);
   const std::uint32_t slot = p.quiesce(lock, h, [](const tensor_record& r) {
     HTP_EXPECTS(!(r.kind == tensor_kind::mutable_state && r.pins > 0), invalid_argument,
-                "copy_to_host('", r.name, "'): the mutable tensor is acquired and may be being "
+                "copy_to_host('", r.name,
+                "'): the mutable tensor is acquired and may be being "
                 "written; release it first");
   });
   const tensor_record& t = p.tensors[slot];
@@ -453,7 +470,8 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
   } else {
     std::memcpy(dst, t.host.ptr, t.bytes);
   }
-  if (!failure.empty()) impl::throw_copy_failed(detail::concat("copy_to_host('", name, "')"), failure);
+  if (!failure.empty())
+    impl::throw_copy_failed(detail::concat("copy_to_host('", name, "')"), failure);
 }
 
 void pager::synchronize() {
@@ -474,8 +492,9 @@ tensor_info pager::info(tensor_handle h) const {
   std::lock_guard lock(p.mutex);
   p.reap();
   const tensor_record& t = p.tensors.get(h);
-  return {t.name, t.bytes, t.kind, t.where, t.pins, t.dirty, t.degraded,
-          t.pending != pending_kind::none, t.device_resident};
+  return {t.name,           t.bytes, t.kind,     t.where,
+          t.pins,           t.dirty, t.degraded, t.pending != pending_kind::none,
+          t.device_resident};
 }
 
 void pager::reset_metrics() {
@@ -491,7 +510,8 @@ pager_metrics pager::metrics() const {
   p.reap();
   p.sample_occupancy();
   pager_metrics m = p.snapshot();
-  const std::vector<detail::fault_wait_sample> samples = p.stats.fault_waits();  // copied; sorted unlocked
+  const std::vector<detail::fault_wait_sample> samples =
+      p.stats.fault_waits();  // copied; sorted unlocked
   const std::uint64_t dropped = p.stats.fault_waits_dropped();
   const double peak = static_cast<double>(p.engine->link_peak(copy_direction::host_to_device));
   lock.unlock();

@@ -76,9 +76,10 @@ struct pager::impl {
   detail::tensor_table tensors;  // the state machine: every tensor's residency, pins, releases
   std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
   // Loads of tensors evicted before the load finished (detach_load), by ticket: their completions
-  // feed the metrics and the trace, or count as failed loads; synchronize and quiesce wait for them.
+  // feed the metrics and the trace, or count as failed loads; synchronize and quiesce wait for
+  // them.
   struct detached_load {
-    bool fault_load;  // counts in the fault latency
+    bool fault_load;                                  // counts in the fault latency
     std::chrono::steady_clock::time_point wait_from;  // an acquire's fault wait, or {}
     std::chrono::steady_clock::time_point started;
     std::size_t bytes;
@@ -95,11 +96,12 @@ struct pager::impl {
   std::uint64_t list_epoch = 0;  // marks handles seen in one list call (tensor_notes::list_mark)
   detail::fence_set fences;      // freed HBM still read by queued kernels
   std::map<const char*, detail::host_region> host_regions;  // caller memory, by start address
-  std::uint64_t hbm_frees = 0;                 // HBM extents freed so far
-  std::uint64_t hbm_frees_at_compaction = 0;   // ... when auto-compaction last ran
+  std::uint64_t hbm_frees = 0;                              // HBM extents freed so far
+  std::uint64_t hbm_frees_at_compaction = 0;                // ... when auto-compaction last ran
   std::size_t moves_in_flight = 0;
-  std::size_t hbm_bytes_held = 0;  // bytes of HBM extents the pager holds, move destinations included
-  stream private_stream;           // for copy_to_host of a dirty resident tensor
+  std::size_t hbm_bytes_held =
+      0;                  // bytes of HBM extents the pager holds, move destinations included
+  stream private_stream;  // for copy_to_host of a dirty resident tensor
 
   // ---- handles (pager.cpp) ----
   /// The slot of a live handle of this pager. @throws htp::invalid_argument otherwise.

@@ -15,7 +15,9 @@ tier_occupancy occupancy_of(const slab_allocator& a, double peak, double mean) {
   tier_occupancy o;
   o.capacity_bytes = a.capacity_bytes();
   o.used_bytes = s.bytes_in_use;
-  o.occupancy_pct = o.capacity_bytes ? 100.0 * static_cast<double>(o.used_bytes) / static_cast<double>(o.capacity_bytes) : 0;
+  o.occupancy_pct = o.capacity_bytes ? 100.0 * static_cast<double>(o.used_bytes) /
+                                           static_cast<double>(o.capacity_bytes)
+                                     : 0;
   o.peak_pct = std::max(peak, o.occupancy_pct);
   o.mean_pct = mean;
   o.fragmentation_pct = 100.0 * s.fragmentation.combined;
@@ -40,7 +42,8 @@ pager_metrics pager::impl::snapshot() const {
   return m;
 }
 
-std::string pager::impl::oom_message(std::size_t bytes, const std::string& name, const char* what) const {
+std::string pager::impl::oom_message(std::size_t bytes, const std::string& name,
+                                     const char* what) const {
   std::size_t pinned = 0, in_flight_bytes = 0;
   std::size_t pinned_count = 0;
   for (std::uint32_t s = 0; s < tensors.size(); ++s) {  // a rare error path: a scan is fine
@@ -58,9 +61,10 @@ std::string pager::impl::oom_message(std::size_t bytes, const std::string& name,
   return detail::concat(
       "htp out of memory: cannot ", what, " '", name, "' (", bytes, " bytes). HBM budget ", cap,
       " bytes; held ", hbm_bytes_held, ", free ", cap - std::min(cap, hbm_bytes_held),
-      "; pinned by ", pinned_count, " acquired tensor(s): ", pinned, " bytes; device-resident: ",
-      stats.counters().device_resident_tensors, " tensor(s), ", stats.counters().device_resident_bytes, " bytes; in flight: ",
-      in_flight_bytes, " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
+      "; pinned by ", pinned_count, " acquired tensor(s): ", pinned,
+      " bytes; device-resident: ", stats.counters().device_resident_tensors, " tensor(s), ",
+      stats.counters().device_resident_bytes, " bytes; in flight: ", in_flight_bytes,
+      " bytes; fragmentation ", 100.0 * f.combined, "%; largest free extent ",
       f.largest_free_extent_bytes,
       " bytes. The ladder evicted what it could (clean, dirty, in-flight, compaction). Release "
       "tensors sooner, acquire fewer at once, raise hbm_budget_bytes, or set on_oom = "

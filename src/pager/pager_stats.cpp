@@ -58,30 +58,37 @@ void pager_stats::evicted(const tensor_record& t, bool in_flight) {
   if (t.notes.prefetched_unused) ++counters_.wasted_prefetches;
 }
 
-void pager_stats::copy_finished(const tensor_record& t, std::optional<std::chrono::nanoseconds> latency) {
+void pager_stats::copy_finished(const tensor_record& t,
+                                std::optional<std::chrono::nanoseconds> latency) {
   if (!latency) return;
   const bool load = t.pending == pending_kind::load;
-  if (load && t.notes.fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency->count()));
+  if (load && t.notes.fault_load)
+    fault_latency_.record(static_cast<std::uint64_t>(latency->count()));
   if (!trace_) return;
   const auto end = t.notes.ticket_start + std::chrono::duration_cast<clock::duration>(*latency);
   // Category: why the copy ran. A prefetch requeued at fault priority stays a prefetch
   // ("late prefetch"), so "fault" spans count exactly the faults in the metrics.
-  const char* why = load && t.notes.fault_load                                         ? "fault"
-                    : load && t.notes.ticket_priority == transfer_priority::fault ? "late prefetch"
-                                                                                     : to_string(t.notes.ticket_priority);
-  trace_->add(load ? trace_track::prefetch : trace_track::reduction, t.name, why, t.notes.ticket_start, end);
+  const char* why = load && t.notes.fault_load ? "fault"
+                    : load && t.notes.ticket_priority == transfer_priority::fault
+                        ? "late prefetch"
+                        : to_string(t.notes.ticket_priority);
+  trace_->add(load ? trace_track::prefetch : trace_track::reduction, t.name, why,
+              t.notes.ticket_start, end);
 }
 
 void pager_stats::detached_load_finished(bool ok, bool fault_load, clock::time_point wait_from,
-                                         clock::time_point started, std::chrono::nanoseconds latency,
-                                         std::size_t bytes, const std::string& traced_name) {
+                                         clock::time_point started,
+                                         std::chrono::nanoseconds latency, std::size_t bytes,
+                                         const std::string& traced_name) {
   if (!ok) {
     ++counters_.failed_loads;
     return;
   }
   if (fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency.count()));
   const auto at = started + std::chrono::duration_cast<clock::duration>(latency);
-  if (trace_) trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started, at);
+  if (trace_)
+    trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started,
+                at);
   fault_wait(wait_from, at, bytes);
 }
 
@@ -105,8 +112,14 @@ void pager_stats::outcome(acquire_outcome o, int sign) {
   auto& c = counters_;
   switch (o) {
     case acquire_outcome::hit: add(c.hits); break;
-    case acquire_outcome::prefetch_hit: add(c.hits); add(c.prefetch_hits); break;
-    case acquire_outcome::late_prefetch: add(c.hits); add(c.late_prefetches); break;
+    case acquire_outcome::prefetch_hit:
+      add(c.hits);
+      add(c.prefetch_hits);
+      break;
+    case acquire_outcome::late_prefetch:
+      add(c.hits);
+      add(c.late_prefetches);
+      break;
     case acquire_outcome::fault: add(c.faults); break;
     case acquire_outcome::degraded: add(c.degraded_acquires); break;
     case acquire_outcome::degraded_oom:
@@ -121,11 +134,14 @@ void pager_stats::blocked_since(clock::time_point from) {
 }
 
 void pager_stats::released(const tensor_record& t) {
-  if (trace_) trace_->add(trace_track::host_acquired, t.name, "acquired", t.notes.acquired_at, clock::now());
+  if (trace_)
+    trace_->add(trace_track::host_acquired, t.name, "acquired", t.notes.acquired_at, clock::now());
 }
 
-void pager_stats::compute_span(const std::string& name, clock::time_point begin, clock::time_point end) {
-  if (trace_) trace_->add(trace_track::compute, name, "compute", begin, end);  // trace_log locks itself
+void pager_stats::compute_span(const std::string& name, clock::time_point begin,
+                               clock::time_point end) {
+  if (trace_)
+    trace_->add(trace_track::compute, name, "compute", begin, end);  // trace_log locks itself
 }
 
 void pager_stats::sample_occupancy(std::size_t held, std::size_t capacity) {
@@ -180,7 +196,8 @@ fault_wait_summary pager_stats::summarize(const std::vector<fault_wait_sample>& 
     ms.push_back(x);
     total_ms += x;
     s.bytes += w.bytes;
-    if (peak > 0 && w.bytes > 0) floor_multiple.push_back(x / (static_cast<double>(w.bytes) / peak * 1e3));
+    if (peak > 0 && w.bytes > 0)
+      floor_multiple.push_back(x / (static_cast<double>(w.bytes) / peak * 1e3));
   }
   // Exact order statistics: the smallest sample with at least q of the samples at or below it.
   const auto quantile = [](std::vector<double>& v, double q) {
@@ -202,7 +219,8 @@ fault_wait_summary pager_stats::summarize(const std::vector<fault_wait_sample>& 
     }
   }
   s.ms_per_64mib_page =
-      s.bytes ? total_ms * static_cast<double>(std::size_t{64} << 20) / static_cast<double>(s.bytes) : 0;
+      s.bytes ? total_ms * static_cast<double>(std::size_t{64} << 20) / static_cast<double>(s.bytes)
+              : 0;
   s.floor_multiple_p50 = quantile(floor_multiple, 0.5);
   s.floor_multiple_p99 = quantile(floor_multiple, 0.99);
   return s;
@@ -220,7 +238,8 @@ pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& ear
 #define HTP_DELTA_RUNG(field, help) d.oom.field = minus(later.oom.field, earlier.oom.field);
   HTP_OOM_LADDER_RUNGS(HTP_DELTA_RUNG)
 #undef HTP_DELTA_RUNG
-  d.elapsed_ms = later.elapsed_ms >= earlier.elapsed_ms ? later.elapsed_ms - earlier.elapsed_ms : later.elapsed_ms;
+  d.elapsed_ms = later.elapsed_ms >= earlier.elapsed_ms ? later.elapsed_ms - earlier.elapsed_ms
+                                                        : later.elapsed_ms;
   d.fault_rate_per_ms = d.elapsed_ms > 0 ? static_cast<double>(d.faults) / d.elapsed_ms : 0;
   return d;
 }
@@ -228,18 +247,24 @@ pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& ear
 std::string to_json(const pager_metrics& m) {
   using nlohmann::json;
   const auto lat = [](const latency_summary& s) {
-    return json{{"count", s.count}, {"p50_ns", s.p50_ns}, {"p95_ns", s.p95_ns},
+    return json{{"count", s.count},   {"p50_ns", s.p50_ns}, {"p95_ns", s.p95_ns},
                 {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns}, {"mean_ns", s.mean_ns}};
   };
   const auto occ = [](const tier_occupancy& o) {
-    return json{{"capacity_bytes", o.capacity_bytes}, {"used_bytes", o.used_bytes},
-                {"occupancy_pct", o.occupancy_pct}, {"peak_pct", o.peak_pct},
-                {"mean_pct", o.mean_pct}, {"fragmentation_pct", o.fragmentation_pct},
+    return json{{"capacity_bytes", o.capacity_bytes},
+                {"used_bytes", o.used_bytes},
+                {"occupancy_pct", o.occupancy_pct},
+                {"peak_pct", o.peak_pct},
+                {"mean_pct", o.mean_pct},
+                {"fragmentation_pct", o.fragmentation_pct},
                 {"largest_free_extent_bytes", o.largest_free_extent_bytes}};
   };
   const auto dir = [](const transfer_direction_metrics& d) {
-    return json{{"bytes", d.bytes}, {"chunks", d.chunks}, {"busy_ns", d.busy_ns},
-                {"achieved_gbps", d.achieved_gbps}, {"utilization", d.utilization},
+    return json{{"bytes", d.bytes},
+                {"chunks", d.chunks},
+                {"busy_ns", d.busy_ns},
+                {"achieved_gbps", d.achieved_gbps},
+                {"utilization", d.utilization},
                 {"token_wait_ns", d.token_wait_ns},
                 {"rate_cap_bytes_per_second", d.rate_cap_bytes_per_second},
                 {"link_peak_bytes_per_second", d.link_peak_bytes_per_second}};
@@ -249,7 +274,7 @@ std::string to_json(const pager_metrics& m) {
     const auto& c = m.transfers.classes[i];
     classes[to_string(static_cast<transfer_priority>(i))] = {
         {"queue_depth", c.queue_depth}, {"submitted", c.submitted}, {"completed", c.completed},
-        {"cancelled", c.cancelled}, {"failed", c.failed}, {"latency", lat(c.latency)}};
+        {"cancelled", c.cancelled},     {"failed", c.failed},       {"latency", lat(c.latency)}};
   }
   const auto& w = m.fault_wait;
   json j{
@@ -262,13 +287,23 @@ std::string to_json(const pager_metrics& m) {
       {"fault_rate_per_ms", m.fault_rate_per_ms},
       {"fault_latency", lat(m.fault_latency)},
       {"fault_wait",
-       {{"count", w.count}, {"dropped", w.dropped}, {"bytes", w.bytes}, {"p50_ms", w.p50_ms},
-        {"p90_ms", w.p90_ms}, {"p99_ms", w.p99_ms}, {"max_ms", w.max_ms}, {"mean_ms", w.mean_ms},
-        {"ms_per_64mib_page", w.ms_per_64mib_page}, {"floor_multiple_p50", w.floor_multiple_p50},
+       {{"count", w.count},
+        {"dropped", w.dropped},
+        {"bytes", w.bytes},
+        {"p50_ms", w.p50_ms},
+        {"p90_ms", w.p90_ms},
+        {"p99_ms", w.p99_ms},
+        {"max_ms", w.max_ms},
+        {"mean_ms", w.mean_ms},
+        {"ms_per_64mib_page", w.ms_per_64mib_page},
+        {"floor_multiple_p50", w.floor_multiple_p50},
         {"floor_multiple_p99", w.floor_multiple_p99}}},
       {"transfers",
-       {{"h2d", dir(m.transfers.h2d)}, {"d2h", dir(m.transfers.d2h)}, {"d2d", dir(m.transfers.d2d)},
-        {"classes", classes}, {"elapsed_ns", m.transfers.elapsed_ns}}},
+       {{"h2d", dir(m.transfers.h2d)},
+        {"d2h", dir(m.transfers.d2h)},
+        {"d2d", dir(m.transfers.d2d)},
+        {"classes", classes},
+        {"elapsed_ns", m.transfers.elapsed_ns}}},
   };
 #define HTP_JSON_COUNTER(field, kind, help) j[#field] = m.field;
   HTP_PAGER_COUNTERS(HTP_JSON_COUNTER)

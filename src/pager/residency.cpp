@@ -60,7 +60,8 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
     return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
   }
   // Never used again: first, least recent first.
-  if (const std::uint32_t s = victims.find_never(g, pick); s != detail::victim_index::none) return s;
+  if (const std::uint32_t s = victims.find_never(g, pick); s != detail::victim_index::none)
+    return s;
   const auto& next = victims.next(g);
   for (auto it = next.rbegin(); it != next.rend(); ++it) {  // farthest next use
     if (!skipped_slot(it->second)) return it->second;
@@ -73,7 +74,8 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
   // flight (evict_loading orders the reuse on the device).
   const auto& victims = tensors.victims();
   const auto is_clean_evictable = [&](std::uint32_t s) {
-    return victims.key_of(s).group == victim_group::clean && (tensors.can_evict(s) || tensors.can_evict_loading(s));
+    return victims.key_of(s).group == victim_group::clean &&
+           (tensors.can_evict(s) || tensors.can_evict_loading(s));
   };
   if (!belady()) {
     // LRU: the least recently used clean tensor outside the lookahead window.
@@ -99,7 +101,8 @@ std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot
         best_rank = r;
       }
     }
-    if (!best || !is_clean_evictable(*best) || best_rank <= eviction_rank(for_slot)) return std::nullopt;
+    if (!best || !is_clean_evictable(*best) || best_rank <= eviction_rank(for_slot))
+      return std::nullopt;
     return best;
   }
   return min_page_ins_victim(for_slot);
@@ -139,11 +142,14 @@ std::optional<std::uint32_t> pager::impl::min_page_ins_victim(std::uint32_t for_
   };
   for (victim_group g : {victim_group::clean, victim_group::pinned}) {
     const std::uint32_t oldest_never = victims.find_never(g, [](std::uint32_t) { return true; });
-    if (oldest_never != detail::victim_index::none) consider(oldest_never, detail::access_schedule::never);
+    if (oldest_never != detail::victim_index::none)
+      consider(oldest_never, detail::access_schedule::never);
     const auto& next = victims.next(g);
-    if (!next.empty() && next.rbegin()->first > T) consider(next.rbegin()->second, next.rbegin()->first);
+    if (!next.empty() && next.rbegin()->first > T)
+      consider(next.rbegin()->second, next.rbegin()->first);
     // Tensors used before T: at T their next use is a later one. There are at most as many as
-    // schedule positions before T (the lookahead), so this loop is short; it is capped all the same.
+    // schedule positions before T (the lookahead), so this loop is short; it is capped all the
+    // same.
     int looked = 0;
     for (auto it = next.begin(); it != next.end() && it->first < T; ++it) {
       if (++looked > 64) return std::nullopt;  // a hint far ahead: do not guess
@@ -164,7 +170,9 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
   // Larger than any HBM extent (registered under allow_degraded): no eviction can help, and the
   // allocator would reject the request as invalid. The caller serves it degraded (or throws).
   if (bytes > hbm->max_request_bytes()) return std::nullopt;
-  const auto free_bytes = [&] { return hbm->capacity_bytes() - std::min(hbm->capacity_bytes(), hbm_bytes_held); };
+  const auto free_bytes = [&] {
+    return hbm->capacity_bytes() - std::min(hbm->capacity_bytes(), hbm_bytes_held);
+  };
   for (;;) {
     try {
       extent e = hbm->allocate(bytes);
@@ -192,7 +200,8 @@ std::optional<extent> pager::impl::make_room(std::size_t bytes, bool demand, std
       // early because it is the cause.)
       if (moves_in_flight == 0 && compact_for(bytes, waits)) return std::nullopt;
       // A compaction (a background one) is moving tensors now: its result may be the extent this
-      // request needs; wait for it rather than evict what the layout change would have made room for.
+      // request needs; wait for it rather than evict what the layout change would have made room
+      // for.
       if (moves_in_flight > 0) {
         add_move_waits(waits);
         waits.only_moves = waits.events.empty();
@@ -258,7 +267,8 @@ bool pager::impl::compact_for(std::size_t bytes, detail::wait_set& waits) {
 }
 
 void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority priority) {
-  const detail::nvtx_range range(priority == transfer_priority::fault ? "htp fault" : "htp prefetch");
+  const detail::nvtx_range range(priority == transfer_priority::fault ? "htp fault"
+                                                                      : "htp prefetch");
   // The copy waits for whatever may still read the destination (its fences) and for kernels that
   // may still write the source: a tensor last acquired in degraded mode was written in host memory.
   tensors.settle(slot);
@@ -267,15 +277,17 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   for (const auto& r : t.release_events) after.push_back(r.event);
   transfer_ticket ticket;
   try {
-    ticket = t.file ? engine->submit_from_file(where.ptr, t.file, t.file_offset, t.bytes, priority, std::move(after))
-                    : engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device, priority,
-                                     std::move(after));
+    ticket = t.file ? engine->submit_from_file(where.ptr, t.file, t.file_offset, t.bytes, priority,
+                                               std::move(after))
+                    : engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
+                                     priority, std::move(after));
   } catch (...) {
     free_hbm(where);
     throw;
   }
   add_fence_user(where, ticket);
-  fence_release_events(slot, where.ptr, ticket);  // kept until the load has finished: the engine refers to them
+  fence_release_events(slot, where.ptr,
+                       ticket);  // kept until the load has finished: the engine refers to them
   tensors.begin_load(slot, where, ticket);
   auto& notes = tensors.notes(slot);
   notes.ticket_priority = priority;
@@ -295,8 +307,9 @@ void pager::impl::evict_now(std::uint32_t slot) {
   // Those events join a fence over the extent until the write-back has finished.
   std::vector<event_ref> after;
   for (const auto& r : t.release_events) after.push_back(r.event);
-  const transfer_ticket ticket = engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
-                                                transfer_priority::writeback, std::move(after));
+  const transfer_ticket ticket =
+      engine->submit(t.host.ptr, t.hbm->ptr, t.bytes, copy_direction::device_to_host,
+                     transfer_priority::writeback, std::move(after));
   fence_release_events(slot, t.hbm->ptr, ticket);
   tensors.begin_write_back(slot, ticket);
   auto& notes = tensors.notes(slot);
@@ -306,9 +319,10 @@ void pager::impl::evict_now(std::uint32_t slot) {
 
 void pager::impl::evict_loading(std::uint32_t slot) {
   const tensor_record& t = tensors[slot];
-  detached_loads.emplace(t.ticket.id, detached_load{t.notes.fault_load, t.notes.wait_from, t.notes.ticket_start,
-                                                    t.bytes, slot, t.generation,
-                                                    stats.tracing() ? t.name : std::string()});
+  detached_loads.emplace(
+      t.ticket.id,
+      detached_load{t.notes.fault_load, t.notes.wait_from, t.notes.ticket_start, t.bytes, slot,
+                    t.generation, stats.tracing() ? t.name : std::string()});
   // Each release event follows the compute stream's wait for the load: a copy into this memory
   // that waits for them (the fence) starts after the load's last byte. That copy's wait never sits
   // on the prefetch stream ahead of the load's own chunks: the engine issues a request whose
@@ -363,7 +377,8 @@ std::uint32_t pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_ha
     if (t.pending != pending_kind::none) w.tickets.push_back(t.ticket);
     if (t.detached_load_count > 0) {  // rare: loads of it detached by evict_loading still run
       for (const auto& [id, d] : detached_loads) {
-        if (d.slot == slot && d.generation == t.generation) w.tickets.push_back(transfer_ticket{id});
+        if (d.slot == slot && d.generation == t.generation)
+          w.tickets.push_back(transfer_ticket{id});
       }
     }
     if (!tensors.settle(slot)) {
@@ -454,7 +469,8 @@ std::vector<event_ref> pager::impl::fence_events(const extent& e) const {
 void pager::impl::fence_release_events(std::uint32_t slot, const void* at, transfer_ticket user) {
   if (tensors[slot].release_events.empty()) return;
   const auto* b = static_cast<const char*>(at);
-  fences.add(b, b + hbm->rounded_size(tensors[slot].bytes), tensors.take_release_events(slot), {user});
+  fences.add(b, b + hbm->rounded_size(tensors[slot].bytes), tensors.take_release_events(slot),
+             {user});
 }
 
 void pager::impl::add_fence_user(const extent& e, transfer_ticket user) {
@@ -467,7 +483,8 @@ void pager::impl::drop_fences() {
       [&](const detail::fence& f) {
         return std::all_of(f.users.begin(), f.users.end(),
                            [&](transfer_ticket t) { return engine->is_complete(t); }) &&
-               std::all_of(f.events.begin(), f.events.end(), [&](event_ref e) { return dev.query(e); });
+               std::all_of(f.events.begin(), f.events.end(),
+                           [&](event_ref e) { return dev.query(e); });
       },
       [&](event_ref e) { events.release(e); });
 }

@@ -10,8 +10,8 @@
 
 namespace htp {
 
-
-extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t slot, std::size_t bytes) {
+extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t slot,
+                             std::size_t bytes) {
   bool compacted = false;
   for (;;) {
     reap();
@@ -20,7 +20,8 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
     compacted = compacted || waits.compacted;
     if (waits.empty()) {
       stats.rung(&oom_ladder_counts::thrown);
-      throw detail::ladder_exhausted(oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
+      throw detail::ladder_exhausted(
+          oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
     }
     const std::string failed = wait_for(lock, waits);
     if (!failed.empty() && !waits.only_moves) {
@@ -33,14 +34,17 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
 tensor_handle pager::register_resident(std::string name, std::size_t bytes, tensor_kind kind,
                                        const void* source) {
   auto& p = *impl_;
-  HTP_EXPECTS(bytes > 0, invalid_argument, "register_resident('", name, "', 0 bytes): a tensor must have at least one byte");
-  HTP_EXPECTS(bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_resident('", name, "', ", bytes,
-              " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
-              " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
-              "). A device-resident tensor must fit in HBM whole; split it or register it pageable");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "register_resident('", name,
+              "', 0 bytes): a tensor must have at least one byte");
+  HTP_EXPECTS(
+      bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_resident('", name, "', ",
+      bytes, " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
+      " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
+      "). A device-resident tensor must fit in HBM whole; split it or register it pageable");
   std::unique_lock lock(p.mutex);
   // Outside the victim index from the start: nothing evicts or moves it.
-  const tensor_handle h = p.tensors.add(detail::tensor_spec::resident(std::move(name), bytes, kind));
+  const tensor_handle h =
+      p.tensors.add(detail::tensor_spec::resident(std::move(name), bytes, kind));
   extent where;
   try {
     where = p.room_for(lock, h.index, bytes);
@@ -63,7 +67,8 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
       const std::size_t n = std::min(step, bytes - off);
       const void* from = source != nullptr ? static_cast<const unsigned char*>(source) + off
                                            : static_cast<const void*>(zeros.data());
-      p.dev.copy_async(static_cast<char*>(where.ptr) + off, from, n, copy_direction::host_to_device, p.private_stream);
+      p.dev.copy_async(static_cast<char*>(where.ptr) + off, from, n, copy_direction::host_to_device,
+                       p.private_stream);
     }
     p.private_stream.synchronize();
   } catch (const std::exception& e) {

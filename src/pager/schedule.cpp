@@ -22,7 +22,8 @@ void access_schedule::set(std::vector<std::uint32_t> sequence, bool cyclic) {
 }
 
 bool access_schedule::contains(std::uint32_t slot) const noexcept {
-  return std::size_t{slot} + 1 < offsets_.size() && offsets_[slot] != offsets_[std::size_t{slot} + 1];
+  return std::size_t{slot} + 1 < offsets_.size() &&
+         offsets_[slot] != offsets_[std::size_t{slot} + 1];
 }
 
 std::uint64_t access_schedule::first_use_from(std::uint32_t slot, std::uint64_t t) const {

@@ -24,23 +24,22 @@ std::uint32_t next_owner_tag() {
 
 tensor_table::tensor_table(device& dev, event_pool& events, const access_schedule& schedule,
                            pager_stats& stats, bool checked)
-    : dev_(dev),
-      events_(events),
-      schedule_(schedule),
-      stats_(stats),
-      checked_(checked),
+    : dev_(dev), events_(events), schedule_(schedule), stats_(stats), checked_(checked),
       owner_(next_owner_tag()) {}
 
 // ---- lookup ------------------------------------------------------------------------------------
 
 const tensor_record& tensor_table::get(tensor_handle h) const {
-  HTP_EXPECTS(h.generation != 0, invalid_argument, "null tensor_handle; use one returned by register_tensor");
-  HTP_EXPECTS(h.owner == owner_, invalid_argument, "tensor_handle {index ", h.index, ", generation ",
-              h.generation, "} belongs to another pager (or was made by hand); use the handle this "
+  HTP_EXPECTS(h.generation != 0, invalid_argument,
+              "null tensor_handle; use one returned by register_tensor");
+  HTP_EXPECTS(h.owner == owner_, invalid_argument, "tensor_handle {index ", h.index,
+              ", generation ", h.generation,
+              "} belongs to another pager (or was made by hand); use the handle this "
               "pager returned when the tensor was registered with it");
-  HTP_EXPECTS(h.index < slots_.size() && slots_[h.index].live && slots_[h.index].generation == h.generation,
-              invalid_argument, "stale or unknown tensor_handle {index ", h.index, ", generation ",
-              h.generation, "}: the tensor was unregistered (or never registered with this pager)");
+  HTP_EXPECTS(
+      h.index < slots_.size() && slots_[h.index].live && slots_[h.index].generation == h.generation,
+      invalid_argument, "stale or unknown tensor_handle {index ", h.index, ", generation ",
+      h.generation, "}: the tensor was unregistered (or never registered with this pager)");
   return slots_[h.index];
 }
 
@@ -142,7 +141,8 @@ freed_hbm tensor_table::to_host(std::uint32_t slot) {
 
 void tensor_table::begin_load(std::uint32_t slot, extent where, transfer_ticket ticket) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(t.where == residency::host && !t.device_resident && t.pins == 0, "loading '", t.name, "'");
+  HTP_ASSERT(t.where == residency::host && !t.device_resident && t.pins == 0, "loading '", t.name,
+             "'");
   t.hbm = where;
   t.where = residency::loading;
   set_pending(slot, pending_kind::load, ticket);
@@ -194,14 +194,16 @@ freed_hbm tensor_table::detach_load(std::uint32_t slot) {
 }
 
 void tensor_table::detached_load_done(std::uint32_t slot, std::uint32_t generation) {
-  if (slot < slots_.size() && at(slot).generation == generation && at(slot).detached_load_count > 0) {
+  if (slot < slots_.size() && at(slot).generation == generation &&
+      at(slot).detached_load_count > 0) {
     --at(slot).detached_load_count;
   }
 }
 
 void tensor_table::begin_write_back(std::uint32_t slot, transfer_ticket ticket) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(can_evict(slot) && t.dirty && t.kind == tensor_kind::mutable_state, "writing back '", t.name, "'");
+  HTP_ASSERT(can_evict(slot) && t.dirty && t.kind == tensor_kind::mutable_state, "writing back '",
+             t.name, "'");
   stats_.write_back_started(t);
   t.notes.prefetched_unused = false;
   set_pending(slot, pending_kind::write_back, ticket);
@@ -264,8 +266,8 @@ slab_move tensor_table::finish_move(std::uint32_t slot, bool ok) {
 
 freed_hbm tensor_table::drop_to_host(std::uint32_t slot) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(can_evict(slot) && !(t.dirty && t.kind == tensor_kind::mutable_state), "evicting '", t.name,
-             "' without a write-back");
+  HTP_ASSERT(can_evict(slot) && !(t.dirty && t.kind == tensor_kind::mutable_state), "evicting '",
+             t.name, "' without a write-back");
   stats_.evicted(t, /*in_flight=*/false);
   freed_hbm f = to_host(slot);
   done(slot);
@@ -284,8 +286,8 @@ void tensor_table::pin(std::uint32_t slot) {
 
 void tensor_table::pin_degraded(std::uint32_t slot) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file, "pinning '", t.name,
-             "' in mapped host memory");
+  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file, "pinning '",
+             t.name, "' in mapped host memory");
   t.degraded = true;
   ++t.pins;
   done(slot);
@@ -334,7 +336,7 @@ std::optional<freed_hbm> tensor_table::release(std::uint32_t slot, release_point
       freed = to_host(slot);
     }
   } else if (t.degraded) {
-    if (t.pins == 0) t.degraded = false;  // writes went straight to the authoritative host copy
+    if (t.pins == 0) t.degraded = false;     // writes went straight to the authoritative host copy
   } else if (dirty && !t.device_resident) {  // no host copy to write back: nothing to mark
     t.dirty = true;
   }
@@ -414,13 +416,15 @@ void tensor_table::reindex_all() {
 
 bool tensor_table::can_evict(std::uint32_t slot) const {
   const tensor_record& t = slots_[slot];
-  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::none && t.where == residency::resident;
+  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::none &&
+         t.where == residency::resident;
 }
 
 bool tensor_table::can_evict_loading(std::uint32_t slot) const {
   const tensor_record& t = slots_[slot];
-  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load && t.where == residency::loading &&
-         !t.dirty && !t.notes.prefetched_unused && !t.release_events.empty();
+  return t.live && t.hbm && t.pins == 0 && t.pending == pending_kind::load &&
+         t.where == residency::loading && !t.dirty && !t.notes.prefetched_unused &&
+         !t.release_events.empty();
 }
 
 void tensor_table::done(std::uint32_t slot) {
@@ -431,30 +435,34 @@ void tensor_table::done(std::uint32_t slot) {
 void tensor_table::check(std::uint32_t slot) const {
   const tensor_record& t = slots_[slot];
   const bool in_flight = t.pending != pending_kind::none;
-  HTP_ASSERT(in_flight == static_cast<bool>(t.ticket) && in_flight == (t.in_flight_pos != not_in_flight),
-             "'", t.name, "': a pending ticket exists iff a copy is in flight");
+  HTP_ASSERT(
+      in_flight == static_cast<bool>(t.ticket) && in_flight == (t.in_flight_pos != not_in_flight),
+      "'", t.name, "': a pending ticket exists iff a copy is in flight");
   if (!t.live) {
     HTP_ASSERT(!t.hbm && !in_flight && t.pins == 0 && t.release_events.empty(), "slot ", slot,
                ": a free slot holds nothing");
     return;
   }
   HTP_ASSERT(t.hbm.has_value() == (t.where != residency::host), "'", t.name,
-             "': an HBM extent exists iff the tensor is not on the host (", to_string(t.where), ")");
-  HTP_ASSERT((t.pending == pending_kind::load) == (t.where == residency::loading && !t.load_failed), "'", t.name,
-             "': a load is in flight iff the tensor is loading");
-  HTP_ASSERT((t.pending == pending_kind::write_back) >= (t.where == residency::writing_back), "'", t.name,
-             "': writing back without a write-back in flight");
+             "': an HBM extent exists iff the tensor is not on the host (", to_string(t.where),
+             ")");
+  HTP_ASSERT((t.pending == pending_kind::load) == (t.where == residency::loading && !t.load_failed),
+             "'", t.name, "': a load is in flight iff the tensor is loading");
+  HTP_ASSERT((t.pending == pending_kind::write_back) >= (t.where == residency::writing_back), "'",
+             t.name, "': writing back without a write-back in flight");
   HTP_ASSERT((t.pending == pending_kind::move) == t.move.has_value(), "'", t.name,
              "': a move is planned iff one is in flight");
-  HTP_ASSERT(!t.move || t.where == residency::resident, "'", t.name, "': only a resident tensor moves");
+  HTP_ASSERT(!t.move || t.where == residency::resident, "'", t.name,
+             "': only a resident tensor moves");
   HTP_ASSERT(!t.load_failed || (t.where == residency::loading && t.pins > 0), "'", t.name,
              "': a failed load is kept only while acquired");
   HTP_ASSERT(!t.degraded || (t.where == residency::host && t.pins > 0), "'", t.name,
              "': degraded only while acquired from the host");
-  HTP_ASSERT(!t.dirty || (t.hbm && t.kind == tensor_kind::mutable_state && !t.device_resident), "'", t.name,
-             "': only a mutable tensor in HBM is dirty");
+  HTP_ASSERT(!t.dirty || (t.hbm && t.kind == tensor_kind::mutable_state && !t.device_resident), "'",
+             t.name, "': only a mutable tensor in HBM is dirty");
   HTP_ASSERT(!t.notes.prefetched_unused || t.hbm, "'", t.name, "': a prefetched tensor holds HBM");
-  HTP_ASSERT(!t.device_resident || t.where == residency::resident || (t.where == residency::host && t.pins == 0),
+  HTP_ASSERT(!t.device_resident || t.where == residency::resident ||
+                 (t.where == residency::host && t.pins == 0),
              "'", t.name, "': a device-resident tensor is resident once placed");
   HTP_ASSERT(t.pins >= 0, "'", t.name, "': negative pins");
 }

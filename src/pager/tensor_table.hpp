@@ -83,8 +83,9 @@ struct tensor_record {
   bool external = false;     // host is caller memory (register_tensor_at): never copied nor freed
   bool device_resident = false;  // register_resident: HBM for life, no host extent, never a victim
                                  // nor moved (outside the victim index)
-  std::uint16_t detached_load_count = 0;  // loads still reading its host copy after it was evicted
-                                          // (detach_load); unregister and copy_to_host wait for them
+  std::uint16_t detached_load_count =
+      0;  // loads still reading its host copy after it was evicted
+          // (detach_load); unregister and copy_to_host wait for them
   tensor_kind kind = tensor_kind::weight;
   residency where = residency::host;
   pending_kind pending = pending_kind::none;
@@ -92,8 +93,8 @@ struct tensor_record {
   int pins = 0;
   std::uint32_t in_flight_pos = not_in_flight;  // index in the in-flight list while pending
   std::size_t bytes = 0;
-  std::optional<extent> hbm;  // present while loading, resident, writing back
-  transfer_ticket ticket;     // the pending copy
+  std::optional<extent> hbm;                  // present while loading, resident, writing back
+  transfer_ticket ticket;                     // the pending copy
   std::vector<release_point> release_events;  // recorded at release; dropped once complete
   tensor_notes notes;
 
@@ -101,7 +102,8 @@ struct tensor_record {
   extent host;  // the pager's host tier, or caller memory; empty for file and resident tensors
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
   std::string name;
-  std::shared_ptr<const tensor_file> file;  // register_file_tensor: page-ins read it; no host extent
+  std::shared_ptr<const tensor_file>
+      file;  // register_file_tensor: page-ins read it; no host extent
   std::uint64_t file_offset = 0;
 };
 
@@ -117,7 +119,8 @@ struct tensor_spec {
   std::shared_ptr<const tensor_file> file;
   std::uint64_t file_offset = 0;
 
-  static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host, bool external) {
+  static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host,
+                             bool external) {
     tensor_spec s;
     s.name = std::move(name);
     s.bytes = bytes;
@@ -131,8 +134,8 @@ struct tensor_spec {
     s.device_resident = true;
     return s;
   }
-  static tensor_spec in_file(std::string name, std::size_t bytes, std::shared_ptr<const tensor_file> file,
-                             std::uint64_t offset) {
+  static tensor_spec in_file(std::string name, std::size_t bytes,
+                             std::shared_ptr<const tensor_file> file, std::uint64_t offset) {
     tensor_spec s = in_host(std::move(name), bytes, tensor_kind::weight, {}, false);
     s.file = std::move(file);
     s.file_offset = offset;
@@ -222,7 +225,8 @@ class tensor_table {
   /// A release on `point.stream`: the point is kept (superseding the stream's earlier one when
   /// `supersede`), the pin dropped, `dirty` marks the HBM copy newer than the host's. Returns the
   /// HBM of a failed load when this was its last pin.
-  std::optional<freed_hbm> release(std::uint32_t slot, release_point point, bool dirty, bool supersede);
+  std::optional<freed_hbm> release(std::uint32_t slot, release_point point, bool dirty,
+                                   bool supersede);
   /// Retires the release points on stream `s` (native handle) whose events completed, oldest
   /// first, in O(what completed).
   void retire_releases(void* s);
@@ -272,7 +276,7 @@ class tensor_table {
   std::vector<tensor_record> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<std::uint32_t> in_flight_;
-  std::unordered_map<std::uint64_t, std::uint32_t> ticket_slot_;  // pending ticket id -> slot
+  std::unordered_map<std::uint64_t, std::uint32_t> ticket_slot_;   // pending ticket id -> slot
   std::unordered_map<void*, std::deque<release_entry>> releases_;  // by stream, oldest first
   victim_index victims_;
 };

@@ -16,13 +16,15 @@ void victim_index::leave(queue& q, bool never) {
   // Stale entries are dropped at the head as they come; when they outnumber the live ones, all
   // at once (amortised O(1) per leave).
   if (q.q.size() > 2 * q.live + 64) {
-    q.q.erase(std::remove_if(q.q.begin(), q.q.end(), [&](const auto& e) { return !valid(e, never); }),
-              q.q.end());
+    q.q.erase(
+        std::remove_if(q.q.begin(), q.q.end(), [&](const auto& e) { return !valid(e, never); }),
+        q.q.end());
   }
 }
 
 void victim_index::update(std::uint32_t slot, const victim_key& key) {
-  if (slot >= slots_.size()) slots_.resize(std::max<std::size_t>(std::size_t{slot} + 1, slots_.size() * 2));
+  if (slot >= slots_.size())
+    slots_.resize(std::max<std::size_t>(std::size_t{slot} + 1, slots_.size() * 2));
   per_slot& s = slots_[slot];
   const victim_key old = s.key;
   if (old == key) return;

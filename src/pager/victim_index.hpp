@@ -32,7 +32,8 @@ struct victim_key {
   victim_group group = victim_group::clean;
   std::uint64_t next_use = 0;  ///< schedule time of its next use; `never` = not scheduled again
   friend bool operator==(const victim_key& a, const victim_key& b) noexcept {
-    return a.indexed == b.indexed && (!a.indexed || (a.group == b.group && a.next_use == b.next_use));
+    return a.indexed == b.indexed &&
+           (!a.indexed || (a.group == b.group && a.next_use == b.next_use));
   }
 };
 

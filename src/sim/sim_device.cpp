@@ -30,16 +30,16 @@ using allocation = detail::allocation_registry::entry;
 class sim_device final : public device {
  public:
   explicit sim_device(const sim_config& config)
-      : config_(config),
-        h2d_(config.h2d_bytes_per_second, config.copy_latency_ns),
+      : config_(config), h2d_(config.h2d_bytes_per_second, config.copy_latency_ns),
         d2h_(config.d2h_bytes_per_second, config.copy_latency_ns) {
     HTP_EXPECTS(config.device_memory_bytes > 0, invalid_argument,
                 "sim_config.device_memory_bytes is 0; give the simulated HBM a capacity");
     HTP_EXPECTS(config.copy_engines >= 1, invalid_argument, "sim_config.copy_engines is ",
                 config.copy_engines, "; it must be at least 1");
-    HTP_EXPECTS(!config.timing_only || config.timing_only_real_below >= (std::size_t{64} << 10), invalid_argument,
-                "sim_config.timing_only_real_below is ", config.timing_only_real_below,
-                "; it must be at least 65536, so htp's completion words (4 KiB blocks) stay real memory");
+    HTP_EXPECTS(
+        !config.timing_only || config.timing_only_real_below >= (std::size_t{64} << 10),
+        invalid_argument, "sim_config.timing_only_real_below is ", config.timing_only_real_below,
+        "; it must be at least 65536, so htp's completion words (4 KiB blocks) stay real memory");
     props_.kind = backend::sim;
     props_.name = "htp sim device";
     props_.ordinal = config.ordinal;
@@ -88,7 +88,8 @@ class sim_device final : public device {
     }
     void* p = nullptr;
     if (address_space_only(kind, rounded)) {
-      void* m = mmap(nullptr, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      void* m =
+          mmap(nullptr, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m != MAP_FAILED) {
         p = m;
         std::lock_guard lock(mapped_mutex_);
@@ -126,8 +127,9 @@ class sim_device final : public device {
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
     // Pinned memory is portable (as cudaHostAllocPortable makes it): this device's allocations and
     // registrations are in the process-wide set with every other sim device's.
-    HTP_EXPECTS(sim::portable_pinned::contains(pinned_host_ptr, 1), invalid_argument, "mapped_device_pointer(",
-                pinned_host_ptr, "): not inside pinned host memory allocated from (or registered with) any device");
+    HTP_EXPECTS(sim::portable_pinned::contains(pinned_host_ptr, 1), invalid_argument,
+                "mapped_device_pointer(", pinned_host_ptr,
+                "): not inside pinned host memory allocated from (or registered with) any device");
     return pinned_host_ptr;
   }
 
@@ -137,11 +139,14 @@ class sim_device final : public device {
     std::lock_guard lock(memory_mutex_);
     const auto* b = static_cast<const char*>(ptr);
     auto next = registered_.lower_bound(ptr);
-    const bool overlaps_next = next != registered_.end() && static_cast<const char*>(next->first) < b + bytes;
-    const bool overlaps_prev = next != registered_.begin() &&
-                               static_cast<const char*>(std::prev(next)->first) + std::prev(next)->second.bytes > b;
-    HTP_EXPECTS(!overlaps_next && !overlaps_prev, invalid_argument, "register_host_memory(", ptr, ", ",
-                bytes, "): the range overlaps one already registered; register each range once");
+    const bool overlaps_next =
+        next != registered_.end() && static_cast<const char*>(next->first) < b + bytes;
+    const bool overlaps_prev =
+        next != registered_.begin() &&
+        static_cast<const char*>(std::prev(next)->first) + std::prev(next)->second.bytes > b;
+    HTP_EXPECTS(!overlaps_next && !overlaps_prev, invalid_argument, "register_host_memory(", ptr,
+                ", ", bytes,
+                "): the range overlaps one already registered; register each range once");
     HTP_EXPECTS(allocations_.find_containing(ptr, 1) == nullptr, invalid_argument,
                 "register_host_memory(", ptr, "): the range is memory this device allocated");
     registered_.emplace(ptr, registration{bytes, read_only});
@@ -238,7 +243,8 @@ class sim_device final : public device {
                                                                  : nullptr;
     const bool move_bytes = !config_.timing_only;
     st.enqueue([dst, src, bytes, l, move_bytes] {
-      const auto done = l ? l->reserve(bytes, sim::current_task_ready_time()) : sim::link::clock::time_point{};
+      const auto done =
+          l ? l->reserve(bytes, sim::current_task_ready_time()) : sim::link::clock::time_point{};
       if (move_bytes) std::memcpy(dst, src, bytes);
       if (l && l->modelled()) {
         std::this_thread::sleep_until(done);  // the modelled link's pace
@@ -264,8 +270,7 @@ class sim_device final : public device {
     get(s).enqueue([ptr, bytes, result] { *result = checksum(ptr, bytes); });
   }
 
-  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
-                          stream_ref s) override {
+  void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override {
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
     if (config_.timing_only) {
@@ -288,8 +293,7 @@ class sim_device final : public device {
     get(s).enqueue([this, word, value] {
       std::unique_lock lock(values_mutex_);
       values_cv_.wait(lock, [&] {
-        return static_cast<std::int32_t>(
-                   __atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0;
+        return static_cast<std::int32_t>(__atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0;
       });
     });
   }
@@ -321,7 +325,8 @@ class sim_device final : public device {
   /// Timing-only: device memory, and pinned memory from timing_only_real_below up, is address
   /// space alone.
   bool address_space_only(memory_kind kind, std::size_t rounded) const noexcept {
-    return config_.timing_only && (kind == memory_kind::device || rounded >= config_.timing_only_real_below);
+    return config_.timing_only &&
+           (kind == memory_kind::device || rounded >= config_.timing_only_real_below);
   }
 
   void release_memory(void* p, std::size_t rounded) {
@@ -374,8 +379,10 @@ class sim_device final : public device {
     const auto* b = static_cast<const char*>(src);
     HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
                 ", ", bytes, "): source and destination overlap");
-    const bool dst_device = d == copy_direction::host_to_device || d == copy_direction::device_to_device;
-    const bool src_device = d == copy_direction::device_to_host || d == copy_direction::device_to_device;
+    const bool dst_device =
+        d == copy_direction::host_to_device || d == copy_direction::device_to_device;
+    const bool src_device =
+        d == copy_direction::device_to_host || d == copy_direction::device_to_device;
     std::lock_guard lock(memory_mutex_);
     check_side("destination", dst, bytes, dst_device, d);
     check_side("source", src, bytes, src_device, d);
@@ -390,8 +397,8 @@ class sim_device final : public device {
                   ") is not inside one device allocation of this device");
     } else {
       HTP_EXPECTS(a == nullptr || a->kind != memory_kind::device, invalid_argument, "copy_async ",
-                  to_string(d), ": the ", side, " ", p,
-                  " is device memory; use a direction whose ", side, " side is the device");
+                  to_string(d), ": the ", side, " ", p, " is device memory; use a direction whose ",
+                  side, " side is the device");
     }
   }
 
@@ -429,15 +436,17 @@ std::unique_ptr<device> make_sim_device(const sim_config& config) {
 
 std::size_t sim_blocked_enqueues(const device& d) {
   const auto* s = dynamic_cast<const sim_device*>(&d);
-  HTP_EXPECTS(s != nullptr, invalid_argument,
-              "sim_blocked_enqueues: the device is not a sim device (make it with make_sim_device)");
+  HTP_EXPECTS(
+      s != nullptr, invalid_argument,
+      "sim_blocked_enqueues: the device is not a sim device (make it with make_sim_device)");
   return s->blocked_enqueues();
 }
 
 std::size_t sim_pinned_bytes_in_use(const device& d) {
   const auto* s = dynamic_cast<const sim_device*>(&d);
-  HTP_EXPECTS(s != nullptr, invalid_argument,
-              "sim_pinned_bytes_in_use: the device is not a sim device (make it with make_sim_device)");
+  HTP_EXPECTS(
+      s != nullptr, invalid_argument,
+      "sim_pinned_bytes_in_use: the device is not a sim device (make it with make_sim_device)");
   return s->pinned_bytes_in_use();
 }
 

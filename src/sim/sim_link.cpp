@@ -12,8 +12,8 @@ link::link(std::uint64_t bytes_per_second, std::uint64_t latency_ns)
 link::clock::time_point link::reserve(std::size_t bytes, clock::time_point ready) {
   if (!modelled()) return clock::now();
   // 128-bit product: bytes * 1e9 overflows 64 bits past 18 GB.
-  const auto ns = static_cast<std::int64_t>(
-      static_cast<u128>(bytes) * 1'000'000'000u / bytes_per_second_);
+  const auto ns =
+      static_cast<std::int64_t>(static_cast<u128>(bytes) * 1'000'000'000u / bytes_per_second_);
   std::lock_guard lock(mutex_);
   // The copy engine starts a copy when both it and the link are ready, however late the worker
   // thread that models it wakes up.

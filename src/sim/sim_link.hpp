@@ -13,7 +13,8 @@ class link {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// bytes_per_second == 0 means unmodelled: reserve() returns "now" and copies run at memcpy speed.
+  /// bytes_per_second == 0 means unmodelled: reserve() returns "now" and copies run at memcpy
+  /// speed.
   link(std::uint64_t bytes_per_second, std::uint64_t latency_ns);
 
   bool modelled() const noexcept { return bytes_per_second_ != 0; }

@@ -57,7 +57,8 @@ void error_sink::rethrow() const {
   std::lock_guard lock(mutex_);
   if (!first_.empty()) {
     throw htp::logic_error("sim device: work queued on a stream failed (sticky, like a CUDA "
-                           "context error): " + first_);
+                           "context error): " +
+                           first_);
   }
 }
 

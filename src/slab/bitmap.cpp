@@ -30,8 +30,8 @@ std::size_t bitmap::count(std::size_t first, std::size_t last) const noexcept {
     const std::size_t w = i >> 6;
     const std::size_t lo = i & 63;
     const std::size_t hi = (last - (i - lo)) >= 64 ? 64 : last - (i - lo);
-    const std::uint64_t mask =
-        (hi == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1) & ~((std::uint64_t{1} << lo) - 1);
+    const std::uint64_t mask = (hi == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << hi) - 1) &
+                               ~((std::uint64_t{1} << lo) - 1);
     n += static_cast<std::size_t>(__builtin_popcountll(words_[w] & mask));
     i = (w + 1) << 6;
   }

@@ -29,7 +29,8 @@ movable_fn excluding_sources(const compaction_plan& p, const movable_fn& movable
 }
 }  // namespace
 
-void slab_allocator::state::record_move(void* from, void* to, std::size_t bytes, compaction_plan& p) {
+void slab_allocator::state::record_move(void* from, void* to, std::size_t bytes,
+                                        compaction_plan& p) {
   planned.emplace(to, from);
   ++dest_count;
   dest_bytes += bytes;
@@ -58,12 +59,14 @@ bool slab_allocator::state::bin_page_movable(std::size_t page, const movable_fn&
   char* base = page_address(page);
   for (std::size_t k = b.free_blocks.find_next(0, b.capacity, false); k != npos;
        k = b.free_blocks.find_next(k + 1, b.capacity, false)) {
-    if ((b.sizes[k] & ~size_mask) != 0 || !movable(extent{base + k * bb, b.sizes[k] & size_mask})) return false;
+    if ((b.sizes[k] & ~size_mask) != 0 || !movable(extent{base + k * bb, b.sizes[k] & size_mask}))
+      return false;
   }
   return true;
 }
 
-void slab_allocator::state::relocate_bin_page(std::size_t from, std::size_t to, compaction_plan& p) {
+void slab_allocator::state::relocate_bin_page(std::size_t from, std::size_t to,
+                                              compaction_plan& p) {
   evacuate(from);
   const std::size_t cls = bin_of(from).cls;
   make_bin_page(to, cls);
@@ -96,7 +99,8 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
       if (bin_page_movable(pg, movable)) sources.push_back(pg);
     }
     auto used_of = [&](std::size_t pg) { return bin_of(pg).used; };
-    std::stable_sort(sources.begin(), sources.end(), [&](std::size_t a, std::size_t b) { return used_of(a) < used_of(b); });
+    std::stable_sort(sources.begin(), sources.end(),
+                     [&](std::size_t a, std::size_t b) { return used_of(a) < used_of(b); });
     // Destinations: pages that cannot be evacuated first (they stay anyway), then the fullest.
     std::unordered_map<std::size_t, std::uint8_t> role;
     for (std::size_t pg : sources) role[pg] = none_role;
@@ -118,11 +122,17 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
       char* base = page_address(src);
       for (std::size_t k = sb.free_blocks.find_next(0, sb.capacity, false); k != npos;
            k = sb.free_blocks.find_next(k + 1, sb.capacity, false)) {
-        auto is_source = [&](std::size_t pg) { auto it = role.find(pg); return it != role.end() && it->second == source; };
-        while (is_source(dests[cursor]) || bin_of(dests[cursor]).used == bin_of(dests[cursor]).capacity) ++cursor;
+        auto is_source = [&](std::size_t pg) {
+          auto it = role.find(pg);
+          return it != role.end() && it->second == source;
+        };
+        while (is_source(dests[cursor]) ||
+               bin_of(dests[cursor]).used == bin_of(dests[cursor]).capacity)
+          ++cursor;
         const std::size_t d = dests[cursor];
         const std::size_t bytes = sb.sizes[k] & size_mask;
-        record_move(base + k * bb, take_block(d, first_free_block(bin_of(d)), bytes, flag_dest), bytes, p);
+        record_move(base + k * bb, take_block(d, first_free_block(bin_of(d)), bytes, flag_dest),
+                    bytes, p);
         --free_blocks_total;
         if (role.count(d) != 0) role[d] = received;
       }
@@ -134,16 +144,19 @@ void slab_allocator::state::plan_bins(const movable_fn& movable, compaction_plan
 namespace {
 /// The segments of pages [first, end), read from the page records.
 template <class State>
-std::vector<segment> segments_of(const State& s, std::size_t first, std::size_t end, const movable_fn& movable) {
+std::vector<segment> segments_of(const State& s, std::size_t first, std::size_t end,
+                                 const movable_fn& movable) {
   std::vector<segment> out;
   for (std::size_t i = first; i < end;) {
     const slab::page_record& rec = s.pages[i];
     if (rec.kind == slab::page_kind::free) {
       out.push_back({i, rec.len, segment::free});
     } else if (rec.kind == slab::page_kind::run_head) {
-      out.push_back({i, rec.len, s.run_movable(i, movable) ? segment::movable_run : segment::obstacle});
+      out.push_back(
+          {i, rec.len, s.run_movable(i, movable) ? segment::movable_run : segment::obstacle});
     } else {
-      out.push_back({i, 1, s.bin_page_movable(i, movable) ? segment::movable_bin : segment::obstacle});
+      out.push_back(
+          {i, 1, s.bin_page_movable(i, movable) ? segment::movable_bin : segment::obstacle});
     }
     i += out.back().len;
   }
@@ -227,7 +240,9 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
     const std::vector<segment> segs = segments_of(*this, r.first, r.first + r.pages, movable);
     // (pages, first page) of items above the gap
     std::set<std::pair<std::size_t, std::size_t>> above;
-    auto is_item = [](const segment& s) { return s.kind == segment::movable_run || s.kind == segment::movable_bin; };
+    auto is_item = [](const segment& s) {
+      return s.kind == segment::movable_run || s.kind == segment::movable_bin;
+    };
     for (const segment& s : segs) {
       if (is_item(s)) above.emplace(s.len, s.start);
     }
@@ -254,9 +269,11 @@ void slab_allocator::state::plan_pack(const movable_fn& movable_in, compaction_p
   }
 }
 
-bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n, compaction_plan& p) {
+bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n,
+                                        compaction_plan& p) {
   // Candidate windows of n pages holding only free pages, movable runs and movable bin pages,
-  // cheapest (fewest pages to copy) first. A window starts at a segment; prefix sums give its cost in O(log segments).
+  // cheapest (fewest pages to copy) first. A window starts at a segment; prefix sums give its cost
+  // in O(log segments).
   struct candidate {
     std::size_t cost, reservation, first_seg, end_seg;
   };
@@ -265,8 +282,10 @@ bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n
   for (std::size_t ri = 0; ri < reservations.size(); ++ri) {
     const reservation& r = reservations[ri];
     if (!r.ready || r.pages < n) continue;
-    std::vector<segment>& segs = all_segs[ri] = segments_of(*this, r.first, r.first + r.pages, movable);
-    std::vector<std::size_t> obstacles(segs.size() + 1, 0), cost(segs.size() + 1, 0), starts(segs.size());
+    std::vector<segment>& segs = all_segs[ri] =
+        segments_of(*this, r.first, r.first + r.pages, movable);
+    std::vector<std::size_t> obstacles(segs.size() + 1, 0), cost(segs.size() + 1, 0),
+        starts(segs.size());
     for (std::size_t i = 0; i < segs.size(); ++i) {
       obstacles[i + 1] = obstacles[i] + (segs[i].kind == segment::obstacle);
       cost[i + 1] = cost[i] + (segs[i].kind == segment::free ? 0 : segs[i].len);
@@ -275,12 +294,14 @@ bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n
     for (std::size_t i = 0; i < segs.size(); ++i) {
       const std::size_t wend = segs[i].start + n;
       if (wend > r.first + r.pages) break;
-      const std::size_t j = static_cast<std::size_t>(std::lower_bound(starts.begin(), starts.end(), wend) - starts.begin());
+      const std::size_t j = static_cast<std::size_t>(
+          std::lower_bound(starts.begin(), starts.end(), wend) - starts.begin());
       if (obstacles[j] - obstacles[i] == 0) candidates.push_back({cost[j] - cost[i], ri, i, j});
     }
   }
   const std::size_t keep = std::min<std::size_t>(8, candidates.size());
-  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(keep), candidates.end(),
+  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(keep),
+                    candidates.end(),
                     [](const candidate& a, const candidate& b) { return a.cost < b.cost; });
   candidates.resize(keep);
   for (const candidate& c : candidates) {
@@ -289,7 +310,8 @@ bool slab_allocator::state::plan_window(const movable_fn& movable, std::size_t n
     for (std::size_t i = c.first_seg; i < c.end_seg; ++i) {
       (segs[i].kind == segment::free ? blocked : runs).push_back(segs[i]);
     }
-    std::stable_sort(runs.begin(), runs.end(), [](const segment& a, const segment& b) { return a.len > b.len; });
+    std::stable_sort(runs.begin(), runs.end(),
+                     [](const segment& a, const segment& b) { return a.len > b.len; });
     // Take the window's free runs out of the index so no destination lands inside it.
     for (const segment& s : blocked) free_runs.remove(static_cast<std::uint32_t>(s.start));
     const std::size_t first_move = p.moves.size();
@@ -327,7 +349,8 @@ std::size_t slab_allocator::state::longest_run_after(const compaction_plan& p) c
   std::sort(runs.begin(), runs.end());
   std::size_t best = 0, cur_start = npos, cur_len = 0;
   for (const auto& [s, len] : runs) {
-    if (cur_start != npos && s == cur_start + cur_len && reservation_of(s) == reservation_of(cur_start)) {
+    if (cur_start != npos && s == cur_start + cur_len &&
+        reservation_of(s) == reservation_of(cur_start)) {
       cur_len += len;
     } else {
       cur_start = s;

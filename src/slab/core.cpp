@@ -14,11 +14,13 @@ bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 /// the tier at or under 2^21 pages (32 MiB of page records), at most a slab. Invalid configs yield
 /// a harmless placeholder; the constructor rejects them.
 bool valid_slab_bytes(const slab_allocator_config& c) {
-  return is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) && c.slab_bytes <= (std::size_t{1} << 30);
+  return is_power_of_two(c.slab_bytes) && c.slab_bytes >= (std::size_t{64} << 10) &&
+         c.slab_bytes <= (std::size_t{1} << 30);
 }
 
 bool valid_page_bytes(const slab_allocator_config& c) {
-  return c.page_bytes == 0 || (is_power_of_two(c.page_bytes) && c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes);
+  return c.page_bytes == 0 ||
+         (is_power_of_two(c.page_bytes) && c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes);
 }
 
 std::size_t automatic_page_bytes(const slab_allocator_config& c) {
@@ -31,19 +33,16 @@ std::size_t automatic_page_bytes(const slab_allocator_config& c) {
 }  // namespace
 
 slab_allocator::state::state(device& d, const slab_allocator_config& c)
-    : dev(d),
-      cfg(c),
-      kind(memory_kind_of(c.t)),
-      slab_bytes(c.slab_bytes),
+    : dev(d), cfg(c), kind(memory_kind_of(c.t)), slab_bytes(c.slab_bytes),
       page_bytes(automatic_page_bytes(c)),  // checked below; a placeholder when invalid
-      page_shift(0),
-      total_pages(0),
-      per_reservation(0),
-      classes(page_bytes) {
-  HTP_EXPECTS(valid_slab_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t), "): slab_bytes=", c.slab_bytes,
+      page_shift(0), total_pages(0), per_reservation(0), classes(page_bytes) {
+  HTP_EXPECTS(valid_slab_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t),
+              "): slab_bytes=", c.slab_bytes,
               " must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB)");
-  HTP_EXPECTS(valid_page_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t), "): page_bytes=", c.page_bytes,
-              " must be 0 (automatic) or a power of two from 4096 (4 KiB) to slab_bytes (", c.slab_bytes, ")");
+  HTP_EXPECTS(valid_page_bytes(c), invalid_argument, "slab_allocator(", to_string(c.t),
+              "): page_bytes=", c.page_bytes,
+              " must be 0 (automatic) or a power of two from 4096 (4 KiB) to slab_bytes (",
+              c.slab_bytes, ")");
   HTP_EXPECTS(c.budget_bytes >= c.slab_bytes, invalid_argument, "slab_allocator(", to_string(c.t),
               "): budget_bytes=", c.budget_bytes, " must hold at least one slab of ", c.slab_bytes,
               " bytes");
@@ -53,9 +52,9 @@ slab_allocator::state::state(device& d, const slab_allocator_config& c)
   page_shift = static_cast<unsigned>(__builtin_ctzll(page_bytes));
   // The budget in whole pages: every reservation is whole slabs but the last, which may end
   // within a slab, so no byte of the budget is lost to slab rounding.
-  HTP_EXPECTS(c.budget_bytes / page_bytes <= std::size_t{0xfffffffe}, invalid_argument, "slab_allocator(",
-              to_string(c.t), "): budget_bytes=", c.budget_bytes, " is more than 2^32 - 2 pages of page_bytes=",
-              page_bytes, "; choose larger pages");
+  HTP_EXPECTS(c.budget_bytes / page_bytes <= std::size_t{0xfffffffe}, invalid_argument,
+              "slab_allocator(", to_string(c.t), "): budget_bytes=", c.budget_bytes,
+              " is more than 2^32 - 2 pages of page_bytes=", page_bytes, "; choose larger pages");
   total_pages = c.budget_bytes / page_bytes;
   const std::size_t pages_per_slab = c.slab_bytes / page_bytes;
   std::size_t slabs_per = c.slabs_per_reservation;
@@ -80,13 +79,15 @@ char* slab_allocator::state::page_address(std::size_t page) const noexcept {
   return r.base + ((page - r.first) << page_shift);
 }
 
-std::size_t slab_allocator::state::take_free(std::size_t start, std::size_t n, bool from_top) noexcept {
+std::size_t slab_allocator::state::take_free(std::size_t start, std::size_t n,
+                                             bool from_top) noexcept {
   const std::size_t len = pages[start].len;
   free_runs.remove(static_cast<std::uint32_t>(start));
   std::size_t first = start;
   if (from_top) {
     first = start + len - n;
-    if (len > n) free_runs.insert(static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(len - n));
+    if (len > n)
+      free_runs.insert(static_cast<std::uint32_t>(start), static_cast<std::uint32_t>(len - n));
   } else if (len > n) {
     free_runs.insert(static_cast<std::uint32_t>(start + n), static_cast<std::uint32_t>(len - n));
   }
@@ -228,7 +229,8 @@ void slab_allocator::state::drop_empty_page(std::size_t page) noexcept {
   give_pages(page, 1);
 }
 
-void slab_allocator::state::free_block(std::size_t page, std::size_t block, bool keep_empty) noexcept {
+void slab_allocator::state::free_block(std::size_t page, std::size_t block,
+                                       bool keep_empty) noexcept {
   bin_page& b = bin_of(page);
   b.free_blocks.set(block);
   b.sizes[block] = 0;
@@ -273,7 +275,8 @@ void* slab_allocator::state::try_allocate(std::size_t bytes) {
   if (is_run_request(bytes)) {
     const std::size_t n = pages_for(bytes);
     std::uint32_t run = free_runs.find(static_cast<std::uint32_t>(n));
-    if (run == none && drop_cached_empties() > 0) run = free_runs.find(static_cast<std::uint32_t>(n));
+    if (run == none && drop_cached_empties() > 0)
+      run = free_runs.find(static_cast<std::uint32_t>(n));
     if (run == none) return nullptr;
     p = take_run(take_free(run, n, false), n, bytes, 0);
   } else {
@@ -313,8 +316,9 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
   HTP_EXPECTS(ptr != nullptr, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call,
               "(nullptr, ", bytes, "): the pointer is null; pass a pointer returned by allocate");
   HTP_EXPECTS(addr % device::alignment == 0, invalid_argument, "slab_allocator(", to_string(cfg.t),
-              ")::", call, "(", ptr, ", ", bytes, "): the pointer is misaligned (every allocation is ",
-              device::alignment, "-byte aligned), so it was not returned by allocate");
+              ")::", call, "(", ptr, ", ", bytes,
+              "): the pointer is misaligned (every allocation is ", device::alignment,
+              "-byte aligned), so it was not returned by allocate");
   auto it = std::upper_bound(by_address.begin(), by_address.end(), std::make_pair(addr, npos));
   const reservation* r = nullptr;
   if (it != by_address.begin()) {
@@ -323,7 +327,8 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
   }
   HTP_EXPECTS(r != nullptr, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call, "(",
               ptr, ", ", bytes, "): unknown pointer, not inside this tier's memory");
-  const std::size_t off = static_cast<std::size_t>(addr - reinterpret_cast<std::uintptr_t>(r->base));
+  const std::size_t off =
+      static_cast<std::size_t>(addr - reinterpret_cast<std::uintptr_t>(r->base));
   location loc;
   loc.page = r->first + (off >> page_shift);
   const slab::page_record& rec = pages[loc.page];
@@ -342,22 +347,24 @@ slab_allocator::state::location slab_allocator::state::resolve(void* ptr, std::s
                 "): unknown pointer, it points inside a block of ", bb,
                 " bytes rather than at its start");
     loc.block = in_page / bb;
-    HTP_EXPECTS(!b.free_blocks.test(loc.block), invalid_argument, "slab_allocator(",
-                to_string(cfg.t), ")::", call, "(", ptr, ", ", bytes,
-                "): not a live allocation (already released - a double release - or never allocated)");
+    HTP_EXPECTS(
+        !b.free_blocks.test(loc.block), invalid_argument, "slab_allocator(", to_string(cfg.t),
+        ")::", call, "(", ptr, ", ", bytes,
+        "): not a live allocation (already released - a double release - or never allocated)");
     recorded = b.sizes[loc.block] & size_mask;
     flags = b.sizes[loc.block] & ~size_mask;
   } else {
-    HTP_EXPECTS(false, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call, "(", ptr,
-                ", ", bytes,
-                "): not the start of a live allocation (never allocated, already released - a double "
-                "release - or a pointer inside an allocation rather than at its start)");
+    HTP_EXPECTS(
+        false, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call, "(", ptr, ", ",
+        bytes,
+        "): not the start of a live allocation (never allocated, already released - a double "
+        "release - or a pointer inside an allocation rather than at its start)");
   }
   HTP_EXPECTS((flags & flag_pending) == 0, invalid_argument, "slab_allocator(", to_string(cfg.t),
               ")::", call, "(", ptr, ", ", bytes,
               "): double release, it was already released with deallocate_after and is pending");
-  HTP_EXPECTS((flags & flag_dest) == 0, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::",
-              call, "(", ptr, ", ", bytes,
+  HTP_EXPECTS((flags & flag_dest) == 0, invalid_argument, "slab_allocator(", to_string(cfg.t),
+              ")::", call, "(", ptr, ", ", bytes,
               "): the pointer is a planned move destination; commit_move or cancel_move it");
   HTP_EXPECTS(recorded == bytes, invalid_argument, "slab_allocator(", to_string(cfg.t), ")::", call,
               "(", ptr, ", ", bytes, "): wrong size, it was allocated with ", recorded,

@@ -36,8 +36,11 @@ fragmentation_report make_report(const frag_inputs& in) {
   f.combined = double((in.free_pages - in.largest) * in.page_bytes + unused) /
                double(in.total_pages * in.page_bytes);
   const double ready = double(in.ready_pages * in.page_bytes);
-  f.waste = ready == 0 ? 0.0
-                       : std::max(0.0, 1.0 - (double(in.live_bytes) + double(f.largest_free_extent_bytes)) / ready);
+  f.waste =
+      ready == 0
+          ? 0.0
+          : std::max(0.0,
+                     1.0 - (double(in.live_bytes) + double(f.largest_free_extent_bytes)) / ready);
   return f;
 }
 
@@ -57,15 +60,18 @@ std::string slab_allocator::state::oom_message(std::size_t bytes) const {
   const fragmentation_report f = fragmentation();
   const std::size_t cap = total_pages << page_shift;
   const std::size_t used_bytes = (run_pages + bin_pages) << page_shift;
-  std::string need = is_run_request(bytes)
-                         ? detail::concat(pages_for(bytes), " contiguous page(s) of ", page_bytes, " bytes")
-                         : detail::concat("a block of ", rounded(bytes), " bytes");
+  std::string need =
+      is_run_request(bytes)
+          ? detail::concat(pages_for(bytes), " contiguous page(s) of ", page_bytes, " bytes")
+          : detail::concat("a block of ", rounded(bytes), " bytes");
   return detail::concat(
       "slab_allocator(", to_string(cfg.t), "): cannot allocate ", bytes, " bytes (needs ", need,
       "): tier ", to_string(cfg.t), " holds ", cap, " bytes, ", used_bytes, " in pages in use (",
       bytes_in_use, " requested by ", live, " live allocations), ", f.free_pages * page_bytes,
       " free in ", f.free_pages, " free pages",
-      ready_pages < total_pages ? detail::concat(" (", total_pages - ready_pages, " pages not reserved yet)") : std::string(),
+      ready_pages < total_pages
+          ? detail::concat(" (", total_pages - ready_pages, " pages not reserved yet)")
+          : std::string(),
       "; pending stream-ordered releases ", pending_bytes, " bytes; fragmentation ",
       percent(f.combined), " combined (external ", percent(f.external), ", internal ",
       percent(f.internal), "); largest free extent ", f.largest_free_extent_bytes,
@@ -98,7 +104,8 @@ slab_allocator_stats slab_allocator::state::stats() const {
   s.failed_requests = n_failed;
   s.moves_committed = n_moves;
   s.classes.resize(classes.count());
-  for (std::size_t c = 0; c < classes.count(); ++c) s.classes[c].block_bytes = classes.block_bytes(c);
+  for (std::size_t c = 0; c < classes.count(); ++c)
+    s.classes[c].block_bytes = classes.block_bytes(c);
   for (const bin_page& b : bins) {
     if (b.page == npos) continue;
     slab_class_stats& c = s.classes[b.cls];
@@ -108,7 +115,8 @@ slab_allocator_stats slab_allocator::state::stats() const {
   }
   s.fragmentation = fragmentation();
   s.pin_seconds = pin_seconds;
-  s.pin_seconds_per_gib = reserved_bytes == 0 ? 0.0 : pin_seconds / (double(reserved_bytes) / double(1u << 30));
+  s.pin_seconds_per_gib =
+      reserved_bytes == 0 ? 0.0 : pin_seconds / (double(reserved_bytes) / double(1u << 30));
   s.reservation_complete = reservation_done;
   return s;
 }
@@ -142,7 +150,8 @@ fragmentation_report slab_allocator::state::audit() const {
     for (std::size_t i = r.first; i < end;) {
       const slab::page_record& rec = pages[i];
       const bool is_free = rec.kind == slab::page_kind::free;
-      HTP_ASSERT(!(is_free && previous_free), "free run at page ", i, " follows another: not merged");
+      HTP_ASSERT(!(is_free && previous_free), "free run at page ", i,
+                 " follows another: not merged");
       previous_free = is_free;
       if (is_free) {
         const std::size_t len = rec.len;
@@ -161,7 +170,8 @@ fragmentation_report slab_allocator::state::audit() const {
       } else if (rec.kind == slab::page_kind::run_head) {
         const std::size_t n = rec.len;
         HTP_ASSERT(n >= 1 && i + n <= end, "run at page ", i);
-        HTP_ASSERT(n == 1 || (kind_at(i + n - 1) == slab::page_kind::run_tail && pages[i + n - 1].len == n),
+        HTP_ASSERT(n == 1 || (kind_at(i + n - 1) == slab::page_kind::run_tail &&
+                              pages[i + n - 1].len == n),
                    "run at page ", i, ": its last page's record");
         for (std::size_t k = i + 1; k < i + n; ++k) {
           HTP_ASSERT(kind_at(k) != slab::page_kind::run_head && kind_at(k) != slab::page_kind::bin,
@@ -180,8 +190,8 @@ fragmentation_report slab_allocator::state::audit() const {
         const std::size_t free_count = b.free_blocks.count(0, b.capacity);
         HTP_ASSERT(b.used + free_count == b.capacity, "bin page ", i, " used count");
         HTP_ASSERT(b.used > 0 || empty_cached[b.cls] == i, "empty bin page ", i, " not cached");
-        HTP_ASSERT((b.used < b.capacity && b.used > 0 && !b.evacuating) == (b.nonfull_pos != npos), "bin page ", i,
-                   " non-full list");
+        HTP_ASSERT((b.used < b.capacity && b.used > 0 && !b.evacuating) == (b.nonfull_pos != npos),
+                   "bin page ", i, " non-full list");
         if (b.nonfull_pos != npos) {
           HTP_ASSERT(nonfull[b.cls][b.nonfull_pos] == i, "bin page ", i, " non-full position");
           ++nonfull_count[b.cls];
@@ -203,7 +213,8 @@ fragmentation_report slab_allocator::state::audit() const {
   }
   std::size_t indexed = 0;
   free_runs.for_each([&](std::uint32_t start, std::uint32_t) {
-    HTP_ASSERT(run_starts.test(start), "the free index holds page ", start, ", which starts no free run");
+    HTP_ASSERT(run_starts.test(start), "the free index holds page ", start,
+               ", which starts no free run");
     ++indexed;
   });
   HTP_ASSERT(indexed == free_run_count && free_runs.runs() == free_run_count, "free index holds ",
@@ -215,15 +226,18 @@ fragmentation_report slab_allocator::state::audit() const {
   HTP_ASSERT(n_run == run_pages, "run pages ", n_run, " vs counter ", run_pages);
   HTP_ASSERT(n_bin == bin_pages, "bin pages ", n_bin, " vs counter ", bin_pages);
   HTP_ASSERT(n_ready == ready_pages, "ready pages ", n_ready, " vs counter ", ready_pages);
-  HTP_ASSERT(block_bytes == bin_block_bytes, "bin block bytes ", block_bytes, " vs ", bin_block_bytes);
+  HTP_ASSERT(block_bytes == bin_block_bytes, "bin block bytes ", block_bytes, " vs ",
+             bin_block_bytes);
   HTP_ASSERT(requested == bytes_in_use, "bytes in use ", requested, " vs counter ", bytes_in_use);
   HTP_ASSERT(n_live == live, "live allocations ", n_live, " vs counter ", live);
   HTP_ASSERT(n_pending == pending.size() && p_bytes == pending_bytes, "pending releases");
-  HTP_ASSERT(n_dest == dest_count && d_bytes == dest_bytes && planned.size() == dest_count, "move destinations");
-  HTP_ASSERT(largest == largest_free_run(), "largest free run ", largest, " vs ", largest_free_run());
+  HTP_ASSERT(n_dest == dest_count && d_bytes == dest_bytes && planned.size() == dest_count,
+             "move destinations");
+  HTP_ASSERT(largest == largest_free_run(), "largest free run ", largest, " vs ",
+             largest_free_run());
   HTP_ASSERT(tails == full_tail_bytes, "full page tails ", tails, " vs ", full_tail_bytes);
-  return make_report({n_free_pages, largest, n_bin, block_bytes, tails, page_bytes, total_pages, n_ready,
-                      requested + d_bytes});
+  return make_report({n_free_pages, largest, n_bin, block_bytes, tails, page_bytes, total_pages,
+                      n_ready, requested + d_bytes});
 }
 
 }  // namespace htp

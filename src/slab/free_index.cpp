@@ -15,7 +15,8 @@ unsigned free_index::next_nonempty_above(unsigned b) const noexcept {
 std::uint32_t free_index::longest() const noexcept {
   if (fl_mask_ == 0) return 0;
   const unsigned f = 31u - static_cast<unsigned>(__builtin_clz(fl_mask_));
-  const unsigned s = 31u - static_cast<unsigned>(__builtin_clz(static_cast<std::uint32_t>(sl_mask_[f])));
+  const unsigned s =
+      31u - static_cast<unsigned>(__builtin_clz(static_cast<std::uint32_t>(sl_mask_[f])));
   std::uint32_t best = 0;
   for (std::uint32_t r = heads_[(f << sl_bits) | s]; r != none; r = pages_[r].b) {
     if (pages_[r].len > best) best = pages_[r].len;

@@ -37,8 +37,8 @@ class free_index {
   }
 
  private:
-  static constexpr unsigned sl_bits = 4;                 // 16 buckets per power of two
-  static constexpr unsigned fl_count = 29;               // lengths up to 2^32 - 1 pages
+  static constexpr unsigned sl_bits = 4;    // 16 buckets per power of two
+  static constexpr unsigned fl_count = 29;  // lengths up to 2^32 - 1 pages
   static constexpr unsigned bucket_count = fl_count << sl_bits;
   static unsigned bucket_of(std::uint32_t len) noexcept;
   /// The first non-empty bucket strictly above b, or bucket_count.
@@ -46,11 +46,10 @@ class free_index {
 
   std::vector<page_record>& pages_;
   std::array<std::uint32_t, bucket_count> heads_{};
-  std::uint32_t fl_mask_ = 0;                   // bit f: some bucket of level f is non-empty
+  std::uint32_t fl_mask_ = 0;                      // bit f: some bucket of level f is non-empty
   std::array<std::uint16_t, fl_count> sl_mask_{};  // bit s: bucket (f, s) is non-empty
   std::uint32_t runs_ = 0;
 };
-
 
 // ---- the hot paths, inline ------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 // One record per page of a tier: what the page is, and the links of the free-run index. Only the
 // pages at the ends of a segment carry meaning (see docs/slab_allocator.md, "Pages"): a run's first
-// and last page, a bin page, the first and last pages of a free run. So the page below a segment and
-// the page above it always tell what their own segment is, which is all that merging free runs
+// and last page, a bin page, the first and last pages of a free run. So the page below a segment
+// and the page above it always tell what their own segment is, which is all that merging free runs
 // needs. The records of pages inside a segment are stale and never read; a page inside a segment
 // never says run_head or bin (those are cleared when their segment is released).
 #pragma once

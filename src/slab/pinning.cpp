@@ -1,5 +1,5 @@
-// Reserving (and, for the host tier, pinning) the budget from the device: parallel chunks, measured,
-// optionally on a background thread.
+// Reserving (and, for the host tier, pinning) the budget from the device: parallel chunks,
+// measured, optionally on a background thread.
 #include "slab/state.hpp"
 
 #include <algorithm>

@@ -3,7 +3,6 @@
 
 #include <htp/detail/check.hpp>
 
-
 namespace htp {
 
 slab_allocator::slab_allocator(device& dev, const slab_allocator_config& config)
@@ -48,11 +47,13 @@ extent slab_allocator::allocate(std::size_t bytes) {
   state& s = *s_;
   HTP_EXPECTS(bytes > 0, invalid_argument, "slab_allocator(", to_string(s.cfg.t),
               ")::allocate(0): a request must be at least one byte");
-  HTP_EXPECTS(bytes <= max_request_bytes(), invalid_argument, "slab_allocator(", to_string(s.cfg.t),
-              ")::allocate(", bytes, "): more than the tier can ever hold in one extent (",
-              max_request_bytes(), " bytes: one reservation of ", s.per_reservation * s.page_bytes / s.slab_bytes,
-              " slabs of ", s.slab_bytes, ", budget ", s.total_pages * s.page_bytes,
-              " bytes); split the tensor or configure a larger budget_bytes / slabs_per_reservation");
+  HTP_EXPECTS(
+      bytes <= max_request_bytes(), invalid_argument, "slab_allocator(", to_string(s.cfg.t),
+      ")::allocate(", bytes, "): more than the tier can ever hold in one extent (",
+      max_request_bytes(), " bytes: one reservation of ",
+      s.per_reservation * s.page_bytes / s.slab_bytes, " slabs of ", s.slab_bytes, ", budget ",
+      s.total_pages * s.page_bytes,
+      " bytes); split the tensor or configure a larger budget_bytes / slabs_per_reservation");
   std::unique_lock lock(s.mu);
   if (!s.pending.empty()) s.reap_locked();
   while (true) {
@@ -164,7 +165,9 @@ std::vector<extent> slab_allocator::reservations() {
 tier slab_allocator::tier_of() const noexcept { return s_->cfg.t; }
 std::size_t slab_allocator::slab_bytes() const noexcept { return s_->slab_bytes; }
 std::size_t slab_allocator::page_bytes() const noexcept { return s_->page_bytes; }
-std::size_t slab_allocator::capacity_bytes() const noexcept { return s_->total_pages * s_->page_bytes; }
+std::size_t slab_allocator::capacity_bytes() const noexcept {
+  return s_->total_pages * s_->page_bytes;
+}
 std::size_t slab_allocator::max_request_bytes() const noexcept {
   return s_->per_reservation * s_->page_bytes;
 }

@@ -85,7 +85,7 @@ struct slab_allocator::state {
   std::vector<std::pair<std::uintptr_t, std::size_t>> by_address;  // (base, reservation), sorted
   std::vector<slab::page_record> pages;
   slab::free_index free_runs{pages};
-  std::vector<bin_page> bins;                     // slots; a page's record names its slot
+  std::vector<bin_page> bins;  // slots; a page's record names its slot
   std::vector<std::size_t> free_bin_slots;
   std::vector<std::vector<std::size_t>> nonfull;  // per class: bin pages with a free block
   std::vector<std::size_t> empty_cached;          // per class: one empty bin page kept, or npos
@@ -105,11 +105,11 @@ struct slab_allocator::state {
 
   // ---- reservation / pinning ---------------------------------------------------------------
   std::thread pinner;
-  bool stop_pinning = false;          // under mu
-  bool reservation_done = false;      // under mu
-  std::exception_ptr pin_error;       // under mu
-  double pin_seconds = 0;             // under mu
-  std::size_t reserved_bytes = 0;     // under mu
+  bool stop_pinning = false;       // under mu
+  bool reservation_done = false;   // under mu
+  std::exception_ptr pin_error;    // under mu
+  double pin_seconds = 0;          // under mu
+  std::size_t reserved_bytes = 0;  // under mu
   std::chrono::steady_clock::time_point pin_start;
 
   /// Reserves every reservation with cfg.pin_threads threads. Takes mu itself, never holds it
@@ -130,7 +130,8 @@ struct slab_allocator::state {
   std::size_t take_free(std::size_t start, std::size_t n, bool from_top) noexcept;
   /// Returns pages [first, first + n) to the free runs, merging with free neighbours.
   void give_pages(std::size_t first, std::size_t n) noexcept;
-  void* take_run(std::size_t head, std::size_t n, std::size_t requested, std::uint8_t flags) noexcept;
+  void* take_run(std::size_t head, std::size_t n, std::size_t requested,
+                 std::uint8_t flags) noexcept;
   void free_run(std::size_t head) noexcept;
   std::size_t run_requested(std::size_t head) const noexcept {
     return ((pages[head].len - std::size_t{1}) << page_shift) + pages[head].b;

@@ -85,8 +85,8 @@ void fault_injecting_device::intercept(fault_kind k, const char* call, std::size
     n = ++selected_;
     const bool by_number =
         plan_.fail_at != 0 && (n == plan_.fail_at || (plan_.persistent && n > plan_.fail_at));
-    const bool by_chance =
-        plan_.probability > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < plan_.probability;
+    const bool by_chance = plan_.probability > 0 &&
+                           std::uniform_real_distribution<double>(0, 1)(rng_) < plan_.probability;
     if (!by_number && !by_chance) return;
     ++injected_[i];
   }
@@ -106,8 +106,9 @@ const device_properties& fault_injecting_device::properties() const noexcept {
 memory_info fault_injecting_device::memory() const { return inner_.memory(); }
 
 void* fault_injecting_device::allocate(memory_kind kind, std::size_t bytes) {
-  intercept(kind == memory_kind::device ? fault_kind::device_allocation : fault_kind::pinned_allocation,
-            "allocate", bytes);
+  intercept(
+      kind == memory_kind::device ? fault_kind::device_allocation : fault_kind::pinned_allocation,
+      "allocate", bytes);
   void* p = inner_.allocate(kind, bytes);
   std::lock_guard lock(mutex_);
   outstanding_[kind_index(kind)] += bytes;
@@ -129,7 +130,9 @@ void fault_injecting_device::register_host_memory(void* ptr, std::size_t bytes, 
   inner_.register_host_memory(ptr, bytes, read_only);
 }
 
-void fault_injecting_device::unregister_host_memory(void* ptr) { inner_.unregister_host_memory(ptr); }
+void fault_injecting_device::unregister_host_memory(void* ptr) {
+  inner_.unregister_host_memory(ptr);
+}
 
 stream_ref fault_injecting_device::create_stream(stream_priority priority) {
   intercept(fault_kind::create, "create_stream");

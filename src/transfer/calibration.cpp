@@ -12,10 +12,10 @@ std::uint64_t measure_copy_bandwidth(device& dev, copy_direction direction, std:
                                      int repeats) {
   HTP_EXPECTS(bytes > 0 && repeats >= 1, invalid_argument, "measure_copy_bandwidth(", bytes, ", ",
               repeats, "): need bytes > 0 and repeats >= 1");
-  HTP_EXPECTS(direction == copy_direction::host_to_device ||
-                  direction == copy_direction::device_to_host,
-              invalid_argument, "measure_copy_bandwidth: direction ", to_string(direction),
-              " has no host link; use H2D or D2H");
+  HTP_EXPECTS(
+      direction == copy_direction::host_to_device || direction == copy_direction::device_to_host,
+      invalid_argument, "measure_copy_bandwidth: direction ", to_string(direction),
+      " has no host link; use H2D or D2H");
   void* host = dev.allocate(memory_kind::pinned_host, bytes);
   void* hbm = nullptr;
   try {
@@ -38,7 +38,8 @@ std::uint64_t measure_copy_bandwidth(device& dev, copy_direction direction, std:
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now() - start)
                         .count();
-    const double bps = static_cast<double>(bytes) * repeats * 1e9 / static_cast<double>(std::max<std::int64_t>(ns, 1));
+    const double bps = static_cast<double>(bytes) * repeats * 1e9 /
+                       static_cast<double>(std::max<std::int64_t>(ns, 1));
     result = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(bps));
   } catch (...) {
     dev.deallocate(memory_kind::device, hbm, bytes);

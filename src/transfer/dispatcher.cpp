@@ -1,6 +1,6 @@
 // The transfer engine's threads: per stream, a dispatcher that issues the highest-priority chunk
-// once its tokens are there and a slot is free, and a completer that retires chunks in stream order.
-// See Note [Transfer engine] in include/htp/transfer_engine.hpp.
+// once its tokens are there and a slot is free, and a completer that retires chunks in stream
+// order. See Note [Transfer engine] in include/htp/transfer_engine.hpp.
 #include "transfer/engine_impl.hpp"
 
 namespace htp {
@@ -15,7 +15,8 @@ request* transfer_engine::impl::pick(lane& l) {
       if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
         bool done = true;
         try {
-          done = std::all_of(r->after.begin(), r->after.end(), [&](event_ref e) { return dev.query(e); });
+          done = std::all_of(r->after.begin(), r->after.end(),
+                             [&](event_ref e) { return dev.query(e); });
         } catch (...) {
           // A broken context (sticky error): let the request go; its wait fails in issue_chunk and
           // fails the request, instead of an exception ending the dispatcher thread.
@@ -90,7 +91,8 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
     if (k == 0) {
       for (event_ref e : r->after) dev.wait(e, l.stream_);
     }
-    dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction, l.stream_);
+    dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction,
+                   l.stream_);
     copy_queued = true;
     // The word is written before the event is recorded, so when the completer sees the event the
     // word holds its generation and may be reused (see value_word_pool.hpp).
@@ -131,8 +133,9 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   l.complete_cv.notify_one();
 }
 
-bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::size_t off, std::size_t n,
-                                            char*& bounce, std::unique_lock<std::mutex>& lock) {
+bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::size_t off,
+                                            std::size_t n, char*& bounce,
+                                            std::unique_lock<std::mutex>& lock) {
   // One bounce buffer per chunk in flight: the dispatcher issues only below max_in_flight_chunks.
   HTP_ASSERT(!l.bounce_free.empty(), "no bounce buffer free for a file chunk");
   bounce = l.bounce_free.back();
@@ -148,8 +151,9 @@ bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::
   if (!error.empty() || r->failed || live.count(r->id) == 0) {  // failed, or cancelled meanwhile
     l.bounce_free.push_back(bounce);
     bounce = nullptr;
-    if (!error.empty()) fail_locked(r, detail::concat("chunk ", off / cfg.chunk_bytes, " of request ", r->id,
-                                                      ": reading the file failed: ", error));
+    if (!error.empty())
+      fail_locked(r, detail::concat("chunk ", off / cfg.chunk_bytes, " of request ", r->id,
+                                    ": reading the file failed: ", error));
     return false;
   }
   return true;
@@ -174,7 +178,8 @@ std::exception_ptr transfer_engine::impl::grow_words(std::unique_lock<std::mutex
 void transfer_engine::impl::dispatch_loop(lane& l) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (!stopping && !growing_words && !words_growth_failed && words.free_count() < words_low_water) {
+    if (!stopping && !growing_words && !words_growth_failed &&
+        words.free_count() < words_low_water) {
       // Many requests live: more words before a submitter runs out. Without pinned memory the
       // dispatchers stop trying (no busy retry); a submitter that finds none free throws.
       words_growth_failed = grow_words(lock) != nullptr;
@@ -195,13 +200,15 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
     const std::size_t off = next->issued * cfg.chunk_bytes;
     const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
     if (next->direction == copy_direction::device_to_device) {
-      if (l.upstream) l.upstream->withdraw(l.upstream_waiter);  // takes no tokens: not waiting on the link
+      if (l.upstream)
+        l.upstream->withdraw(l.upstream_waiter);  // takes no tokens: not waiting on the link
     } else {
       std::int64_t wait = l.bucket.time_until_available(n);
       if (wait > 0 && l.upstream) l.upstream->withdraw(l.upstream_waiter);
       // The own bucket holds the bytes (and only this dispatcher takes from it): now the shared
       // link, which takes its tokens at once when it can, so the two never disagree.
-      if (wait == 0 && l.upstream) wait = l.upstream->take_or_wait(n, next->priority, l.upstream_waiter);
+      if (wait == 0 && l.upstream)
+        wait = l.upstream->take_or_wait(n, next->priority, l.upstream_waiter);
       if (wait > 0) {
         // Woken early by a submit, cancel or rate change: pick again, a fault may have arrived.
         const std::int64_t t0 = now_ns();

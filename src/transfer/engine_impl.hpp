@@ -13,18 +13,18 @@
 #include "transfer/value_word_pool.hpp"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <limits>
-#include <deque>
-#include <set>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <array>
-#include <memory>
 #include <vector>
 
 namespace htp {
@@ -47,7 +47,7 @@ struct request {
   std::string error;
   transfer::value_word word;
   std::int64_t submit_ns = 0;
-  std::vector<event_ref> after;  // the stream waits on these before the first chunk
+  std::vector<event_ref> after;             // the stream waits on these before the first chunk
   std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
   std::uint64_t file_offset = 0;
 };
@@ -125,12 +125,15 @@ struct transfer_engine::impl {
   void remove_from_queue(lane& l, const request_ptr& r);
   /// Queues a filled-in request (ids, completion word, metrics) on its direction's lane.
   transfer_ticket enqueue(request_ptr r, const char* call);
-  lane& lane_of(copy_direction d) { return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1]; }
+  lane& lane_of(copy_direction d) {
+    return d == copy_direction::host_to_device ? *lanes[0] : *lanes[1];
+  }
   lane& link_lane(copy_direction d, const char* what);
   transfer_status status_locked(std::uint64_t id) const;
   /// Refuses a copy end outside the memory the engine was given: device memory for the device
   /// side, pinned host memory (transfer_config::host_memory, add_host_memory) for the host side, so
-  /// no cudaMemcpyAsync the dispatcher issues under the lock can turn synchronous on pageable memory.
+  /// no cudaMemcpyAsync the dispatcher issues under the lock can turn synchronous on pageable
+  /// memory.
   void check_region(const void* ptr, std::size_t bytes, copy_direction d, bool source) const;
 
   // Memory copies may write into, by start address (O(log n) lookups; host regions come and go
@@ -146,7 +149,7 @@ struct transfer_engine::impl {
   mutable std::mutex mutex_;
   std::condition_variable finished_cv;
   bool stopping = false;
-  bool growing_words = false;  ///< a dispatcher is pinning another block of value words
+  bool growing_words = false;        ///< a dispatcher is pinning another block of value words
   bool words_growth_failed = false;  ///< a dispatcher could not: it stops trying (no busy retry)
   /// Below this many free value words a dispatcher pins another block, with the lock dropped and
   /// outside every caller's lock, so that a submitter (which may hold the pager's lock) almost

@@ -14,7 +14,7 @@ namespace htp::detail {
 /// bytes) is empty or runs past its end, or the file and the device do not match: a modelled file
 /// holds no bytes (only a timing-only device may read it), and a timing-only device stores none
 /// (it may read only a modelled file).
-void check_file_source(const tensor_file* file, std::uint64_t offset, std::size_t bytes, bool timing_only,
-                       const std::string& call);
+void check_file_source(const tensor_file* file, std::uint64_t offset, std::size_t bytes,
+                       bool timing_only, const std::string& call);
 
 }  // namespace htp::detail

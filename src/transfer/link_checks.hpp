@@ -12,7 +12,7 @@ namespace htp::detail {
 /// Throws htp::invalid_argument naming `field` (e.g. "pager_config.h2d") and the value when `l`
 /// has a zero rate or link peak, or a burst that cannot hold one chunk of `chunk_bytes`
 /// (`chunk_field` names that setting).
-void check_link_config(const transfer_link_config& l, const std::string& field, std::size_t chunk_bytes,
-                       const char* chunk_field);
+void check_link_config(const transfer_link_config& l, const std::string& field,
+                       std::size_t chunk_bytes, const char* chunk_field);
 
 }  // namespace htp::detail

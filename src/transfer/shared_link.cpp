@@ -16,12 +16,14 @@ std::size_t chain_length(const shared_link* l) noexcept {
 }
 }  // namespace
 
-shared_link::shared_link(std::string name, std::uint64_t bytes_per_second, std::uint64_t burst_bytes,
-                         token_bucket::clock_fn clock, std::shared_ptr<shared_link> parent)
-    : name_(std::move(name)), parent_(std::move(parent)), bucket_(bytes_per_second, burst_bytes, std::move(clock)) {
-  HTP_EXPECTS(1 + chain_length(parent_.get()) <= max_chain, invalid_argument, "shared link '", name_,
-              "' would head a chain of ", 1 + chain_length(parent_.get()), " links; at most ", max_chain,
-              " nest (e.g. PCIe switch, NUMA node, socket)");
+shared_link::shared_link(std::string name, std::uint64_t bytes_per_second,
+                         std::uint64_t burst_bytes, token_bucket::clock_fn clock,
+                         std::shared_ptr<shared_link> parent)
+    : name_(std::move(name)), parent_(std::move(parent)),
+      bucket_(bytes_per_second, burst_bytes, std::move(clock)) {
+  HTP_EXPECTS(1 + chain_length(parent_.get()) <= max_chain, invalid_argument, "shared link '",
+              name_, "' would head a chain of ", 1 + chain_length(parent_.get()),
+              " links; at most ", max_chain, " nest (e.g. PCIe switch, NUMA node, socket)");
 }
 
 std::size_t shared_link::chain(std::array<shared_link*, max_chain>& out) noexcept {
@@ -103,7 +105,8 @@ std::uint64_t shared_link::bytes_taken() const { return bucket_.total_taken(); }
 
 std::uint64_t shared_link::chain_burst() const {
   std::uint64_t b = burst();
-  for (const shared_link* l = parent_.get(); l != nullptr; l = l->parent().get()) b = std::min(b, l->burst());
+  for (const shared_link* l = parent_.get(); l != nullptr; l = l->parent().get())
+    b = std::min(b, l->burst());
   return b;
 }
 

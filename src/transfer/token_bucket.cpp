@@ -17,7 +17,8 @@ std::int64_t token_bucket::steady_clock_ns() noexcept {
       .count();
 }
 
-token_bucket::token_bucket(std::uint64_t bytes_per_second, std::uint64_t burst_bytes, clock_fn clock)
+token_bucket::token_bucket(std::uint64_t bytes_per_second, std::uint64_t burst_bytes,
+                           clock_fn clock)
     : clock_(std::move(clock)), rate_(bytes_per_second), burst_(burst_bytes), tokens_(burst_bytes) {
   HTP_EXPECTS(bytes_per_second > 0, invalid_argument,
               "token_bucket: a rate of 0 bytes/s would never release a byte; use unlimited mode "

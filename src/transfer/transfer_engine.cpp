@@ -28,16 +28,17 @@ const char* to_string(transfer_status s) noexcept {
   return "?";
 }
 
-
 namespace {
 
 std::uint64_t resolve_link(device& dev, const transfer_config& c, transfer_link_config& link,
                            copy_direction d) {
   if (!link.link_bytes_per_second)
-    link.link_bytes_per_second = measure_copy_bandwidth(dev, d, c.calibration_bytes, c.calibration_repeats);
+    link.link_bytes_per_second =
+        measure_copy_bandwidth(dev, d, c.calibration_bytes, c.calibration_repeats);
   if (!link.rate_bytes_per_second)
     link.rate_bytes_per_second = std::max<std::uint64_t>(
-        1, static_cast<std::uint64_t>(static_cast<double>(*link.link_bytes_per_second) * c.default_cap_fraction));
+        1, static_cast<std::uint64_t>(static_cast<double>(*link.link_bytes_per_second) *
+                                      c.default_cap_fraction));
   if (link.burst_bytes == 0) link.burst_bytes = 2 * static_cast<std::uint64_t>(c.chunk_bytes);
   return *link.link_bytes_per_second;
 }
@@ -47,9 +48,12 @@ void validate(const transfer_config& c) {
   HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
               "transfer_config: max_in_flight_chunks must be >= 1");
   HTP_EXPECTS(c.default_cap_fraction > 0 && c.default_cap_fraction <= 1, invalid_argument,
-              "transfer_config: default_cap_fraction ", c.default_cap_fraction, " is not in (0, 1]");
-  detail::check_link_config(c.h2d, "transfer_config.h2d", c.chunk_bytes, "transfer_config.chunk_bytes");
-  detail::check_link_config(c.d2h, "transfer_config.d2h", c.chunk_bytes, "transfer_config.chunk_bytes");
+              "transfer_config: default_cap_fraction ", c.default_cap_fraction,
+              " is not in (0, 1]");
+  detail::check_link_config(c.h2d, "transfer_config.h2d", c.chunk_bytes,
+                            "transfer_config.chunk_bytes");
+  detail::check_link_config(c.d2h, "transfer_config.d2h", c.chunk_bytes,
+                            "transfer_config.chunk_bytes");
   HTP_EXPECTS(c.calibration_bytes > 0 && c.calibration_repeats >= 1, invalid_argument,
               "transfer_config: calibration needs bytes > 0 and repeats >= 1");
 }
@@ -58,8 +62,10 @@ void validate(const transfer_config& c) {
 
 transfer_engine::impl::impl(device& d, transfer_config c) : dev(d), cfg(std::move(c)), words(d) {
   validate(cfg);
-  for (const auto& r : cfg.device_memory) device_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
-  for (const auto& r : cfg.host_memory) host_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
+  for (const auto& r : cfg.device_memory)
+    device_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
+  for (const auto& r : cfg.host_memory)
+    host_regions_.emplace(static_cast<const char*>(r.ptr), r.bytes);
   const std::uint64_t peak[2] = {resolve_link(dev, cfg, cfg.h2d, copy_direction::host_to_device),
                                  resolve_link(dev, cfg, cfg.d2h, copy_direction::device_to_host)};
   const transfer_link_config* links[2] = {&cfg.h2d, &cfg.d2h};
@@ -126,8 +132,8 @@ void transfer_engine::impl::check_region(const void* ptr, std::size_t bytes, cop
                                          bool source) const {
   // H2D: the source is host memory and the destination device memory; D2H the other way round;
   // D2D both are device memory.
-  const bool device_side = d == copy_direction::device_to_device ||
-                           (d == copy_direction::host_to_device) != source;
+  const bool device_side =
+      d == copy_direction::device_to_device || (d == copy_direction::host_to_device) != source;
   const auto* p = static_cast<const char*>(ptr);
   std::lock_guard lock(regions_mutex_);
   const auto& regions = device_side ? device_regions_ : host_regions_;
@@ -135,13 +141,15 @@ void transfer_engine::impl::check_region(const void* ptr, std::size_t bytes, cop
   if (it != regions.begin()) {
     --it;
     const char* base = it->first;
-    if (p >= base && bytes <= it->second && static_cast<std::size_t>(p - base) <= it->second - bytes) return;
+    if (p >= base && bytes <= it->second &&
+        static_cast<std::size_t>(p - base) <= it->second - bytes)
+      return;
   }
   // A source outside the engine's host memory may be pageable: its cudaMemcpyAsync would then be
   // synchronous, under the engine's lock, while a stream may be parked on a later copy.
   throw invalid_argument(detail::concat(
-      "transfer_engine::submit: ", source ? "source" : "destination", " [", ptr, ", +", bytes, ") (",
-      to_string(d), ") is not inside the ", device_side ? "device" : "pinned host",
+      "transfer_engine::submit: ", source ? "source" : "destination", " [", ptr, ", +", bytes,
+      ") (", to_string(d), ") is not inside the ", device_side ? "device" : "pinned host",
       " memory the engine was given (", regions.size(), " regions in transfer_config::",
       device_side ? "device_memory" : "host_memory", " and add_host_memory)",
       device_side ? "" : "; pin or register the host memory and give it to the engine first"));
@@ -156,8 +164,8 @@ void transfer_engine::add_host_memory(memory_region r) {
   auto next = m.lower_bound(b);
   const bool overlaps = (next != m.end() && next->first < b + r.bytes) ||
                         (next != m.begin() && std::prev(next)->first + std::prev(next)->second > b);
-  HTP_EXPECTS(!overlaps, invalid_argument, "transfer_engine::add_host_memory(", r.ptr, ", ", r.bytes,
-              "): overlaps a region the engine already has");
+  HTP_EXPECTS(!overlaps, invalid_argument, "transfer_engine::add_host_memory(", r.ptr, ", ",
+              r.bytes, "): overlaps a region the engine already has");
   m.emplace(b, r.bytes);
 }
 
@@ -205,7 +213,8 @@ transfer_ticket transfer_engine::submit(void* dst, const void* src, std::size_t 
   HTP_EXPECTS(direction != copy_direction::host_to_host, invalid_argument,
               "transfer_engine::submit: H2H copies are not the engine's business; use memcpy");
   const auto pi = static_cast<std::size_t>(priority);
-  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit: unknown priority ", pi);
+  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument,
+              "transfer_engine::submit: unknown priority ", pi);
   const auto* a = static_cast<const char*>(dst);
   const auto* b = static_cast<const char*>(src);
   HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "transfer_engine::submit(", dst,
@@ -248,14 +257,18 @@ transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) 
   return transfer_ticket{r->id};
 }
 
-transfer_ticket transfer_engine::submit_from_file(void* dst, std::shared_ptr<const tensor_file> file,
+transfer_ticket transfer_engine::submit_from_file(void* dst,
+                                                  std::shared_ptr<const tensor_file> file,
                                                   std::uint64_t offset, std::size_t bytes,
-                                                  transfer_priority priority, std::vector<event_ref> after) {
-  HTP_EXPECTS(dst != nullptr, invalid_argument, "transfer_engine::submit_from_file: null destination");
+                                                  transfer_priority priority,
+                                                  std::vector<event_ref> after) {
+  HTP_EXPECTS(dst != nullptr, invalid_argument,
+              "transfer_engine::submit_from_file: null destination");
   detail::check_file_source(file.get(), offset, bytes, impl_->dev.properties().timing_only,
                             "transfer_engine::submit_from_file");
   const auto pi = static_cast<std::size_t>(priority);
-  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument, "transfer_engine::submit_from_file: unknown priority ", pi);
+  HTP_EXPECTS(pi < transfer_priority_count, invalid_argument,
+              "transfer_engine::submit_from_file: unknown priority ", pi);
   impl_->check_region(dst, bytes, copy_direction::host_to_device, /*source=*/false);
   prepare_file_reads();
   auto r = std::make_shared<request>();
@@ -277,7 +290,8 @@ void transfer_engine::prepare_file_reads() {
   std::vector<char*> made;
   try {
     for (std::size_t i = 0; i < impl_->cfg.max_in_flight_chunks; ++i) {
-      made.push_back(static_cast<char*>(impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
+      made.push_back(static_cast<char*>(
+          impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
     }
   } catch (...) {
     for (char* p : made) impl_->dev.deallocate(memory_kind::pinned_host, p, impl_->cfg.chunk_bytes);
@@ -319,7 +333,8 @@ bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priori
 }
 
 void transfer_engine::wait_on(transfer_ticket t, stream_ref compute) {
-  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument, "transfer_engine::wait_on: null stream");
+  HTP_EXPECTS(static_cast<bool>(compute), invalid_argument,
+              "transfer_engine::wait_on: null stream");
   // Decide under the lock, enqueue without it: a caller's stream whose queue is full blocks the
   // enqueue, and the dispatcher needs this lock to issue the copy that would drain it.
   transfer::value_word word;
@@ -380,7 +395,8 @@ void transfer_engine::wait(transfer_ticket t) {
   impl_->finished_cv.wait(lock, [&] { return impl_->live.count(t.id) == 0; });
   if (auto it = impl_->history.find(t.id);
       it != impl_->history.end() && it->second.status == transfer_status::failed)
-    throw logic_error("transfer_engine: request " + std::to_string(t.id) + " failed: " + it->second.error);
+    throw logic_error("transfer_engine: request " + std::to_string(t.id) +
+                      " failed: " + it->second.error);
 }
 
 void transfer_engine::drain() {
@@ -409,7 +425,8 @@ std::optional<std::chrono::nanoseconds> transfer_engine::latency(transfer_ticket
   std::lock_guard lock(impl_->mutex_);
   impl_->status_locked(t.id);
   auto it = impl_->history.find(t.id);
-  if (it == impl_->history.end() || it->second.status != transfer_status::complete) return std::nullopt;
+  if (it == impl_->history.end() || it->second.status != transfer_status::complete)
+    return std::nullopt;
   return std::chrono::nanoseconds(it->second.latency_ns);
 }
 
@@ -439,8 +456,10 @@ transfer_metrics transfer_engine::metrics() const {
     o.bytes = impl_->bytes_done[d];
     o.chunks = impl_->chunks_done[d];
     // busy time is per stream; D2H and D2D share the reduction stream's.
-    o.busy_ns = l.busy_ns + (l.in_flight.empty() ? 0 : static_cast<std::uint64_t>(now - l.busy_since));
-    o.achieved_gbps = o.busy_ns ? static_cast<double>(o.bytes) / static_cast<double>(o.busy_ns) : 0.0;
+    o.busy_ns =
+        l.busy_ns + (l.in_flight.empty() ? 0 : static_cast<std::uint64_t>(now - l.busy_since));
+    o.achieved_gbps =
+        o.busy_ns ? static_cast<double>(o.bytes) / static_cast<double>(o.busy_ns) : 0.0;
     if (d < 2) {
       o.token_wait_ns = l.token_wait_ns;
       o.rate_cap_bytes_per_second = l.bucket.unlimited() ? 0 : l.bucket.rate();
@@ -450,7 +469,8 @@ transfer_metrics transfer_engine::metrics() const {
   }
   for (std::size_t p = 0; p < transfer_priority_count; ++p) {
     m.classes[p] = impl_->classes[p];
-    m.classes[p].queue_depth = impl_->lanes[0]->queues[p].size() + impl_->lanes[1]->queues[p].size();
+    m.classes[p].queue_depth =
+        impl_->lanes[0]->queues[p].size() + impl_->lanes[1]->queues[p].size();
     m.classes[p].latency = impl_->latencies[p].summary();
   }
   return m;
@@ -462,8 +482,12 @@ std::uint64_t transfer_engine::link_peak(copy_direction direction) const {
   return l.link_peak;
 }
 
-stream_ref transfer_engine::prefetch_stream() const noexcept { return impl_->lanes[0]->stream_.ref(); }
-stream_ref transfer_engine::reduction_stream() const noexcept { return impl_->lanes[1]->stream_.ref(); }
+stream_ref transfer_engine::prefetch_stream() const noexcept {
+  return impl_->lanes[0]->stream_.ref();
+}
+stream_ref transfer_engine::reduction_stream() const noexcept {
+  return impl_->lanes[1]->stream_.ref();
+}
 const transfer_config& transfer_engine::config() const noexcept { return impl_->cfg; }
 
 }  // namespace htp

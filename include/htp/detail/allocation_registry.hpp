@@ -18,7 +18,9 @@ class allocation_registry {
   };
 
   /// Records an allocation just made.
-  void add(void* ptr, std::size_t bytes, memory_kind kind) { map_.emplace(ptr, entry{bytes, kind}); }
+  void add(void* ptr, std::size_t bytes, memory_kind kind) {
+    map_.emplace(ptr, entry{bytes, kind});
+  }
   /// Checks that (kind, ptr, bytes) names a live allocation exactly, then forgets it.
   /// @throws htp::invalid_argument naming the rule broken; nothing changes then.
   void remove(memory_kind kind, void* ptr, std::size_t bytes);

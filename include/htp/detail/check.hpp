@@ -51,8 +51,7 @@ void append_part(std::string& out, const T& part) {
   } else if constexpr (std::is_pointer_v<T> &&
                        std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, char>) {
     append(out, static_cast<const char*>(part));
-  } else if constexpr (std::is_pointer_v<T> &&
-                       std::is_object_v<std::remove_pointer_t<T>>) {
+  } else if constexpr (std::is_pointer_v<T> && std::is_object_v<std::remove_pointer_t<T>>) {
     append(out, static_cast<const void*>(part));
   } else if constexpr (std::is_pointer_v<T> && std::is_void_v<std::remove_pointer_t<T>>) {
     append(out, static_cast<const void*>(part));
@@ -88,30 +87,29 @@ void check_stream_handle(const void* native, const char* who);
 }  // namespace htp::detail
 
 /// Throws exception_type (an htp error) with the concatenated message when cond is false.
-#define HTP_EXPECTS(cond, exception_type, ...)                        \
-  do {                                                                \
+#define HTP_EXPECTS(cond, exception_type, ...)                             \
+  do {                                                                     \
     if (!(cond)) throw exception_type(::htp::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 /// Throws htp::logic_error naming the broken invariant. Always on: checks are cheap and a silent
 /// corruption of someone's weights is not.
-#define HTP_ASSERT(cond, ...)                                                                 \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
+#define HTP_ASSERT(cond, ...)                                                                   \
+  do {                                                                                          \
+    if (!(cond))                                                                                \
       throw ::htp::logic_error(::htp::detail::concat("htp invariant broken at ", __FILE__, ":", \
-                                                     __LINE__, ": " #cond " ", __VA_ARGS__)); \
+                                                     __LINE__, ": " #cond " ", __VA_ARGS__));   \
   } while (0)
 
 /// Calls a CUDA runtime function and throws htp::cuda_error (or htp::out_of_memory for
 /// cudaErrorMemoryAllocation) when it does not return cudaSuccess. Only for files under cuda/.
-#define HTP_CUDA_TRY(call)                                                                    \
-  do {                                                                                        \
-    const cudaError_t htp_status_ = (call);                                                   \
-    if (htp_status_ != cudaSuccess) {                                                         \
-      (void)cudaGetLastError(); /* clear a non-sticky error so later calls are not poisoned */ \
-      ::htp::detail::throw_cuda_error(static_cast<int>(htp_status_),                          \
-                                      cudaGetErrorName(htp_status_),                          \
-                                      cudaGetErrorString(htp_status_), #call, __FILE__,       \
-                                      __LINE__);                                              \
-    }                                                                                         \
+#define HTP_CUDA_TRY(call)                                                                         \
+  do {                                                                                             \
+    const cudaError_t htp_status_ = (call);                                                        \
+    if (htp_status_ != cudaSuccess) {                                                              \
+      (void)cudaGetLastError(); /* clear a non-sticky error so later calls are not poisoned */     \
+      ::htp::detail::throw_cuda_error(static_cast<int>(htp_status_),                               \
+                                      cudaGetErrorName(htp_status_),                               \
+                                      cudaGetErrorString(htp_status_), #call, __FILE__, __LINE__); \
+    }                                                                                              \
   } while (0)

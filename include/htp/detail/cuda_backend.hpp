@@ -14,11 +14,11 @@ std::unique_ptr<device> make_cuda_device(int ordinal);
 
 /// Whether the cuda backend can run here, and if not, why and what to do.
 struct cuda_probe {
-  int count = 0;           ///< visible GPUs; 0 when the backend cannot run.
-  int code = 0;            ///< the cudaError_t that said so (100, cudaErrorNoDevice, for 0 GPUs).
-  std::string code_name;   ///< its name ("cudaErrorInsufficientDriver", ...).
-  std::string why;         ///< a sentence: what failed.
-  std::string remedy;      ///< a sentence: what the caller can do about it.
+  int count = 0;          ///< visible GPUs; 0 when the backend cannot run.
+  int code = 0;           ///< the cudaError_t that said so (100, cudaErrorNoDevice, for 0 GPUs).
+  std::string code_name;  ///< its name ("cudaErrorInsufficientDriver", ...).
+  std::string why;        ///< a sentence: what failed.
+  std::string remedy;     ///< a sentence: what the caller can do about it.
 };
 
 /// Probes the CUDA runtime once per call. Never throws.

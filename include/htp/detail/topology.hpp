@@ -1,5 +1,6 @@
 // Host topology from sysfs, for the node's shared-link discovery, and NUMA placement of its host
-// tiers (src/node/topology.cpp). Plain file reads and memory-policy system calls, no CUDA. Every function returns "unknown" (-1 or empty) where sysfs has no answer.
+// tiers (src/node/topology.cpp). Plain file reads and memory-policy system calls, no CUDA. Every
+// function returns "unknown" (-1 or empty) where sysfs has no answer.
 #pragma once
 
 #include <string>
