@@ -1,4 +1,4 @@
-// htp-integrity: the GPU integrity run of issue 7. Registers N tensors (sizes log-uniform between
+// htp-integrity: the GPU integrity run. Registers N tensors (sizes log-uniform between
 // --min-kib and --max-mib, a mix of weights and mutable KV blocks) against an HBM budget far
 // smaller than their sum, then runs --ops operations with Zipf-distributed access: acquire +
 // checksum kernel (every acquire is verified on the device: device::checksum_async is a CUDA kernel

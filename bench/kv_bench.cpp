@@ -1,4 +1,4 @@
-// A paged KV cache at vLLM's block counts (issue 10): 16-token blocks of Llama-3.1-8B's KV cache
+// A paged KV cache at vLLM's block counts: 16-token blocks of Llama-3.1-8B's KV cache
 // (one layer's K and V per block: 16 x 8 heads x 128 x 2 x bf16 = 64 KiB), a pool of 100,000
 // blocks in caller memory (lent to the pager, never copied), and a batch of sequences that grow by
 // one token per decode step, finish and are replaced. Each decode step walks the 32 layers and, for
@@ -155,13 +155,7 @@ mode_result run_steps(kv_cache& kv, std::vector<sequence>& seqs, const options& 
   r.wall_ms_per_step = wall_ms / static_cast<double>(o.steps);
   r.block_acquires_per_step = static_cast<double>(acquires) / static_cast<double>(o.steps);
   r.calls_per_step = static_cast<double>(calls) / static_cast<double>(o.steps);
-  r.delta = after;
-  r.delta.page_ins -= before.page_ins;
-  r.delta.page_in_bytes -= before.page_in_bytes;
-  r.delta.faults -= before.faults;
-  r.delta.write_backs -= before.write_backs;
-  r.delta.write_back_bytes -= before.write_back_bytes;
-  r.delta.evictions -= before.evictions;
+  r.delta = metrics_delta(after, before);
   return r;
 }
 

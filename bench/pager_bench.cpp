@@ -1,4 +1,4 @@
-// Per-call host cost of the pager against the number of registered tensors (issue 10): ns per
+// Per-call host cost of the pager against the number of registered tensors: ns per
 // acquire+release pair at 10^2 .. 10^6 tensors, all resident and with eviction active, and a list
 // acquire of a 64-block table next to 64 single calls. Google Benchmark; JSON with
 // --benchmark_out=FILE --benchmark_out_format=json (scripts/bench.sh --scale does this).

@@ -1,4 +1,4 @@
-# The capacity planner and model presets (issue 6)
+# The capacity planner and model presets
 
 # The planner as a library (testable) and the htp-plan CLI over it.
 add_library(htp_bench_planner STATIC planner/planner.cpp planner/htp_model.cpp planner/gpu_presets.cpp

@@ -1,4 +1,4 @@
-# Reliability tools: the GPU integrity run (issue 7)
+# Reliability tools: the GPU integrity run
 add_executable(htp-integrity integrity.cpp)
 target_link_libraries(htp-integrity PRIVATE htp::htp htp_bench_common CLI11::CLI11 nlohmann_json::nlohmann_json htp_logging)
 htp_target_warnings(htp-integrity)

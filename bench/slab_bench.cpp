@@ -1,4 +1,4 @@
-// Benchmarks of the slab allocator (issue 3): allocate+release pairs, small and large, single and
+// Benchmarks of the slab allocator: allocate+release pairs, small and large, single and
 // multi-threaded, next to the backend's raw allocation; and a churn trace reporting fragmentation
 // over time and after compaction. Human-readable output on stdout; JSON in --json_out (Google
 // Benchmark's results) and --churn_out (the trace).

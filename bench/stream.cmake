@@ -1,4 +1,4 @@
-# The streaming benchmark (issue 6): htp-stream-bench.
+# The streaming benchmark: htp-stream-bench.
 add_executable(htp-stream-bench
   stream/stream_bench.cpp stream/options.cpp stream/runner.cpp stream/report.cpp stream/sim_compute.cpp
   stream/node_runner.cpp stream/node_report.cpp)

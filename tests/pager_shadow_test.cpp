@@ -148,8 +148,8 @@ void run_shadow(std::uint64_t seed, int operations, bool checked) {
   EXPECT_EQ(m.host.used_bytes, 0u);
 }
 
-TEST(pager_shadow, seed_1) { run_shadow(1, 10000, false); }
-TEST(pager_shadow, seed_2) { run_shadow(2, 10000, false); }
+TEST(pager_shadow, seed_1_checked_mode) { run_shadow(1, 10000, true); }
+TEST(pager_shadow, seed_2_checked_mode) { run_shadow(2, 10000, true); }
 TEST(pager_shadow, seed_3_checked_mode) { run_shadow(3, 10000, true); }
 TEST(pager_shadow, seed_4) { run_shadow(4, 10000, false); }
 

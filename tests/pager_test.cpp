@@ -2,6 +2,7 @@
 #include "deadline.hpp"
 #include "pager_fixture.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <string>
@@ -62,6 +63,53 @@ TEST_F(pager_test, stale_null_and_unknown_handles_are_invalid_argument) {
   EXPECT_NE(h2.generation, h.generation);
   EXPECT_THROW(p.acquire(h, compute), invalid_argument);
   EXPECT_NO_THROW(p.info(h2));
+}
+
+TEST_F(pager_test, a_handle_of_another_pager_is_refused_by_name) {
+  pager a(*dev, small_pager_config(8));
+  pager b(*dev, small_pager_config(8));
+  const auto ha = a.register_tensor("a", 51203, tensor_kind::weight);
+  const auto hb = b.register_tensor("b", 30720, tensor_kind::weight);
+  ASSERT_EQ(ha.index, hb.index);  // the same slot and generation in both: only the owner differs
+  ASSERT_EQ(ha.generation, hb.generation);
+  try {
+    (void)b.acquire(ha, compute);
+    FAIL() << "pager b served pager a's handle";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("another pager"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(b.info(hb).pins, 0);
+  EXPECT_THROW(b.unregister_tensor(ha), invalid_argument);
+  EXPECT_NO_THROW(a.unregister_tensor(ha));
+}
+
+TEST_F(pager_test, a_write_released_on_one_stream_orders_an_acquire_on_another) {
+  pager p(*dev, small_pager_config(8));
+  const auto kv = p.register_tensor("kv", 4096, tensor_kind::mutable_state);
+  stream a(*dev), b(*dev);
+  (void)p.acquire(kv, a, /*wait=*/true);
+  gate writing;  // stream a's kernel is still writing the tensor
+  writing.hold(*dev, a);
+  std::atomic<bool> written{false};
+  std::atomic<int> seen{-1};
+  dev->launch_host_func([&] { written = true; }, a);
+  p.release(kv, a, /*dirty=*/true);
+  (void)p.acquire(kv, b);  // resident: no copy intervenes, so only the pager can order b after a
+  dev->launch_host_func([&] { seen = written ? 1 : 0; }, b);
+  writing.open();
+  b.synchronize();
+  a.synchronize();
+  EXPECT_EQ(seen.load(), 1) << "stream b read the tensor before stream a's write was done";
+  p.release(kv, b);
+}
+
+TEST_F(pager_test, absurd_host_regions_are_refused) {
+  pager p(*dev, small_pager_config(8));
+  static char byte;
+  EXPECT_THROW(p.add_host_region(&byte, SIZE_MAX, host_region_kind::pageable), invalid_argument);
+  EXPECT_THROW(p.add_host_region(&byte, std::size_t{1} << 62, host_region_kind::pageable),
+               invalid_argument);
+  EXPECT_THROW(p.register_tensor_at("w", 4096, tensor_kind::weight, &byte), invalid_argument);
 }
 
 TEST_F(pager_test, release_errors_leave_state_unchanged) {

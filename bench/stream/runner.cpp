@@ -421,22 +421,21 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
                static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
                static_cast<double>(m1.fault_latency.max_ns) / 1e6,
                static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
-  res.faults = m1.faults - m0.faults;
+  const pager_metrics d = metrics_delta(m1, m0);  // the counters of the timed steps
+  res.faults = d.faults;
   double timed_ms = 0;
   for (double x : res.step_ms) timed_ms += x;
   // Late prefetches count as faults (they wait, with what remained of their load).
   res.fault_rate_per_ms =
-      timed_ms > 0
-          ? static_cast<double>(res.faults + (m1.late_prefetches - m0.late_prefetches)) / timed_ms
-          : 0;
-  res.page_ins = m1.page_ins - m0.page_ins;
-  res.page_in_bytes = m1.page_in_bytes - m0.page_in_bytes;
-  res.prefetches = m1.prefetches - m0.prefetches;
-  res.prefetch_hits = m1.prefetch_hits - m0.prefetch_hits;
-  res.late_prefetches = m1.late_prefetches - m0.late_prefetches;
-  res.wasted_prefetches = m1.wasted_prefetches - m0.wasted_prefetches;
-  res.evictions = m1.evictions - m0.evictions;
-  res.write_backs = m1.write_backs - m0.write_backs;
+      timed_ms > 0 ? static_cast<double>(res.faults + d.late_prefetches) / timed_ms : 0;
+  res.page_ins = d.page_ins;
+  res.page_in_bytes = d.page_in_bytes;
+  res.prefetches = d.prefetches;
+  res.prefetch_hits = d.prefetch_hits;
+  res.late_prefetches = d.late_prefetches;
+  res.wasted_prefetches = d.wasted_prefetches;
+  res.evictions = d.evictions;
+  res.write_backs = d.write_backs;
   res.hbm_peak_pct = m1.hbm.peak_pct;
   res.hbm_mean_pct = m1.hbm.mean_pct;
   // Link use over the timed steps: bytes that crossed H2D / wall time. (The engine's own

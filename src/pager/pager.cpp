@@ -264,6 +264,12 @@ void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind)
   auto& p = *impl_;
   HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "add_host_region(", ptr, ", ", bytes,
               "): give a non-null range of at least one byte");
+  // No host maps more than its user address space: a larger range is a wrong size, on any backend.
+  const auto start = reinterpret_cast<std::uintptr_t>(ptr);
+  HTP_EXPECTS(bytes <= host_address_space_bytes && start <= host_address_space_bytes - bytes,
+              invalid_argument, "add_host_region(", ptr, ", ", bytes, "): the range runs past the ",
+              host_address_space_bytes,
+              "-byte user address space; pass the size of memory the program actually holds");
   {
     std::lock_guard lock(p.mutex);
     const auto* b = static_cast<const char*>(ptr);
