@@ -62,7 +62,7 @@ double u(std::uint64_t v) { return static_cast<double>(v); }
 
 /// A pager family: its name, type, help and how to write one pager's samples of it.
 struct pager_family {
-  const char* name;
+  std::string name;
   const char* type;
   const char* help;
   std::function<void(exposition&, const char* name, const std::string& labels,
@@ -70,9 +70,9 @@ struct pager_family {
       write;
 };
 
-pager_family scalar(const char* name, const char* type, const char* help,
+pager_family scalar(std::string name, const char* type, const char* help,
                     double (*get)(const pager_metrics&)) {
-  return {name, type, help,
+  return {std::move(name), type, help,
           [get](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
             e.sample(n, l, get(m));
           }};
@@ -96,126 +96,99 @@ pager_family per_direction(const char* name, const char* type, const char* help,
           }};
 }
 
-const std::vector<pager_family>& pager_families() {
-  static const std::vector<pager_family> families = {
-      scalar("htp_registered_tensors", "gauge", "Tensors registered with the pager.",
-             [](const pager_metrics& m) { return u(m.registered_tensors); }),
-      scalar("htp_acquires_total", "counter", "Tensor acquires.",
-             [](const pager_metrics& m) { return u(m.acquires); }),
-      scalar("htp_hits_total", "counter", "Acquires that found the tensor resident or loading.",
-             [](const pager_metrics& m) { return u(m.hits); }),
-      scalar("htp_faults_total", "counter", "Acquires that had to start a page-in (page faults).",
-             [](const pager_metrics& m) { return u(m.faults); }),
-      scalar("htp_failed_acquires_total", "counter", "Acquires that threw a device error.",
-             [](const pager_metrics& m) { return u(m.failed_acquires); }),
-      scalar("htp_failed_loads_total", "counter", "Page-ins that failed.",
-             [](const pager_metrics& m) { return u(m.failed_loads); }),
-      scalar("htp_degraded_acquires_total", "counter",
-             "Acquires served from mapped host memory because HBM was full of pinned tensors.",
-             [](const pager_metrics& m) { return u(m.degraded_acquires); }),
-      scalar("htp_page_ins_total", "counter",
-             "Host-to-device loads started (faults and prefetches).",
-             [](const pager_metrics& m) { return u(m.page_ins); }),
-      scalar("htp_page_in_bytes_total", "counter", "Bytes of the loads started.",
-             [](const pager_metrics& m) { return u(m.page_in_bytes); }),
-      scalar("htp_prefetches_total", "counter", "Prefetch loads started.",
-             [](const pager_metrics& m) { return u(m.prefetches); }),
-      scalar("htp_prefetch_hits_total", "counter",
-             "First acquires that found their prefetched tensor complete.",
-             [](const pager_metrics& m) { return u(m.prefetch_hits); }),
-      scalar("htp_late_prefetches_total", "counter",
-             "First acquires that found their prefetch still in flight.",
-             [](const pager_metrics& m) { return u(m.late_prefetches); }),
-      scalar("htp_wasted_prefetches_total", "counter",
-             "Prefetched tensors evicted before any acquire.",
-             [](const pager_metrics& m) { return u(m.wasted_prefetches); }),
-      scalar("htp_prefetch_skipped_total", "counter", "Prefetch hints dropped for lack of room.",
-             [](const pager_metrics& m) { return u(m.prefetch_skipped); }),
-      scalar("htp_evictions_total", "counter", "Tensors evicted from HBM.",
-             [](const pager_metrics& m) { return u(m.evictions); }),
-      scalar("htp_write_backs_total", "counter", "Dirty tensors written back to host memory.",
-             [](const pager_metrics& m) { return u(m.write_backs); }),
-      scalar("htp_write_back_bytes_total", "counter", "Bytes written back.",
-             [](const pager_metrics& m) { return u(m.write_back_bytes); }),
-      scalar("htp_compactions_total", "counter", "HBM compaction runs.",
-             [](const pager_metrics& m) { return u(m.compactions); }),
-      scalar("htp_compaction_moves_total", "counter", "Tensors moved by compaction.",
-             [](const pager_metrics& m) { return u(m.compaction_moves); }),
-      scalar("htp_compaction_bytes_total", "counter", "Bytes moved by compaction.",
-             [](const pager_metrics& m) { return u(m.compaction_bytes); }),
-      scalar("htp_host_blocked_seconds_total", "counter",
-             "Host time acquire calls spent blocked (the out-of-memory ladder's waits).",
-             [](const pager_metrics& m) { return u(m.host_blocked_ns) / 1e9; }),
-      {"htp_oom_ladder_total", "counter", "Uses of each rung of the out-of-memory ladder.",
-       [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
-         const std::pair<const char*, std::uint64_t> rungs[] = {
-             {"evict_clean", m.oom.evict_clean},
-             {"write_back_dirty", m.oom.write_back_dirty},
-             {"wait_in_flight", m.oom.wait_in_flight},
-             {"compact", m.oom.compact},
-             {"degraded", m.oom.degraded},
-             {"thrown", m.oom.thrown}};
-         for (const auto& [rung, v] : rungs)
-           e.sample(n, join(l, fmt::format("rung=\"{}\"", rung)), u(v));
-       }},
-      per_tier("htp_tier_capacity_bytes", "Capacity of the memory tier.",
-               [](const tier_occupancy& t) { return u(t.capacity_bytes); }),
-      per_tier("htp_tier_used_bytes", "Bytes of live extents in the tier.",
-               [](const tier_occupancy& t) { return u(t.used_bytes); }),
-      per_tier("htp_tier_occupancy_ratio", "Used over capacity, 0..1.",
-               [](const tier_occupancy& t) { return t.occupancy_pct / 100; }),
-      per_tier("htp_tier_fragmentation_ratio", "Combined fragmentation of the tier, 0..1.",
-               [](const tier_occupancy& t) { return t.fragmentation_pct / 100; }),
-      per_tier("htp_tier_largest_free_extent_bytes", "Largest free extent in the tier.",
-               [](const tier_occupancy& t) { return u(t.largest_free_extent_bytes); }),
-      {"htp_fault_wait_seconds", "histogram",
-       "Page-fault wait: from the acquire call to the bytes being usable (faults and late "
-       "prefetches).",
-       [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
-         const std::string bucket = std::string(n) + "_bucket";
-         const auto& w = m.fault_wait;
-         for (std::size_t b = 0; b < w.bucket_counts.size(); ++b) {
-           e.sample(
-               bucket,
-               join(l, fmt::format("le=\"{}\"", fault_wait_summary::bucket_bounds_ms[b] / 1e3)),
-               u(w.bucket_counts[b]));
-         }
-         e.sample(bucket, join(l, "le=\"+Inf\""), u(w.count));
-         e.sample(std::string(n) + "_sum", l, w.sum_ms / 1e3);
-         e.sample(std::string(n) + "_count", l, u(w.count));
-       }},
-      per_direction("htp_transfer_bytes_total", "counter", "Bytes whose copy chunks completed.",
-                    [](const transfer_direction_metrics& d) { return u(d.bytes); }),
-      per_direction("htp_transfer_token_wait_seconds_total", "counter",
-                    "Time the dispatcher waited for token-bucket tokens.",
-                    [](const transfer_direction_metrics& d) { return u(d.token_wait_ns) / 1e9; }),
-      per_direction(
-          "htp_transfer_rate_cap_bytes_per_second", "gauge",
-          "The direction's rate cap (0: not capped).",
-          [](const transfer_direction_metrics& d) { return u(d.rate_cap_bytes_per_second); }),
-      {"htp_transfer_queue_depth", "gauge", "Transfer requests queued or partly issued, per class.",
-       [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
-         for (std::size_t c = 0; c < transfer_priority_count; ++c) {
-           e.sample(
-               n,
-               join(l, fmt::format("class=\"{}\"", to_string(static_cast<transfer_priority>(c)))),
-               u(m.transfers.classes[c].queue_depth));
-         }
-       }},
-      {"htp_transfer_requests_total", "counter",
-       "Transfer requests finished, per class and outcome.",
-       [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
-         for (std::size_t c = 0; c < transfer_priority_count; ++c) {
-           const auto& k = m.transfers.classes[c];
-           const char* cls = to_string(static_cast<transfer_priority>(c));
-           const std::pair<const char*, std::uint64_t> outcomes[] = {
-               {"completed", k.completed}, {"cancelled", k.cancelled}, {"failed", k.failed}};
-           for (const auto& [outcome, v] : outcomes) {
-             e.sample(n, join(l, fmt::format("class=\"{}\",outcome=\"{}\"", cls, outcome)), u(v));
-           }
-         }
-       }},
+/// The family of one counter of HTP_PAGER_COUNTERS: a gauge named htp_<field> for a level, a
+/// counter htp_<field>_total for a count, htp_<field less _ns>_seconds_total for nanoseconds.
+pager_family counter_family(const char* field, counter_kind kind, const char* help,
+                            double (*get)(const pager_metrics&)) {
+  std::string name = std::string("htp_") + field;
+  if (kind == counter_kind::level) return scalar(std::move(name), "gauge", help, get);
+  if (kind == counter_kind::count) return scalar(name + "_total", "counter", help, get);
+  name.resize(name.size() - 3);  // "_ns"
+  pager_family f = scalar(name + "_seconds_total", "counter", help, get);
+  f.write = [get](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+    e.sample(n, l, get(m) / 1e9);
   };
+  return f;
+}
+
+const std::vector<pager_family>& pager_families() {
+  static const std::vector<pager_family> families = [] {
+    std::vector<pager_family> out;
+#define HTP_COUNTER_FAMILY(field, kind, help)                    \
+  out.push_back(counter_family(#field, counter_kind::kind, help, \
+                               [](const pager_metrics& m) { return u(m.field); }));
+    HTP_PAGER_COUNTERS(HTP_COUNTER_FAMILY)
+#undef HTP_COUNTER_FAMILY
+    out.push_back({"htp_oom_ladder_total", "counter",
+                   "Uses of each rung of the out-of-memory ladder.",
+                   [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+#define HTP_RUNG_SAMPLE(field, help) e.sample(n, join(l, "rung=\"" #field "\""), u(m.oom.field));
+                     HTP_OOM_LADDER_RUNGS(HTP_RUNG_SAMPLE)
+#undef HTP_RUNG_SAMPLE
+                   }});
+    std::vector<pager_family> rest = {
+        per_tier("htp_tier_capacity_bytes", "Capacity of the memory tier.",
+                 [](const tier_occupancy& t) { return u(t.capacity_bytes); }),
+        per_tier("htp_tier_used_bytes", "Bytes of live extents in the tier.",
+                 [](const tier_occupancy& t) { return u(t.used_bytes); }),
+        per_tier("htp_tier_occupancy_ratio", "Used over capacity, 0..1.",
+                 [](const tier_occupancy& t) { return t.occupancy_pct / 100; }),
+        per_tier("htp_tier_fragmentation_ratio", "Combined fragmentation of the tier, 0..1.",
+                 [](const tier_occupancy& t) { return t.fragmentation_pct / 100; }),
+        per_tier("htp_tier_largest_free_extent_bytes", "Largest free extent in the tier.",
+                 [](const tier_occupancy& t) { return u(t.largest_free_extent_bytes); }),
+        {"htp_fault_wait_seconds", "histogram",
+         "Page-fault wait: from the acquire call to the bytes being usable (faults and late "
+         "prefetches).",
+         [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+           const std::string bucket = std::string(n) + "_bucket";
+           const auto& w = m.fault_wait;
+           for (std::size_t b = 0; b < w.bucket_counts.size(); ++b) {
+             e.sample(
+                 bucket,
+                 join(l, fmt::format("le=\"{}\"", fault_wait_summary::bucket_bounds_ms[b] / 1e3)),
+                 u(w.bucket_counts[b]));
+           }
+           e.sample(bucket, join(l, "le=\"+Inf\""), u(w.count));
+           e.sample(std::string(n) + "_sum", l, w.sum_ms / 1e3);
+           e.sample(std::string(n) + "_count", l, u(w.count));
+         }},
+        per_direction("htp_transfer_bytes_total", "counter", "Bytes whose copy chunks completed.",
+                      [](const transfer_direction_metrics& d) { return u(d.bytes); }),
+        per_direction("htp_transfer_token_wait_seconds_total", "counter",
+                      "Time the dispatcher waited for token-bucket tokens.",
+                      [](const transfer_direction_metrics& d) { return u(d.token_wait_ns) / 1e9; }),
+        per_direction(
+            "htp_transfer_rate_cap_bytes_per_second", "gauge",
+            "The direction's rate cap (0: not capped).",
+            [](const transfer_direction_metrics& d) { return u(d.rate_cap_bytes_per_second); }),
+        {"htp_transfer_queue_depth", "gauge",
+         "Transfer requests queued or partly issued, per class.",
+         [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+           for (std::size_t c = 0; c < transfer_priority_count; ++c) {
+             e.sample(
+                 n,
+                 join(l, fmt::format("class=\"{}\"", to_string(static_cast<transfer_priority>(c)))),
+                 u(m.transfers.classes[c].queue_depth));
+           }
+         }},
+        {"htp_transfer_requests_total", "counter",
+         "Transfer requests finished, per class and outcome.",
+         [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+           for (std::size_t c = 0; c < transfer_priority_count; ++c) {
+             const auto& k = m.transfers.classes[c];
+             const char* cls = to_string(static_cast<transfer_priority>(c));
+             const std::pair<const char*, std::uint64_t> outcomes[] = {
+                 {"completed", k.completed}, {"cancelled", k.cancelled}, {"failed", k.failed}};
+             for (const auto& [outcome, v] : outcomes) {
+               e.sample(n, join(l, fmt::format("class=\"{}\",outcome=\"{}\"", cls, outcome)), u(v));
+             }
+           }
+         }},
+    };
+    for (auto& f : rest) out.push_back(std::move(f));
+    return out;
+  }();
   return families;
 }
 
@@ -224,7 +197,8 @@ void write_pagers(exposition& e, const std::vector<const pager_metrics*>& pagers
                   const std::vector<std::string>& labels) {
   for (const pager_family& f : pager_families()) {
     e.family(f.name, f.type, f.help);
-    for (std::size_t i = 0; i < pagers.size(); ++i) f.write(e, f.name, labels[i], *pagers[i]);
+    for (std::size_t i = 0; i < pagers.size(); ++i)
+      f.write(e, f.name.c_str(), labels[i], *pagers[i]);
   }
 }
 
