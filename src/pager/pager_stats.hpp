@@ -21,7 +21,6 @@
 namespace htp::detail {
 
 struct tensor_record;
-enum class pending_kind;
 
 /// One page-fault wait (see fault_wait_summary).
 struct fault_wait_sample {
