@@ -128,6 +128,12 @@ struct pager_metrics {
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
   latency_summary fault_latency;  ///< a fault's copy alone: submission to bytes in HBM (histogram).
   fault_wait_summary fault_wait;  ///< acquire call to bytes usable, faults and late prefetches.
+  /// Prefetch timeliness: prefetch_hits / (prefetch_hits + late_prefetches), the share of
+  /// prefetched tensors complete before their first acquire (1 when there were none).
+  double prefetch_timely_share = 1;
+  /// How late the late prefetches were: from the first acquire to the load's completion as the
+  /// pager saw it, one sample per late prefetch.
+  latency_summary prefetch_lateness;
 
   oom_ladder_counts oom;
   transfer_metrics transfers;  ///< bytes per direction, GB/s, utilisation, token waits.

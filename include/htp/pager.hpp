@@ -96,6 +96,19 @@ enum class prefetch_mode {
   min_page_ins,
 };
 
+/// How far ahead of the cursor the schedule is prefetched (see docs/pager.md, "Lookahead").
+enum class lookahead_mode {
+  /// The next `prefetch_lookahead` tensors, whatever their sizes.
+  count,
+  /// Ahead in bytes and time: walk the upcoming accesses, prefetching each tensor not in HBM,
+  /// until the bytes of the window's loads still in flight, plus the bytes prefetched and not yet
+  /// used, take the link at least as long as the predicted compute time until the window's last
+  /// tensor is used. The compute time is measured on the device, per schedule position (the gap
+  /// between one acquire's waits being met and the next acquire). Bounded by HBM (a prefetch never
+  /// evicts a tensor needed sooner) and by `lookahead_max_tensors`. The default.
+  automatic,
+};
+
 /// What caller memory lent with pager::add_host_region is.
 enum class host_region_kind {
   /// Already page-locked by the caller (cudaHostAlloc, cudaHostRegister, or memory from
@@ -125,7 +138,15 @@ struct pager_config {
   transfer_link_config
       h2d;  ///< rate caps; unset = 80% of the calibrated link (see transfer_engine.hpp)
   transfer_link_config d2h;
-  unsigned prefetch_lookahead = 2;  ///< tensors prefetched ahead at each acquire/release (0 = none)
+  /// How far ahead the schedule is prefetched at each acquire and release.
+  lookahead_mode lookahead = lookahead_mode::automatic;
+  /// `count` mode: tensors prefetched ahead at each acquire/release (0 = none, in either mode).
+  unsigned prefetch_lookahead = 2;
+  /// `automatic` mode: the most schedule positions one call examines (its cost bound); 1 to 4096.
+  unsigned lookahead_max_tensors = 256;
+  /// Routed groups (set_routed_group): the half-life of a member's popularity, in acquires of the
+  /// group; popularity ranks which members are guessed ahead of the router and which are evicted.
+  double popularity_half_life = 64;
   eviction_rule eviction = eviction_rule::automatic;
   prefetch_mode prefetch = prefetch_mode::min_page_ins;
   double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.
@@ -264,6 +285,25 @@ class pager {
   /// sequence clears it.
   /// @throws htp::invalid_argument if it names a stale handle (the old schedule stays).
   void set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic);
+
+  /// Declares a routed group: tensors used in a data-dependent way right after the schedule's
+  /// `anchor` (a mixture-of-experts layer's experts after its router), `k` of them each time. The
+  /// members stay out of the schedule. The pager ranks them by popularity (how often they were
+  /// acquired, with decay; half-life pager_config::popularity_half_life): when the lookahead
+  /// passes `anchor` it prefetches the `k` most popular members (a guess, until expect() tells),
+  /// and among the group evicts the least popular first. Members are evicted before scheduled
+  /// tensors, as tensors the schedule never names are. Declaring a group for an anchor again
+  /// replaces it; an empty `members` removes it. Thread-safe.
+  /// @throws htp::invalid_argument for a stale handle, an anchor that is itself a member of a
+  /// group, a member in two groups, k == 0 or k > members.size() (nothing changes).
+  void set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
+                        unsigned k);
+  /// Hint: the router chose these tensors; they will be acquired soon. Each one not in HBM is
+  /// loaded at prefetch priority with the earliest deadline (ahead of other prefetches, behind
+  /// faults), making room as a prefetch does (never evicting a tensor needed sooner than the
+  /// next access). Never blocks. Thread-safe.
+  /// @throws htp::invalid_argument for a stale handle (nothing is prefetched).
+  void expect(const std::vector<tensor_handle>& hs);
 
   /// Evicts an unpinned tensor now (writing it back if dirty), blocking until done.
   /// @throws htp::invalid_argument for a stale handle or an acquired tensor.

@@ -52,6 +52,12 @@ void validate(const pager_config& c) {
               "; it must be in (0, 1], e.g. 0.15");
   HTP_EXPECTS(c.prefetch_lookahead <= 64, invalid_argument, "pager_config.prefetch_lookahead is ",
               c.prefetch_lookahead, "; more than 64 tensors ahead only wastes HBM");
+  HTP_EXPECTS(c.lookahead_max_tensors >= 1 && c.lookahead_max_tensors <= 4096, invalid_argument,
+              "pager_config.lookahead_max_tensors is ", c.lookahead_max_tensors,
+              "; it must be in [1, 4096] (it bounds what one call examines; 256 is the default)");
+  HTP_EXPECTS(c.popularity_half_life > 0, invalid_argument, "pager_config.popularity_half_life is ",
+              c.popularity_half_life,
+              "; it must be positive (acquires of the group; 64 is the default)");
   HTP_EXPECTS(c.latency_budget.count() > 0, invalid_argument, "pager_config.latency_budget is ",
               c.latency_budget.count(), " ms; it must be positive, e.g. 200 ms");
   HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
@@ -364,6 +370,27 @@ void pager::prefetch(tensor_handle h) {
   std::lock_guard lock(p.mutex);
   p.reap();
   p.prefetch_slot(p.slot_of(h));
+}
+
+void pager::expect(const std::vector<tensor_handle>& hs) {
+  auto& p = *impl_;
+  std::lock_guard lock(p.mutex);
+  std::vector<std::uint32_t> slots;
+  slots.reserve(hs.size());
+  for (tensor_handle h : hs) slots.push_back(p.slot_of(h));
+  p.reap();
+  for (std::uint32_t slot : slots) p.prefetch_slot(slot);
+}
+
+void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
+                             unsigned k) {
+  auto& p = *impl_;
+  std::lock_guard lock(p.mutex);
+  (void)p.slot_of(anchor);
+  for (tensor_handle h : members) (void)p.slot_of(h);
+  HTP_EXPECTS(members.empty() || (k >= 1 && k <= members.size()), invalid_argument,
+              "set_routed_group: k is ", k, " for a group of ", members.size(),
+              " members; it must be in [1, members]");
 }
 
 void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic) {
