@@ -357,6 +357,36 @@ TEST_F(transfer_test, a_late_prefetch_raised_to_fault_priority_overtakes_other_p
   EXPECT_EQ(eng.metrics().classes[1].completed, 7u);
 }
 
+TEST_F(transfer_test, prefetches_issue_by_need_time_and_the_rest_in_submission_order) {
+  auto c = base_config();
+  c.max_deadline_wait = std::chrono::hours(1);  // no bound reached in this test
+  transfer_engine eng(*dev, c);
+  gate g;
+  g.hold(*dev, eng.prefetch_stream());
+  std::vector<transfer_ticket> pre;
+  for (std::size_t i = 0; i < 8; ++i)
+    pre.push_back(eng.submit(hbm->ptr + i * 2 * chunk, host->ptr + i * 2 * chunk, 2 * chunk,
+                             copy_direction::host_to_device, transfer_priority::prefetch));
+  ASSERT_TRUE(log.wait_for(3));  // request 0 fully issued, request 1 partly: in flight
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_TRUE(eng.set_need_time(pre[5], now + std::chrono::milliseconds(20)));
+  EXPECT_TRUE(eng.set_need_time(pre[7], now + std::chrono::milliseconds(10)));
+  EXPECT_FALSE(eng.set_need_time(pre[0], now)) << "nothing of request 0 is left to issue";
+  g.open();
+  eng.drain();
+  const auto order = log.snapshot();
+  ASSERT_EQ(order.size(), 16u);
+  std::vector<std::uint64_t> ids;
+  for (std::size_t i = 3; i < order.size(); ++i) ids.push_back(order[i].request_id);
+  // After the chunks in flight: the one needed first, then the next, then the rest (request 1's
+  // last chunk among them) in submission order.
+  const std::vector<std::uint64_t> want{pre[7].id, pre[7].id, pre[5].id, pre[5].id, pre[1].id,
+                                        pre[2].id, pre[2].id, pre[3].id, pre[3].id, pre[4].id,
+                                        pre[4].id, pre[6].id, pre[6].id};
+  EXPECT_EQ(ids, want);
+  EXPECT_FALSE(eng.set_need_time(pre[7], now)) << "finished";
+}
+
 TEST_F(transfer_test, a_request_ordered_after_an_event_waits_for_it_on_the_device) {
   transfer_engine eng(*dev, base_config());
   stream compute(*dev);

@@ -6,7 +6,7 @@
 //   stream is the third; it waits on the engine through wait_on(), never on the host.
 // - A request is split into chunks (config.chunk_bytes, 2 MiB by default). A dispatcher thread per
 //   stream issues one chunk at a time: the highest-priority queued request first (fault, prefetch,
-//   write-back, compaction; first come first served within a class), only after the chunk's bytes
+//   write-back, compaction; within a class by deadline, see below), only after the chunk's bytes
 //   were taken from the direction's token bucket, and only while fewer than
 //   config.max_in_flight_chunks chunks are outstanding on that stream. Copy engines serve copies in
 //   order whatever the stream priority, so this bound is what lets an urgent fault overtake a long
@@ -16,6 +16,11 @@
 //   chunk; wait_on() queues wait_value_async(word, generation) on the compute stream, which works
 //   even before the last chunk has been issued. A cancelled or failed request has its word written
 //   from the host so no stream waits forever.
+// - Deadlines: within a class, a request issues by key = min(need time, submission +
+//   max_deadline_wait), earliest first (set_need_time; without one, key = submission +
+//   max_deadline_wait, so equal waits mean first come, first served). An imminent prefetch
+//   overtakes a distant one, and none starves: it waits at most for the requests submitted before
+//   its key. Faults ignore need times. Queue operations are O(log n).
 // See docs/transfer_engine.md for the design note and measured numbers.
 #pragma once
 
@@ -90,6 +95,10 @@ struct transfer_config {
   std::vector<memory_region> device_memory;
   /// Host memory that D2H copies may write into.
   std::vector<memory_region> host_memory;
+  /// The longest a request's need time may let later requests overtake it (Note [Deadline
+  /// order] in src/transfer/deadline_queue.hpp): its issue key is min(need, submission + this).
+  /// > 0. Also the key of a request without a need time, relative to its submission.
+  std::chrono::nanoseconds max_deadline_wait = std::chrono::milliseconds(100);
   /// Called on a dispatcher thread, under the engine's lock, as each chunk is issued. Must be
   /// quick and must not call into the engine. Empty: nothing is called.
   std::function<void(const transfer_chunk_info&)> on_chunk_issued;
@@ -228,10 +237,18 @@ class transfer_engine {
   bool cancel(transfer_ticket t);
 
   /// Moves a request with chunks still to issue (queued or partly issued) to a higher priority
-  /// class, at the back of that class's queue; its `after` events and completion word stay. Never
+  /// class, in its place there by issue key (for faults: by submission); its `after` events and
+  /// completion word stay. Never
   /// lowers a priority. Returns whether it moved. Used when a prefetch turns urgent (a late
   /// prefetch). @throws htp::invalid_argument for a ticket this engine never returned.
   bool raise_priority(transfer_ticket t, transfer_priority priority);
+
+  /// Says when a request with chunks still to issue is needed (steady clock): within its class it
+  /// then issues by min(need, submission + max_deadline_wait), earliest first (a fault ignores
+  /// it). May be called again (a need that came closer). O(log n). Returns whether the request
+  /// had chunks left to order. Thread-safe. @throws htp::invalid_argument for a ticket this engine
+  /// never returned.
+  bool set_need_time(transfer_ticket t, std::chrono::steady_clock::time_point need);
 
   /// Makes work queued on `compute` after this call wait until the request has completed, without
   /// blocking the host, even if its chunks have not been issued yet. A no-op for a request that has

@@ -11,7 +11,7 @@ request* transfer_engine::impl::pick(lane& l) {
   const std::uint64_t oldest =
       l.queued_ids.empty() ? std::numeric_limits<std::uint64_t>::max() : *l.queued_ids.begin();
   for (auto& q : l.queues) {
-    for (auto& r : q) {
+    for (const auto& [key, r] : q) {
       if (r->issued == 0 && !r->after.empty() && r->id != oldest) {
         bool done = true;
         try {
@@ -31,14 +31,16 @@ request* transfer_engine::impl::pick(lane& l) {
 }
 
 void transfer_engine::impl::remove_from_queue(lane& l, const request_ptr& r) {
-  auto& q = l.queues[static_cast<std::size_t>(r->priority)];
-  for (auto it = q.begin(); it != q.end(); ++it) {
-    if (*it == r) {
-      q.erase(it);
-      l.queued_ids.erase(r->id);
-      return;
-    }
+  if (l.queues[static_cast<std::size_t>(r->priority)].erase(r->queue_key)) {
+    l.queued_ids.erase(r->id);
   }
+}
+
+void transfer_engine::impl::push_to_queue(lane& l, const request_ptr& r) {
+  const std::int64_t need = r->priority == transfer_priority::fault ? detail::no_need : r->need_ns;
+  r->queue_key = {detail::issue_key(r->submit_ns, need, cfg.max_deadline_wait.count()), r->id};
+  l.queues[static_cast<std::size_t>(r->priority)].push(r->queue_key, r);
+  l.queued_ids.insert(r->id);
 }
 
 void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status st) {

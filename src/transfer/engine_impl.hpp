@@ -10,6 +10,7 @@
 #include <htp/error.hpp>
 #include <htp/token_bucket.hpp>
 
+#include "transfer/deadline_queue.hpp"
 #include "transfer/value_word_pool.hpp"
 
 #include <algorithm>
@@ -47,6 +48,8 @@ struct request {
   std::string error;
   transfer::value_word word;
   std::int64_t submit_ns = 0;
+  std::int64_t need_ns = detail::no_need;  // set_need_time; no_need when not said
+  detail::deadline_key queue_key;          // its place in its class's queue (Note [Deadline order])
   std::vector<event_ref> after;             // the stream waits on these before the first chunk
   std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
   std::uint64_t file_offset = 0;
@@ -91,7 +94,9 @@ struct lane {
   token_bucket bucket;  // the host link direction of this lane (D2D chunks take no tokens)
   std::shared_ptr<shared_link> upstream;  // shared with other engines, or null
   shared_link::waiter upstream_waiter;
-  std::array<std::deque<request_ptr>, transfer_priority_count> queues;
+  // Per priority class, in issue order (Note [Deadline order]): a request stays queued until
+  // its last chunk is issued.
+  std::array<detail::deadline_queue<request_ptr>, transfer_priority_count> queues;
   std::set<std::uint64_t> queued_ids;  // ids of every queued request: the oldest in O(log n)
   std::deque<in_flight_chunk> in_flight;
   std::vector<event> events;
@@ -123,6 +128,9 @@ struct transfer_engine::impl {
   void fail_locked(const request_ptr& r, std::string why);
   void finish_locked(const request_ptr& r, transfer_status st);
   void remove_from_queue(lane& l, const request_ptr& r);
+  /// Queues `r` in its class under a key from its submission, need time and class (faults ignore
+  /// need times: they are all needed now).
+  void push_to_queue(lane& l, const request_ptr& r);
   /// Queues a filled-in request (ids, completion word, metrics) on its direction's lane.
   transfer_ticket enqueue(request_ptr r, const char* call);
   lane& lane_of(copy_direction d) {

@@ -45,6 +45,9 @@ std::uint64_t resolve_link(device& dev, const transfer_config& c, transfer_link_
 
 void validate(const transfer_config& c) {
   HTP_EXPECTS(c.chunk_bytes > 0, invalid_argument, "transfer_config: chunk_bytes must be > 0");
+  HTP_EXPECTS(c.max_deadline_wait.count() > 0, invalid_argument,
+              "transfer_config: max_deadline_wait must be > 0 (it bounds how long a request may "
+              "be overtaken; 100 ms is the default)");
   HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
               "transfer_config: max_in_flight_chunks must be >= 1");
   HTP_EXPECTS(c.default_cap_fraction > 0 && c.default_cap_fraction <= 1, invalid_argument,
@@ -93,17 +96,13 @@ transfer_engine::impl::~impl() {
     stopping = true;
     for (auto& l : lanes) {
       for (auto& q : l->queues) {
-        std::deque<request_ptr> keep;
-        for (auto& r : q) {
-          if (r->issued == 0 && !r->failed) {
-            dev.write_value(r->word.word, r->word.generation);
-            l->queued_ids.erase(r->id);
-            finish_locked(r, transfer_status::cancelled);
-          } else {
-            keep.push_back(r);
-          }
-        }
-        q.swap(keep);
+        q.erase_if([&](const request_ptr& r) {
+          if (r->issued != 0 || r->failed) return false;
+          dev.write_value(r->word.word, r->word.generation);
+          l->queued_ids.erase(r->id);
+          finish_locked(r, transfer_status::cancelled);
+          return true;
+        });
       }
       l->dispatch_cv.notify_all();
     }
@@ -251,8 +250,7 @@ transfer_ticket transfer_engine::impl::enqueue(request_ptr r, const char* call) 
   const auto pi = static_cast<std::size_t>(r->priority);
   ++classes[pi].submitted;
   lane& l = lane_of(r->direction);
-  l.queues[pi].push_back(r);
-  l.queued_ids.insert(r->id);
+  push_to_queue(l, r);
   l.dispatch_cv.notify_one();
   return transfer_ticket{r->id};
 }
@@ -326,8 +324,23 @@ bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priori
   --impl_->classes[static_cast<std::size_t>(r->priority)].submitted;
   r->priority = priority;
   ++impl_->classes[static_cast<std::size_t>(priority)].submitted;
-  l.queues[static_cast<std::size_t>(priority)].push_back(r);
-  l.queued_ids.insert(r->id);
+  impl_->push_to_queue(l, r);
+  l.dispatch_cv.notify_one();
+  return true;
+}
+
+bool transfer_engine::set_need_time(transfer_ticket t, std::chrono::steady_clock::time_point need) {
+  const std::int64_t need_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(need.time_since_epoch()).count();
+  std::lock_guard lock(impl_->mutex_);
+  const transfer_status st = impl_->status_locked(t.id);
+  if (st != transfer_status::queued && st != transfer_status::in_flight) return false;
+  const request_ptr r = impl_->live.at(t.id);
+  if (r->failed || r->issued == r->chunk_count) return false;
+  lane& l = impl_->lane_of(r->direction);
+  impl_->remove_from_queue(l, r);  // O(log n), then back under its new key
+  r->need_ns = need_ns;
+  impl_->push_to_queue(l, r);
   l.dispatch_cv.notify_one();
   return true;
 }
