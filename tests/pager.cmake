@@ -2,6 +2,8 @@
 htp_add_test(test_pager pager_test.cpp)
 htp_add_test(test_pager_schedule pager_schedule_test.cpp)
 target_include_directories(test_pager_schedule PRIVATE ${PROJECT_SOURCE_DIR}/src)
+htp_add_test(test_pager_lookahead pager_lookahead_test.cpp)
+target_include_directories(test_pager_lookahead PRIVATE ${PROJECT_SOURCE_DIR}/src)
 htp_add_test(test_pager_shadow pager_shadow_test.cpp)
 htp_add_test(test_pager_threads pager_threads_test.cpp)
 htp_add_test(test_pager_scale pager_scale_test.cpp)

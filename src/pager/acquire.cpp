@@ -153,6 +153,7 @@ void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
     if (notes.access_counted) continue;
     notes.access_counted = true;
     record_access(slot);
+    if (groups.on_acquire(slot)) tensors.reindex_all();  // every score was rescaled (rare)
     tensors.reindex(slot);
   }
 }

@@ -43,8 +43,8 @@ void compute_pace::give_back(event_ref e) {
   if (e) idle_.push_back(e);
 }
 
-compute_pace::marks compute_pace::plan(std::size_t position, std::size_t count,
-                                       std::uint64_t cycle, stream_ref s) {
+compute_pace::marks compute_pace::plan(std::size_t position, std::size_t count, std::uint64_t cycle,
+                                       stream_ref s) {
   marks m;
   if (open_ && open_stream_ == s && position == open_next_) {
     try {

@@ -2,6 +2,7 @@
 // explicit eviction and compaction. See include/htp/pager.hpp and docs/pager.md.
 #include "pager/pager_impl.hpp"
 
+#include <algorithm>
 #include <htp/detail/check.hpp>
 
 #include "transfer/link_checks.hpp"
@@ -108,7 +109,7 @@ void check_fits(const char* field, std::size_t budget, std::size_t available, co
 
 pager::impl::impl(device& d, pager_config c)
     : dev(d), config(std::move(c)), stats(config.trace ? config.trace_capacity : 0), events(d),
-      tensors(d, events, schedule, stats, config.checked), private_stream(d) {
+      tensors(d, events, schedule, groups, stats, config.checked), private_stream(d) {
   validate(config);
   check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
              "the device's memory");
@@ -336,6 +337,9 @@ void pager::unregister_tensor(tensor_handle h) {
     p.host->deallocate(t.host.ptr, t.host.bytes);
   }
   const bool scheduled = p.schedule.contains(slot);
+  for (std::uint32_t s : p.groups.forget_slot(slot)) {
+    if (s != slot) p.tensors.reindex(s);
+  }
   if (const auto held = p.tensors.remove(slot)) p.free_hbm(*held);
   if (scheduled) {
     // The schedule's positions shift: re-key every tensor holding HBM (O(n), rare).
@@ -380,18 +384,35 @@ void pager::expect(const std::vector<tensor_handle>& hs) {
   slots.reserve(hs.size());
   for (tensor_handle h : hs) slots.push_back(p.slot_of(h));
   p.reap();
-  for (std::uint32_t slot : slots) p.prefetch_slot(slot);
+  p.expected = slots;  // what their room may not evict (impl::routed_victim)
+  const auto now = std::chrono::steady_clock::now();
+  for (std::uint32_t slot : slots) p.prefetch_slot(slot, now);
+  p.expected.clear();
 }
 
 void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
                              unsigned k) {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
-  (void)p.slot_of(anchor);
-  for (tensor_handle h : members) (void)p.slot_of(h);
+  const std::uint32_t a = p.slot_of(anchor);
+  const std::string& name = p.tensors[a].name;
+  HTP_EXPECTS(p.groups.anchor_of(a) < 0, invalid_argument, "set_routed_group('", name,
+              "'): the anchor is itself a member of a routed group");
   HTP_EXPECTS(members.empty() || (k >= 1 && k <= members.size()), invalid_argument,
-              "set_routed_group: k is ", k, " for a group of ", members.size(),
-              " members; it must be in [1, members]");
+              "set_routed_group('", name, "'): k is ", k, " for a group of ", members.size(),
+              " members; it must be in [1, ", members.size(), "]");
+  std::vector<std::uint32_t> slots;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const std::uint32_t s = p.slot_of(members[i]);
+    const std::int64_t other = p.groups.anchor_of(s);
+    HTP_EXPECTS(s != a && (other < 0 || other == a) && !p.groups.is_anchor(s) &&
+                    std::find(slots.begin(), slots.end(), s) == slots.end(),
+                invalid_argument, "set_routed_group('", name, "'): member ", i, " ('",
+                p.tensors[s].name,
+                "') is the anchor, an anchor of its own, repeated, or in another group");
+    slots.push_back(s);
+  }
+  for (std::uint32_t s : p.groups.set(a, std::move(slots), k)) p.tensors.reindex(s);
 }
 
 void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic) {

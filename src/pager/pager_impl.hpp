@@ -75,7 +75,9 @@ struct pager::impl {
   detail::event_pool events;
   detail::access_schedule schedule;
   detail::compute_pace pace{dev};  // device-timed compute between scheduled acquires (automatic)
-  detail::tensor_table tensors;    // the state machine: every tensor's residency, pins, releases
+  detail::routed_groups groups{config.popularity_half_life};  // experts after their routers
+  std::vector<std::uint32_t> expected;  // the slots of the expect() call running (not victims)
+  detail::tensor_table tensors;  // the state machine: every tensor's residency, pins, releases
   std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
   // Loads of tensors evicted before the load finished (detach_load), by ticket: their completions
   // feed the metrics and the trace, or count as failed loads; synchronize and quiesce wait for
@@ -182,6 +184,8 @@ struct pager::impl {
   /// Issues prefetches for the next lookahead tensors of the schedule, in order, stopping at the
   /// first that cannot be brought in (a later one must not take the room an earlier one needs).
   void prefetch_upcoming();
+  /// The victim a prefetch of a routed group member may evict (see residency.cpp).
+  std::optional<std::uint32_t> routed_victim(std::uint32_t for_slot) const;
   /// prefetch_upcoming in lookahead_mode::automatic: ahead in bytes and time (pager.hpp).
   void prefetch_ahead();
   /// The marks this acquire call of `hs` records for the compute pace (automatic lookahead).

@@ -59,9 +59,12 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
     const std::uint32_t s = victims.find_lru(g, pick);
     return s == detail::victim_index::none ? std::nullopt : std::optional<std::uint32_t>(s);
   }
-  // Never used again: first, least recent first.
+  // Never used again: first, least recent first; then routed group members, least popular first.
   if (const std::uint32_t s = victims.find_never(g, pick); s != detail::victim_index::none)
     return s;
+  for (const auto& [popularity, s] : victims.routed(g)) {
+    if (!skipped_slot(s)) return s;
+  }
   const auto& next = victims.next(g);
   for (auto it = next.rbegin(); it != next.rend(); ++it) {  // farthest next use
     if (!skipped_slot(it->second)) return it->second;
@@ -69,7 +72,33 @@ std::optional<std::uint32_t> pager::impl::best_in(victim_group g,
   return std::nullopt;
 }
 
+std::optional<std::uint32_t> pager::impl::routed_victim(std::uint32_t for_slot) const {
+  // A routed member the router chose (expect) is needed next: it evicts what its fault would,
+  // sparing the other chosen ones. One only guessed (the lookahead's top-k) evicts only a member
+  // less popular than itself, or a tensor the schedule never names: never a scheduled one.
+  const auto& victims = tensors.victims();
+  const auto usable = [&](std::uint32_t s) {
+    return std::find(expected.begin(), expected.end(), s) == expected.end() &&
+           (tensors.can_evict(s) || tensors.can_evict_loading(s));
+  };
+  if (!expected.empty()) {
+    const auto s = best_in(victim_group::clean, expected);
+    if (s && usable(*s)) return s;
+    return std::nullopt;
+  }
+  if (const std::uint32_t s = victims.find_never(victim_group::clean, usable);
+      s != detail::victim_index::none)
+    return s;
+  const double mine = groups.score(for_slot);
+  for (const auto& [popularity, s] : victims.routed(victim_group::clean)) {
+    if (popularity >= mine) break;
+    if (usable(s)) return s;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::uint32_t> pager::impl::prefetch_victim(std::uint32_t for_slot) const {
+  if (belady() && groups.anchor_of(for_slot) >= 0) return routed_victim(for_slot);
   // Evictable now without the host waiting: resident and idle, or released while its load is in
   // flight (evict_loading orders the reuse on the device).
   const auto& victims = tensors.victims();
@@ -142,8 +171,11 @@ std::optional<std::uint32_t> pager::impl::min_page_ins_victim(std::uint32_t for_
   };
   for (victim_group g : {victim_group::clean, victim_group::pinned}) {
     const std::uint32_t oldest_never = victims.find_never(g, [](std::uint32_t) { return true; });
-    if (oldest_never != detail::victim_index::none)
+    if (oldest_never != detail::victim_index::none) {
       consider(oldest_never, detail::access_schedule::never);
+    } else if (!victims.routed(g).empty()) {  // the least popular routed member: next in line
+      consider(victims.routed(g).begin()->second, detail::access_schedule::never);
+    }
     const auto& next = victims.next(g);
     if (!next.empty() && next.rbegin()->first > T)
       consider(next.rbegin()->second, next.rbegin()->first);
@@ -404,6 +436,15 @@ void pager::impl::prefetch_ahead() {
     if (loads >= config.prefetch_lookahead && window_ns > until_use) return;
     const std::optional<std::int64_t> gap = pace.gap_ns(schedule.position_at(i));
     if (gap || mean_gap) until_use += static_cast<double>(gap ? *gap : *mean_gap);
+    if (const auto* g = groups.after(slot)) {  // a router: guess its experts by popularity
+      const auto need = now + std::chrono::nanoseconds(static_cast<std::int64_t>(until_use));
+      for (std::uint32_t m : groups.top(*g)) {
+        if (tensors[m].where != residency::host || tensors[m].pins > 0) continue;
+        if (groups.score(m) <= 0 || !prefetch_slot(m, need)) break;  // no guess, or no room
+        window_ns += static_cast<double>(tensors[m].bytes) * ns_per_byte;
+        ++loads;
+      }
+    }
   }
 }
 

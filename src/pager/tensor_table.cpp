@@ -23,9 +23,9 @@ std::uint32_t next_owner_tag() {
 }  // namespace
 
 tensor_table::tensor_table(device& dev, event_pool& events, const access_schedule& schedule,
-                           pager_stats& stats, bool checked)
-    : dev_(dev), events_(events), schedule_(schedule), stats_(stats), checked_(checked),
-      owner_(next_owner_tag()) {}
+                           const routed_groups& groups, pager_stats& stats, bool checked)
+    : dev_(dev), events_(events), schedule_(schedule), groups_(groups), stats_(stats),
+      checked_(checked), owner_(next_owner_tag()) {}
 
 // ---- lookup ------------------------------------------------------------------------------------
 
@@ -404,6 +404,7 @@ void tensor_table::reindex(std::uint32_t slot) {
               : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty
                                                                 : victim_group::clean;
     k.next_use = schedule_.next_use(slot);
+    if (groups_.anchor_of(slot) >= 0) k.popularity = groups_.score(slot);
   }
   victims_.update(slot, k);
 }

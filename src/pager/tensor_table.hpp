@@ -25,6 +25,7 @@
 #include <htp/transfer_engine.hpp>
 
 #include "pager/event_pool.hpp"
+#include "pager/routed_groups.hpp"
 #include "pager/schedule.hpp"
 #include "pager/victim_index.hpp"
 
@@ -152,10 +153,10 @@ struct freed_hbm {
 
 class tensor_table {
  public:
-  /// `schedule` keys the victim index (next uses); `events` holds release points; `checked`
-  /// turns on the invariant checks (pager_config::checked).
-  tensor_table(device& dev, event_pool& events, const access_schedule& schedule, pager_stats& stats,
-               bool checked);
+  /// `schedule` and `groups` key the victim index (next uses, popularity); `events` holds release
+  /// points; `checked` turns on the invariant checks (pager_config::checked).
+  tensor_table(device& dev, event_pool& events, const access_schedule& schedule,
+               const routed_groups& groups, pager_stats& stats, bool checked);
   tensor_table(const tensor_table&) = delete;
   tensor_table& operator=(const tensor_table&) = delete;
 
@@ -270,6 +271,7 @@ class tensor_table {
   device& dev_;
   event_pool& events_;
   const access_schedule& schedule_;
+  const routed_groups& groups_;
   pager_stats& stats_;
   const bool checked_;
   const std::uint32_t owner_;  // carried by every handle this table gives out

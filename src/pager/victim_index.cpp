@@ -22,6 +22,10 @@ void victim_index::leave(queue& q, bool never) {
   }
 }
 
+bool victim_key::routed() const noexcept {
+  return indexed && popularity >= 0 && next_use == access_schedule::never;
+}
+
 void victim_index::update(std::uint32_t slot, const victim_key& key) {
   if (slot >= slots_.size())
     slots_.resize(std::max<std::size_t>(std::size_t{slot} + 1, slots_.size() * 2));
@@ -31,8 +35,10 @@ void victim_index::update(std::uint32_t slot, const victim_key& key) {
   const bool same_group = old.indexed && key.indexed && old.group == key.group;
   const int og = static_cast<int>(old.group);
   const int g = static_cast<int>(key.group);
-  const bool was_never = old.indexed && old.next_use == access_schedule::never;
-  const bool is_never = key.indexed && key.next_use == access_schedule::never;
+  // A routed member is ordered by popularity instead of in the never queue.
+  const bool was_never = old.indexed && old.next_use == access_schedule::never && !old.routed();
+  const bool is_never = key.indexed && key.next_use == access_schedule::never && !key.routed();
+  if (old.routed()) routed_[og].erase({old.popularity, slot});
   // Leave what it is no longer in.
   if (old.indexed && !same_group) {
     s.joined = 0;
@@ -42,7 +48,8 @@ void victim_index::update(std::uint32_t slot, const victim_key& key) {
     s.never = 0;
     leave(never_[og], true);
   }
-  if (old.indexed && old.next_use != access_schedule::never) next_[og].erase({old.next_use, slot});
+  if (old.indexed && old.next_use != access_schedule::never && !old.routed())
+    next_[og].erase({old.next_use, slot});
   s.key = key;
   if (!key.indexed) return;
   // Join what it is now in.
@@ -54,7 +61,11 @@ void victim_index::update(std::uint32_t slot, const victim_key& key) {
     s.never = clock_++;
     push(never_[g], slot, s.never);
   }
-  if (!is_never) next_[g].insert({key.next_use, slot});
+  if (key.routed()) {
+    routed_[g].insert({key.popularity, slot});
+  } else if (!is_never) {
+    next_[g].insert({key.next_use, slot});
+  }
 }
 
 const victim_key& victim_index::key_of(std::uint32_t slot) const {

@@ -9,6 +9,8 @@
 //             Belady's rule evicts these before any scheduled tensor.
 //  - next:    scheduled tensors by the absolute time of their next use (schedule.hpp); Belady's
 //             victim is the last one. An ordered set: O(log n), only for scheduled tensors.
+//  - routed:  members of routed groups (routed_groups.hpp) the schedule does not name, by
+//             popularity, least popular first; they are in this order instead of `never`.
 // The two recency orders are queues with lazy deletion: joining appends (slot, stamp); leaving
 // only changes the slot's own stamp, and stale entries are dropped when they reach the head (or
 // when they outnumber the live ones). So an acquire+release of an unscheduled tensor (KV blocks,
@@ -31,9 +33,13 @@ struct victim_key {
   bool indexed = false;  ///< holds HBM (and its page-in has not failed)
   victim_group group = victim_group::clean;
   std::uint64_t next_use = 0;  ///< schedule time of its next use; `never` = not scheduled again
+  double popularity = -1;      ///< a routed group member's score; < 0 = not a member
+  /// Ordered by popularity (a member the schedule does not name).
+  bool routed() const noexcept;
   friend bool operator==(const victim_key& a, const victim_key& b) noexcept {
     return a.indexed == b.indexed &&
-           (!a.indexed || (a.group == b.group && a.next_use == b.next_use));
+           (!a.indexed ||
+            (a.group == b.group && a.next_use == b.next_use && a.popularity == b.popularity));
   }
 };
 
@@ -64,6 +70,10 @@ class victim_index {
   }
   /// Scheduled members of g by next use.
   const std::set<entry>& next(victim_group g) const { return next_[static_cast<int>(g)]; }
+  /// Routed group members of g by popularity, least popular first.
+  const std::set<std::pair<double, std::uint32_t>>& routed(victim_group g) const {
+    return routed_[static_cast<int>(g)];
+  }
   /// Number of tensors indexed in group `g`.
   std::size_t size(victim_group g) const { return lru_[static_cast<int>(g)].live; }
 
@@ -95,6 +105,7 @@ class victim_index {
   mutable queue lru_[victim_group_count];
   mutable queue never_[victim_group_count];
   std::set<entry> next_[victim_group_count];
+  std::set<std::pair<double, std::uint32_t>> routed_[victim_group_count];
   std::uint64_t clock_ = 1;
 };
 
