@@ -1,6 +1,7 @@
 // The pager, rule by rule, on the sim backend.
 #include "deadline.hpp"
 #include "pager_fixture.hpp"
+#include "throws_naming.hpp"
 
 #include <unistd.h>
 
@@ -557,6 +558,8 @@ TEST_F(pager_test, a_trace_that_cannot_be_written_is_an_io_error_with_the_path_a
     EXPECT_EQ(e.error_number(), ENOSPC) << e.what();
     EXPECT_NE(std::string(e.what()).find("write_trace"), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(throws_naming<io_error>([&] { p.write_trace("/dev/full"); },
+                                      {"'/dev/full'", std::strerror(ENOSPC)}));
 }
 
 TEST_F(pager_test, teardown_returns_every_byte_to_the_device) {

@@ -44,8 +44,7 @@ class collectives {
   virtual ~collectives() = default;
   /// Ranks: one per GPU.
   virtual std::size_t size() const noexcept = 0;
-  /// "nccl" or "sim".
-  /// Never throws.
+  /// "nccl" or "sim". Never throws.
   virtual std::string backend_name() const = 0;
   /// Rank r's `bytes` at `send` land at recv + r * bytes on every rank (recv holds size() * bytes).
   /// @throws htp::invalid_argument for a bad rank, null buffers or a size mismatch between ranks;
@@ -63,7 +62,7 @@ class collectives {
   /// abort waits for open groups before it tears the communicators down).
   /// @throws group_start: htp::logic_error once aborted; both: htp::cuda_error from NCCL.
   virtual void group_start() = 0;
-  /// (group_end: @throws htp::cuda_error from NCCL.)
+  /// Closes the bracket. @throws htp::cuda_error from NCCL.
   virtual void group_end() = 0;
 
   /// Aborts every rank's collectives, for good, after a failure; `reason` says what failed and is

@@ -170,12 +170,12 @@ class node {
   void unregister(node_tensor t);
 
   /// The host tier, GPU by GPU pager metrics, and shared-link use. Thread-safe.
-  /// Never throws.
+  /// @throws as pager::metrics (every GPU's pager is asked).
   node_metrics metrics() const;
   /// Starts the counters afresh (e.g. after warm-up): every GPU's pager (pager::reset_metrics)
   /// and the bytes counted per shared link. States (host tier use, tensors) are untouched.
   /// Thread-safe.
-  /// Never throws.
+  /// @throws as pager::metrics (every GPU's pager is asked).
   void reset_metrics();
   /// The shared links in use (configured or discovered).
   /// Never throws.

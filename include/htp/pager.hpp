@@ -331,7 +331,8 @@ class pager {
   /// The tensor's state now. @throws htp::invalid_argument for a stale handle.
   tensor_info info(tensor_handle h) const;
   /// A snapshot of the metrics (see metrics.hpp). Thread-safe.
-  /// Never throws.
+  /// @throws htp::cuda_error (htp::logic_error on sim) only after a sticky device failure, which
+  /// accounting the finished copies runs into; nothing else.
   pager_metrics metrics() const;
   /// Starts the pager's counters, fault waits, latency histogram and occupancy mean and peak
   /// afresh (e.g. between warm-up and timed steps), so the next metrics() covers only what came
@@ -339,7 +340,8 @@ class pager {
   /// untouched; the transfer engine's counters (`transfers`) are not reset. Copies in flight
   /// when it is called count in neither period's samples exactly: call synchronize() first for
   /// a clean cut. Thread-safe.
-  /// Never throws.
+  /// @throws htp::cuda_error (htp::logic_error on sim) only after a sticky device failure, which
+  /// accounting the finished copies runs into; nothing else.
   void reset_metrics();
   /// With `trace = true`, adds a span named `name` to the trace's compute track: work the caller
   /// timed on the device (a kernel), in host steady-clock time, so the timeline shows the GPU's
