@@ -15,6 +15,9 @@ cuda_error::cuda_error(int code, std::string name, std::string call, std::string
                                         call, " at ", file, ":", line)),
       code_(code), name_(std::move(name)) {}
 
+io_error::io_error(std::string message, std::string path, int error_number)
+    : std::runtime_error(std::move(message)), path_(std::move(path)), error_number_(error_number) {}
+
 bool cuda_error::is_sticky() const noexcept {
   // The errors after which the context is corrupt and every later call fails the same way, by
   // their runtime names (cudaError_t) and by their driver names (CUresult, from the stream memory

@@ -79,8 +79,9 @@ TEST_F(pager_file, a_failed_read_fails_the_page_in_with_the_reason_and_a_later_o
   try {
     (void)p.acquire(h, compute, /*wait=*/true);
     FAIL() << "acquire succeeded on a truncated file";
-  } catch (const cuda_error& e) {
+  } catch (const io_error& e) {
     EXPECT_NE(std::string(e.what()).find("reading the file failed"), std::string::npos) << e.what();
+    EXPECT_EQ(e.path(), tf.path);
   }
   EXPECT_EQ(p.info(h).where, residency::host);
   {
@@ -88,6 +89,42 @@ TEST_F(pager_file, a_failed_read_fails_the_page_in_with_the_reason_and_a_later_o
     out.write(reinterpret_cast<const char*>(parts[0].data()),
               static_cast<std::streamsize>(parts[0].size()));
   }
+  EXPECT_EQ(device_checksum(p, *dev, h, compute, slot), checksum(parts[0].data(), parts[0].size()));
+}
+
+TEST_F(pager_file, a_truncated_file_is_the_same_io_error_from_acquire_and_from_copy_to_host) {
+  const std::vector<std::vector<unsigned char>> parts = {payload(64 << 10, 9)};
+  temp_file tf(parts);
+  auto file = tensor_file::open(tf.path);
+  pager p(*dev, small_pager_config(4));
+  const tensor_handle h = p.register_file_tensor("w", parts[0].size(), file, 0);
+  ASSERT_EQ(truncate(tf.path.c_str(), 1000), 0);
+  // The type each call throws; "none" if it returned, "other" for anything not io_error.
+  const auto thrown = [&](const auto& call) -> std::string {
+    try {
+      call();
+      return "none";
+    } catch (const io_error& e) {
+      EXPECT_EQ(e.path(), tf.path) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ended early"), std::string::npos) << e.what();
+      return "io_error";
+    } catch (const std::exception& e) {
+      return std::string("other: ") + e.what();
+    }
+  };
+  EXPECT_EQ(thrown([&] { (void)p.acquire(h, compute, /*wait=*/true); }), "io_error");
+  std::vector<unsigned char> back(parts[0].size());
+  EXPECT_EQ(thrown([&] { p.copy_to_host(h, back.data()); }), "io_error");
+  // Nothing held or lost: the tensor is back on its file, and reads it once the file is whole.
+  EXPECT_EQ(p.info(h).where, residency::host);
+  EXPECT_EQ(p.metrics().hbm.used_bytes, 0u);
+  {
+    std::ofstream out(tf.path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(parts[0].data()),
+              static_cast<std::streamsize>(parts[0].size()));
+  }
+  p.copy_to_host(h, back.data());
+  EXPECT_EQ(back, parts[0]);
   EXPECT_EQ(device_checksum(p, *dev, h, compute, slot), checksum(parts[0].data(), parts[0].size()));
 }
 

@@ -1,8 +1,13 @@
 // The pager, rule by rule, on the sim backend.
 #include "deadline.hpp"
 #include "pager_fixture.hpp"
+#include "throws_naming.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <future>
 #include <string>
@@ -304,6 +309,69 @@ TEST_F(pager_test, pinned_tensors_are_never_evicted_and_the_ladder_ends_in_a_dia
   EXPECT_EQ(p.metrics().oom.thrown, 1u);
 }
 
+TEST_F(pager_test,
+       a_small_tensor_kept_acquired_mid_hbm_splits_it_and_a_larger_acquire_fails_typed) {
+  // docs/reliability.md, "The exact guarantee": out of memory when no free run of the size is left
+  // between the acquired tensors, not only when they fill HBM. 16 slabs, one slab tensor in each;
+  // the one in slab 8 leaves and a 1 KiB tensor takes its slab and stays acquired; 15 slabs can be
+  // freed, but no run of 9.
+  constexpr std::size_t slabs = 16, middle = 8;
+  pager p(*dev, small_pager_config(slabs));
+  std::vector<std::vector<unsigned char>> bytes;
+  std::vector<tensor_handle> h;
+  std::vector<std::uintptr_t> at;
+  for (std::size_t i = 0; i < slabs; ++i) {
+    bytes.push_back(payload(slab, 100 + i));
+    h.push_back(
+        p.register_tensor("s" + std::to_string(i), slab, tensor_kind::weight, bytes.back().data()));
+    at.push_back(reinterpret_cast<std::uintptr_t>(p.acquire(h.back(), compute).data));
+    p.release(h.back(), compute);
+  }
+  compute.synchronize();
+  const auto lowest = *std::min_element(at.begin(), at.end());
+  ASSERT_EQ(at[middle], lowest + middle * slab) << "the fill did not lay the slabs out in order";
+  const auto small_bytes = payload(1 << 10, 7);
+  const auto small =
+      p.register_tensor("small", small_bytes.size(), tensor_kind::weight, small_bytes.data());
+  p.evict(h[middle]);
+  const auto s = p.acquire(small, compute);  // kept acquired until the end
+  const auto small_at = reinterpret_cast<std::uintptr_t>(s.data);
+  ASSERT_GE(small_at, at[middle]);
+  ASSERT_LT(small_at, at[middle] + slab) << "the small tensor is not in the middle slab";
+  const auto big_bytes = payload(9 * slab, 8);
+  const auto big =
+      p.register_tensor("big", big_bytes.size(), tensor_kind::weight, big_bytes.data());
+  try {
+    (void)p.acquire(big, compute);
+    FAIL() << "9 slabs acquired although the small tensor leaves runs of 8 and 7";
+  } catch (const out_of_memory& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.requested_bytes(), 9 * slab);
+    EXPECT_NE(m.find("'big'"), std::string::npos) << m;
+    EXPECT_NE(m.find("pinned by 1 acquired tensor(s): 1024 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("largest free extent " + std::to_string(middle * slab) + " bytes"),
+              std::string::npos)
+        << m;
+  }
+  // Every other tensor was evicted on the way (15 of 16 slabs free), and nothing was lost.
+  for (std::size_t i = 0; i < slabs; ++i) EXPECT_EQ(p.info(h[i]).where, residency::host) << i;
+  EXPECT_EQ(p.info(big).where, residency::host);
+  EXPECT_EQ(p.info(big).pins, 0);
+  EXPECT_EQ(p.metrics().oom.thrown, 1u);
+  dev->checksum_async(s.data, s.bytes, slot.value, compute);
+  p.release(small, compute);
+  compute.synchronize();
+  EXPECT_EQ(*slot.value, checksum(small_bytes.data(), small_bytes.size()));
+  // Released, the small tensor no longer splits HBM: the same acquire succeeds.
+  EXPECT_EQ(device_checksum(p, *dev, big, compute, slot),
+            checksum(big_bytes.data(), big_bytes.size()));
+  for (std::size_t i = 0; i < slabs; ++i) {
+    EXPECT_EQ(device_checksum(p, *dev, h[i], compute, slot),
+              checksum(bytes[i].data(), bytes[i].size()))
+        << i;
+  }
+}
+
 TEST_F(pager_test, degraded_mode_serves_correct_bytes_from_host_memory) {
   auto c = small_pager_config(2);
   c.on_oom = oom_policy::allow_degraded;
@@ -473,6 +541,25 @@ TEST_F(pager_test, metrics_export_as_json_and_trace_as_chrome_json) {
   EXPECT_NE(text.find("prefetch stream"), std::string::npos);
   pager untraced(*dev, small_pager_config(2));
   EXPECT_THROW(untraced.write_trace(path), invalid_argument);
+}
+
+TEST_F(pager_test, a_trace_that_cannot_be_written_is_an_io_error_with_the_path_and_reason) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  auto c = small_pager_config(4);
+  c.trace = true;
+  pager p(*dev, c);
+  auto h = p.register_tensor("w", slab, tensor_kind::weight);
+  device_checksum(p, *dev, h, compute, slot);
+  try {
+    p.write_trace("/dev/full");  // opens, but every write fails with ENOSPC
+    FAIL() << "writing to /dev/full succeeded";
+  } catch (const io_error& e) {
+    EXPECT_EQ(e.path(), "/dev/full");
+    EXPECT_EQ(e.error_number(), ENOSPC) << e.what();
+    EXPECT_NE(std::string(e.what()).find("write_trace"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(throws_naming<io_error>([&] { p.write_trace("/dev/full"); },
+                                      {"'/dev/full'", std::strerror(ENOSPC)}));
 }
 
 TEST_F(pager_test, teardown_returns_every_byte_to_the_device) {

@@ -1,5 +1,6 @@
-// A GoogleTest predicate for error messages: the call throws htp::invalid_argument and its what()
-// names every needle (the value and the rule), as htp promises for bad input.
+// A GoogleTest predicate for error messages: the call throws htp::invalid_argument (or the htp
+// type E given) and its what() names every needle (the value and the rule, the path and the
+// reason), as htp promises for every error.
 #pragma once
 
 #include <htp/error.hpp>
@@ -11,11 +12,11 @@
 
 namespace htp::test {
 
-template <typename F>
+template <typename E = htp::invalid_argument, typename F>
 ::testing::AssertionResult throws_naming(F f, std::initializer_list<const char*> needles) {
   try {
     f();
-  } catch (const htp::invalid_argument& e) {
+  } catch (const E& e) {
     const std::string msg = e.what();
     for (const char* n : needles) {
       if (msg.find(n) == std::string::npos) {
@@ -24,7 +25,7 @@ template <typename F>
     }
     return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionFailure() << "no htp::invalid_argument thrown";
+  return ::testing::AssertionFailure() << "the expected htp error type was not thrown";
 }
 
 }  // namespace htp::test

@@ -44,7 +44,7 @@ class collectives {
   virtual ~collectives() = default;
   /// Ranks: one per GPU.
   virtual std::size_t size() const noexcept = 0;
-  /// "nccl" or "sim".
+  /// "nccl" or "sim". Never throws.
   virtual std::string backend_name() const = 0;
   /// Rank r's `bytes` at `send` land at recv + r * bytes on every rank (recv holds size() * bytes).
   /// @throws htp::invalid_argument for a bad rank, null buffers or a size mismatch between ranks;
@@ -62,6 +62,7 @@ class collectives {
   /// abort waits for open groups before it tears the communicators down).
   /// @throws group_start: htp::logic_error once aborted; both: htp::cuda_error from NCCL.
   virtual void group_start() = 0;
+  /// Closes the bracket. @throws htp::cuda_error from NCCL.
   virtual void group_end() = 0;
 
   /// Aborts every rank's collectives, for good, after a failure; `reason` says what failed and is
@@ -93,9 +94,11 @@ std::unique_ptr<collectives> make_sim_collectives(
 /// or all-reduce is a device-to-device copy on the caller's stream (nothing when in place). For a
 /// node of one GPU, so N-GPU code runs on one GPU without NCCL. No call waits for another rank,
 /// so abort() only makes later calls throw (queued copies complete).
+/// Never throws.
 std::unique_ptr<collectives> make_one_rank_collectives(device& dev);
 
 /// Whether libnccl.so.2 can be loaded here; `why` (if given) says why not.
+/// Never throws.
 bool nccl_available(std::string* why = nullptr);
 /// NCCL communicators for these cuda devices of this process (ncclCommInitAll), owned by the
 /// result: destroyed with it, or aborted by abort() (then never destroyed). abort() needs

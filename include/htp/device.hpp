@@ -113,6 +113,7 @@ class device {
   /// Facts about the device. Thread-safe, no stream order.
   virtual const device_properties& properties() const noexcept = 0;
   /// Free and total device memory now. Thread-safe.
+  /// @throws htp::cuda_error if the CUDA runtime fails (sim: never).
   virtual memory_info memory() const = 0;
 
   // ---- memory --------------------------------------------------------------------------------
@@ -144,6 +145,7 @@ class device {
 
   // ---- streams -------------------------------------------------------------------------------
   /// Creates a stream that runs its work in order and concurrently with other streams.
+  /// @throws htp::cuda_error if the runtime cannot create it (sim: never).
   virtual stream_ref create_stream(stream_priority priority = stream_priority::normal) = 0;
   /// Waits for the stream's queued work, then destroys it. Never throws.
   virtual void destroy_stream(stream_ref s) noexcept = 0;
@@ -154,18 +156,25 @@ class device {
   // ---- events --------------------------------------------------------------------------------
   /// Creates an event (timing disabled, as cudaEventDisableTiming). A never-recorded event counts
   /// as complete.
+  /// @throws htp::cuda_error if the runtime cannot create it (sim: never).
   virtual event_ref create_event() = 0;
   /// Destroys an event. Work already queued that waits on it still sees its recorded state.
   virtual void destroy_event(event_ref e) noexcept = 0;
   /// Captures the work queued on `s` so far into `e`; `e` completes when that work has. Recording
   /// again replaces the previous capture, as cudaEventRecord does.
+  /// @throws htp::invalid_argument for a stream htp cannot use (null, legacy) or, on sim, one not
+  /// of this device; htp::cuda_error if the runtime fails.
   virtual void record(event_ref e, stream_ref s) = 0;
   /// Makes all work queued on `s` after this call wait until the capture `e` holds now completes.
   /// Does not block the host. Waiting on a never-recorded event is a no-op.
+  /// @throws htp::invalid_argument for a stream htp cannot use (null, legacy) or, on sim, one not
+  /// of this device; htp::cuda_error if the runtime fails.
   virtual void wait(event_ref e, stream_ref s) = 0;
   /// True when the work captured in `e` has completed. Never blocks.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed.
   virtual bool query(event_ref e) = 0;
   /// Blocks the calling host thread until the work captured in `e` has completed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed.
   virtual void synchronize(event_ref e) = 0;
   /// Creates an event the device times (cuda: timing enabled, a little dearer to record than
   /// create_event's), for elapsed(). Destroy it with destroy_event. Otherwise as create_event.
@@ -189,6 +198,7 @@ class device {
   /// Queues `fn` to run on a host thread once all earlier work on `s` has completed; later work
   /// on `s` waits for it to return. `fn` must not call into the device and should not throw (on
   /// sim a throw becomes a sticky htp::logic_error reported by the next synchronize).
+  /// @throws htp::invalid_argument for an empty `fn`; htp::cuda_error if the runtime fails.
   virtual void launch_host_func(std::function<void()> fn, stream_ref s) = 0;
   /// Queues a computation of htp::checksum over `bytes` of device memory at `ptr` (a kernel on
   /// cuda); the result is written to `*result`, which must be pinned host memory from this device
@@ -208,14 +218,20 @@ class device {
   // stream behind a copy the token bucket has not released yet. Comparisons are wrap-safe:
   // "reached" means (int32_t)(*word - value) >= 0.
   /// Queues a write of `value` to `*word` on `s` (cuStreamWriteValue32 on cuda).
+  /// @throws htp::invalid_argument (sim) for a word outside this device's pinned memory;
+  /// htp::cuda_error if the driver fails.
   virtual void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) = 0;
   /// Makes later work on `s` wait until `*word` has reached `value` (cuStreamWaitValue32 on cuda).
   /// Does not block the host. The word must be written by a stream or by write_value.
+  /// @throws htp::invalid_argument (sim) for a word outside this device's pinned memory;
+  /// htp::cuda_error if the driver fails.
   virtual void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) = 0;
   /// Stores `value` into `*word` from the host now, waking streams that wait on it. Thread-safe.
+  /// Never throws (a host store).
   virtual void write_value(std::uint32_t* word, std::uint32_t value) = 0;
 
   /// Blocks until all work on every stream of this device has completed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if any of that work failed.
   virtual void synchronize_all() = 0;
 };
 
@@ -224,7 +240,9 @@ class stream {
  public:
   stream() = default;
   /// Creates a stream on `dev`, which must outlive this object.
+  /// @throws as device::create_stream.
   explicit stream(device& dev, stream_priority priority = stream_priority::normal);
+  /// Never throws (a failure of the stream's work is for synchronize to report).
   ~stream();
   stream(stream&& other) noexcept;
   stream& operator=(stream&& other) noexcept;
@@ -234,6 +252,7 @@ class stream {
   stream_ref ref() const noexcept { return ref_; }
   operator stream_ref() const noexcept { return ref_; }  // NOLINT: a stream is usable as a ref
   /// Blocks until the stream's queued work has completed.
+  /// @throws as device::synchronize of the stream.
   void synchronize() const;
 
  private:
@@ -246,7 +265,9 @@ class event {
  public:
   event() = default;
   /// Creates an event on `dev`, which must outlive this object.
+  /// @throws as device::create_event.
   explicit event(device& dev);
+  /// Never throws.
   ~event();
   event(event&& other) noexcept;
   event& operator=(event&& other) noexcept;
@@ -258,8 +279,10 @@ class event {
   /// record(*this, s) on the owning device.
   void record(stream_ref s) const;
   /// True when the captured work has completed.
+  /// @throws as device::query.
   bool query() const;
   /// Blocks until the captured work has completed.
+  /// @throws as device::synchronize of the event.
   void synchronize() const;
 
  private:

@@ -1,5 +1,9 @@
 // htp's exception types. Every error htp reports is one of these; each message says what was wrong
 // and what the caller can do about it.
+//
+// Each public call's comment lists the types it throws ("Never throws." for none). Besides them,
+// any call that allocates host memory may throw std::bad_alloc when the process itself runs out.
+// The constructors below never throw but std::bad_alloc.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +46,26 @@ class cuda_error : public std::runtime_error {
  private:
   int code_;
   std::string name_;
+};
+
+/// A file or operating-system call failed: reading a tensor's file (it ended early, the disk
+/// failed), writing a trace or dump. Carries the system's error number (0 when there is none,
+/// e.g. a file that ended early) and the path involved (empty when not known); what() says what
+/// was being done, on which file, the system's reason and what to do. Nothing about the device is
+/// implied: the object the call was made on is as it was before the call.
+class io_error : public std::runtime_error {
+ public:
+  /// @param message the full diagnostic; @param path the file involved ("" if unknown);
+  /// @param error_number the errno value (0 if none).
+  io_error(std::string message, std::string path, int error_number = 0);
+  /// The errno value of the failed call, or 0 when the failure has none (a short read).
+  int error_number() const noexcept { return error_number_; }
+  /// The file involved, or "" when not known.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  int error_number_;
 };
 
 /// The caller passed a value that breaks a documented rule (zero bytes, unknown pointer, stale

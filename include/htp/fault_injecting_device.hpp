@@ -64,29 +64,39 @@ struct fault_plan {
 class fault_injecting_device final : public device {
  public:
   /// Wraps `inner`, which must outlive this object. Starts with the empty plan (nothing fails).
+  /// Never throws.
   explicit fault_injecting_device(device& inner);
 
   /// Replaces the plan and restarts its count of selected calls (not the per-kind counters).
   /// @throws htp::invalid_argument if probability is outside [0, 1].
   void set_plan(const fault_plan& plan);
   /// Stops injecting (the empty plan). Counters keep counting.
+  /// Never throws.
   void disarm();
   /// Calls of kind `k` made so far (failed ones included), since construction or reset_counters.
+  /// Never throws.
   std::uint64_t calls(fault_kind k) const;
   /// Failures injected into calls of kind `k` so far.
+  /// Never throws.
   std::uint64_t injected(fault_kind k) const;
   /// Failures injected so far, all kinds.
+  /// Never throws.
   std::uint64_t injected() const;
   /// Selected calls counted under the current plan (how far a sweep's k can go).
+  /// Never throws.
   std::uint64_t selected_calls() const;
   /// Zeroes calls() and injected() (not the outstanding-bytes counts).
+  /// Never throws.
   void reset_counters();
   /// Bytes of `kind` allocated through this wrapper and not yet deallocated.
+  /// Never throws.
   std::size_t outstanding_bytes(memory_kind kind) const;
   /// The wrapped device.
   device& inner() noexcept { return inner_; }
 
   // ---- htp::device: each forwards to inner() unless the plan fails the call ----
+  // @throws what device's member of the same name throws; an injected failure has the type a
+  // real failure of that call would have (htp::cuda_error, htp::out_of_memory for allocations).
   const device_properties& properties() const noexcept override;
   memory_info memory() const override;
   void* allocate(memory_kind kind, std::size_t bytes) override;

@@ -34,6 +34,7 @@ log_level get_log_level() noexcept;
 using log_sink = std::function<void(log_level level, std::string_view message)>;
 
 /// Sends htp's messages to `sink` instead of stderr; an empty sink restores stderr. Thread-safe.
+/// Never throws.
 void set_log_sink(log_sink sink);
 
 }  // namespace htp

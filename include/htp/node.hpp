@@ -158,6 +158,7 @@ class node {
   /// @throws htp::invalid_argument for a stale tensor or one not on GPU g (a shard or local
   /// tensor of another GPU), naming the rule.
   tensor_handle on(node_tensor t, std::size_t g) const;
+  /// How the tensor is placed. @throws htp::invalid_argument for a stale tensor.
   node_layout layout(node_tensor t) const;
   /// The host copy of shard `shard` (0 for replicated and local tensors): the authoritative bytes
   /// while no GPU holds a newer copy. @throws htp::invalid_argument for a stale tensor or a shard
@@ -169,12 +170,15 @@ class node {
   void unregister(node_tensor t);
 
   /// The host tier, GPU by GPU pager metrics, and shared-link use. Thread-safe.
+  /// @throws as pager::metrics (every GPU's pager is asked).
   node_metrics metrics() const;
   /// Starts the counters afresh (e.g. after warm-up): every GPU's pager (pager::reset_metrics)
   /// and the bytes counted per shared link. States (host tier use, tensors) are untouched.
   /// Thread-safe.
+  /// @throws as pager::metrics (every GPU's pager is asked).
   void reset_metrics();
   /// The shared links in use (configured or discovered).
+  /// Never throws.
   std::vector<std::shared_ptr<shared_link>> shared_links() const;
 
   struct impl;

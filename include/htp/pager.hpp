@@ -257,7 +257,8 @@ class pager {
   /// host also blocks until the bytes have arrived. A tensor may be acquired several times (on
   /// several streams); each acquire needs its release.
   /// @throws htp::invalid_argument for a stale handle; htp::out_of_memory when the ladder is
-  /// exhausted (the message has the diagnostic).
+  /// exhausted (the message has the diagnostic); htp::io_error if the page-in of a file-backed
+  /// tensor could not read its file; htp::cuda_error if a copy failed on the device.
   device_span acquire(tensor_handle h, stream_ref compute, bool wait = false);
   /// Unpins one acquire. Records an event on `compute`: the memory is not evicted, moved or reused
   /// until the stream passes this point. `dirty` = the kernels wrote it (mutable tensors only).
@@ -311,6 +312,8 @@ class pager {
   /// @throws htp::invalid_argument for a stale handle or an acquired tensor.
   void evict(tensor_handle h);
   /// Runs a full compaction of HBM now, blocking until the moves are done; returns moves made.
+  /// @throws htp::cuda_error if the device fails while moves are queued (a move that fails leaves
+  /// its tensor where it was).
   std::size_t compact();
   /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
   /// (`bytes` of host memory, pageable or pinned), blocking. For verification and checkpoints. A
@@ -318,14 +321,20 @@ class pager {
   /// or evict of it then is refused as for an acquired tensor). Do not acquire a mutable tensor
   /// while its copy_to_host runs: the copy would race with the writes, as any read with a write.
   /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
-  /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device.
+  /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device;
+  /// htp::io_error if a file-backed tensor's file cannot be read (as acquire); htp::cuda_error if
+  /// the copy out of HBM fails.
   void copy_to_host(tensor_handle h, void* dst);
   /// Blocks until every copy the pager started has completed and been accounted.
+  /// @throws htp::cuda_error (htp::logic_error on sim) if waiting on the device fails; a failed
+  /// copy is accounted (the tensor stays where it was), not thrown.
   void synchronize();
 
   /// The tensor's state now. @throws htp::invalid_argument for a stale handle.
   tensor_info info(tensor_handle h) const;
   /// A snapshot of the metrics (see metrics.hpp). Thread-safe.
+  /// @throws htp::cuda_error (htp::logic_error on sim) only after a sticky device failure, which
+  /// accounting the finished copies runs into; nothing else.
   pager_metrics metrics() const;
   /// Starts the pager's counters, fault waits, latency histogram and occupancy mean and peak
   /// afresh (e.g. between warm-up and timed steps), so the next metrics() covers only what came
@@ -333,15 +342,19 @@ class pager {
   /// untouched; the transfer engine's counters (`transfers`) are not reset. Copies in flight
   /// when it is called count in neither period's samples exactly: call synchronize() first for
   /// a clean cut. Thread-safe.
+  /// @throws htp::cuda_error (htp::logic_error on sim) only after a sticky device failure, which
+  /// accounting the finished copies runs into; nothing else.
   void reset_metrics();
   /// With `trace = true`, adds a span named `name` to the trace's compute track: work the caller
   /// timed on the device (a kernel), in host steady-clock time, so the timeline shows the GPU's
   /// compute next to htp's copies. The pager's own host view of each tensor (first acquire to last
   /// release) is a track of its own. Thread-safe; does nothing when tracing is off.
+  /// Never throws.
   void trace_compute_span(const std::string& name, std::chrono::steady_clock::time_point begin,
                           std::chrono::steady_clock::time_point end);
   /// Writes the event trace (Chrome / Perfetto JSON, one track per stream) to `path`.
-  /// @throws htp::invalid_argument if tracing is off or the file cannot be written.
+  /// @throws htp::invalid_argument if tracing is off or the file cannot be created;
+  /// htp::io_error if writing it fails (the path and the system's reason).
   void write_trace(const std::string& path) const;
 
   /// The transfer engine (its prefetch and reduction streams, rate settings, metrics).

@@ -28,10 +28,12 @@ inline constexpr const char* prometheus_content_type = "text/plain; version=0.0.
 /// One pager's metrics as a complete exposition (HELP and TYPE lines, one family after another,
 /// ending in a newline). Counters are since construction or pager::reset_metrics (transfer
 /// counters since construction), as in the snapshot. Thread-safe (a pure function).
+/// Never throws.
 std::string to_prometheus(const pager_metrics& m);
 
 /// A node's metrics as one exposition: every GPU's pager families labelled gpu="k", then the
 /// node's host tier and shared-link families. Thread-safe (a pure function).
+/// Never throws.
 std::string to_prometheus(const node_metrics& m);
 
 }  // namespace htp

@@ -65,9 +65,12 @@ class shared_link {
   /// The link above this one, or null at the top.
   const std::shared_ptr<shared_link>& parent() const noexcept { return parent_; }
   /// The smallest burst on the chain from this link up: the largest chunk it can ever pass.
+  /// Never throws.
   std::uint64_t chain_burst() const;
   /// Dispatchers waiting for this link now at priority p (observability and tests). Thread-safe.
+  /// Never throws.
   std::uint64_t waiting(transfer_priority p) const;
+  /// The rate, the burst and the bytes taken. Never throw.
   std::uint64_t rate() const;         ///< bytes per second.
   std::uint64_t burst() const;        ///< bytes.
   std::uint64_t bytes_taken() const;  ///< bytes that crossed the link since construction.

@@ -168,10 +168,13 @@ class slab_allocator {
   /// Releases an allocation once the work queued on `s` so far completes: records a pooled event on
   /// `s`; the block returns to the free lists only when a later call (allocate, deallocate, reap,
   /// statistics) finds the event complete. Never blocks. Same errors as deallocate.
+  /// @throws as deallocate; htp::cuda_error if the event cannot be recorded.
   void deallocate_after(void* ptr, std::size_t bytes, stream_ref s);
   /// Frees every pending release whose event has completed; returns how many. Never blocks.
+  /// @throws htp::cuda_error (htp::logic_error on sim) if querying an event fails.
   std::size_t reap();
   /// Blocks until every pending release's event has completed, then frees them all.
+  /// @throws htp::cuda_error (htp::logic_error on sim) if the work an event captured failed.
   void synchronize_pending();
 
   /// Plans moves that gather free space (for_request_bytes == 0: evacuate sparse bin pages and fill
@@ -181,6 +184,7 @@ class slab_allocator {
   /// destinations never are. Destinations overlap no live extent, no source and no other
   /// destination, and are reserved until committed or cancelled. `movable` runs under the
   /// allocator's lock and must not call back into it.
+  /// Never throws (besides what `movable` throws).
   compaction_plan plan_compaction(const std::function<bool(const extent&)>& movable,
                                   std::size_t for_request_bytes = 0);
   /// After the caller has copied m.from to m.to: re-points the allocation to m.to and frees m.from.
@@ -190,11 +194,14 @@ class slab_allocator {
   /// @throws htp::invalid_argument if `m` is not a planned, uncommitted move.
   void cancel_move(const slab_move& m);
   /// True when the combined fragmentation is at or above the configured threshold.
+  /// Never throws.
   bool should_compact() const;
 
   /// A snapshot of the statistics. Reaps completed releases first (never blocks).
+  /// @throws as reap.
   slab_allocator_stats statistics() const;
   /// The live fragmentation figures (cheap: counters plus a cached largest-run scan).
+  /// Never throws.
   fragmentation_report fragmentation() const;
   /// Recomputes every counter and the fragmentation figures from the bitmaps alone and compares
   /// them with the incremental ones. Returns the recomputed figures. For tests and checked mode.
@@ -216,6 +223,7 @@ class slab_allocator {
   /// The largest request allocate can ever satisfy (one reservation's bytes).
   std::size_t max_request_bytes() const noexcept;
   /// Bytes a request of `bytes` occupies: its size class, or whole pages from half a page.
+  /// Never throws.
   std::size_t rounded_size(std::size_t bytes) const;
 
   struct state;  // defined in src/slab/state.hpp

@@ -106,6 +106,7 @@ class swap_shard {
   swap_shard& operator=(const swap_shard&) = delete;
 
   std::size_t layers() const noexcept;
+  /// Where `layer` comes from. @throws htp::invalid_argument for a layer out of range.
   layer_source source(std::size_t layer) const;
   /// GPU g's full copy of `layer` (its first layer_bytes bytes), usable on `compute` until release.
   /// Stream order: work queued on `compute` after it runs once the layer's group is gathered.
@@ -130,6 +131,7 @@ class swap_shard {
   /// range; htp::cuda_error if the device fails while draining.
   void stop(std::size_t g);
   /// Thread-safe.
+  /// Never throws.
   swap_shard_metrics metrics() const;
 
   struct impl;

@@ -23,13 +23,15 @@ namespace htp {
 class tensor_file {
  public:
   /// Opens `path` read-only. @throws htp::invalid_argument if it cannot be opened (the message
-  /// has the path and the system's reason).
+  /// has the path and the system's reason); htp::io_error if it opens but cannot be examined
+  /// (fstat fails).
   static std::shared_ptr<tensor_file> open(const std::string& path);
   /// A modelled file of `size_bytes` read at `read_bytes_per_second` (every reader together),
   /// plus `latency_ns` per read. @throws htp::invalid_argument if the size or rate is 0.
   static std::shared_ptr<tensor_file> modelled(std::string name, std::uint64_t size_bytes,
                                                std::uint64_t read_bytes_per_second,
                                                std::uint64_t latency_ns = 0);
+  /// Closes the file. Never throws.
   ~tensor_file();
   tensor_file(const tensor_file&) = delete;
   tensor_file& operator=(const tensor_file&) = delete;
@@ -41,9 +43,10 @@ class tensor_file {
   /// Reads [offset, offset + bytes) into `dst` (host memory), blocking until done; a modelled
   /// file writes nothing and returns when its modelled read ends. Thread-safe (pread).
   /// @throws htp::invalid_argument if the range is empty or runs past the end of the file;
-  /// std::system_error if the read fails.
+  /// htp::io_error if the read fails (the file ended early, an I/O error), with the path.
   void read(void* dst, std::size_t bytes, std::uint64_t offset) const;
   /// Bytes read since it was opened (all readers). Thread-safe.
+  /// Never throws.
   std::uint64_t bytes_read() const;
 
  private:

@@ -52,8 +52,10 @@ class token_bucket {
   /// @throws htp::invalid_argument if burst_bytes == 0.
   void set_burst(std::uint64_t burst_bytes);
   /// Enters (true) or leaves (false) unlimited mode. Leaving it starts with a full bucket.
+  /// Never throws.
   void set_unlimited(bool unlimited);
 
+  /// These five never throw.
   std::uint64_t rate() const;         ///< bytes per second (meaningless while unlimited).
   std::uint64_t burst() const;        ///< bytes.
   bool unlimited() const;             ///< true in unlimited mode.

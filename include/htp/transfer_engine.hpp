@@ -189,6 +189,7 @@ class transfer_engine {
   /// @throws htp::invalid_argument on a bad config (chunk_bytes 0, max_in_flight_chunks 0, a rate
   /// of 0, a burst smaller than a chunk, a cap fraction outside (0, 1]).
   explicit transfer_engine(device& dev, transfer_config config = {});
+  /// Never throws.
   ~transfer_engine();
   transfer_engine(const transfer_engine&) = delete;
   transfer_engine& operator=(const transfer_engine&) = delete;
@@ -206,6 +207,7 @@ class transfer_engine {
   /// read by a kernel is reused without a host round trip: the copy into it waits on the kernel's
   /// release event. Later requests on the same stream wait too (streams run in order). The events
   /// must not be re-recorded or destroyed until the request has finished.
+  /// @throws as the submit above; htp::invalid_argument for a null event in `after`.
   transfer_ticket submit(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                          transfer_priority priority, std::vector<event_ref> after);
 
@@ -262,29 +264,36 @@ class transfer_engine {
   void wait(transfer_ticket t);
 
   /// Blocks until every request submitted so far has finished.
+  /// Never throws (a failed request is reported by wait or status, not here).
   void drain();
 
   /// The requests that finished (complete, cancelled or failed) since the last call, oldest first,
   /// each with its outcome and latency. Empty unless transfer_config::finished_queue is set.
   /// Thread-safe; one consumer expected.
+  /// Never throws.
   std::vector<finished_transfer> take_finished();
 
   /// True once nothing of the request remains to be done (complete, cancelled, failed, expired).
+  /// @throws htp::invalid_argument for a ticket this engine never returned.
   bool is_complete(transfer_ticket t) const;
   /// The request's state. @throws htp::invalid_argument for an unknown ticket.
   transfer_status status(transfer_ticket t) const;
   /// Submission-to-completion time of a completed request; nullopt otherwise (or once expired).
+  /// @throws htp::invalid_argument for a ticket this engine never returned.
   std::optional<std::chrono::nanoseconds> latency(transfer_ticket t) const;
 
   /// Sets the cap of `direction` (H2D or D2H) from now on. @throws htp::invalid_argument if
   /// bytes_per_second == 0 or the direction has no link (D2D, H2H).
   void set_rate(copy_direction direction, std::uint64_t bytes_per_second);
   /// Removes the cap of `direction` (H2D or D2H).
+  /// @throws htp::invalid_argument if the direction has no link (D2D, H2H).
   void set_unlimited(copy_direction direction);
 
   /// A consistent snapshot of the counters.
+  /// Never throws.
   transfer_metrics metrics() const;
   /// The calibrated (or configured) link peak of H2D or D2H, bytes per second.
+  /// @throws htp::invalid_argument if the direction has no link (D2D, H2H).
   std::uint64_t link_peak(copy_direction direction) const;
   /// The rate H2D or D2H runs at now: its cap, or its link peak when uncapped (bytes per second).
   /// Thread-safe. @throws htp::invalid_argument for a direction without a link (D2D, H2H).

@@ -12,6 +12,7 @@ from ._htp import (
     EvictionRule,
     HostRegionKind,
     InvalidArgumentError,
+    IoError,
     LinkConfig,
     LogicError,
     NodeConfig,
@@ -32,7 +33,8 @@ from ._pager import Node, Pager
 
 __all__ = [
     "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
-    "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy", "OutOfMemoryError",
-    "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "View", "__version__",
-    "cuda_device_count", "make_device", "node_config", "pager_config", "parse_bytes",
+    "IoError", "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy",
+    "OutOfMemoryError", "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind",
+    "View", "__version__", "cuda_device_count", "make_device", "node_config", "pager_config",
+    "parse_bytes",
 ]

@@ -8,6 +8,7 @@ from htp import (
     CudaError as CudaError,
     Error as Error,
     InvalidArgumentError as InvalidArgumentError,
+    IoError as IoError,
     LogicError as LogicError,
     OutOfMemoryError as OutOfMemoryError
 )

@@ -2,6 +2,7 @@
 //   htp::out_of_memory    -> htp.OutOfMemoryError(htp.Error, MemoryError)
 //   htp::invalid_argument -> htp.InvalidArgumentError(htp.Error, ValueError)
 //   htp::cuda_error       -> htp.CudaError(htp.Error, RuntimeError)
+//   htp::io_error         -> htp.IoError(htp.Error, OSError)
 //   htp::logic_error      -> htp.LogicError(htp.Error, RuntimeError)
 #include "bindings.hpp"
 
@@ -14,6 +15,7 @@ PyObject* g_error = nullptr;
 PyObject* g_oom = nullptr;
 PyObject* g_invalid = nullptr;
 PyObject* g_cuda = nullptr;
+PyObject* g_io = nullptr;
 PyObject* g_logic = nullptr;
 
 PyObject* make_error(nb::module_& m, const char* name, PyObject* builtin, const char* doc) {
@@ -38,6 +40,9 @@ void bind_errors(nb::module_& m) {
                          "Bad input: what was wrong and what to do instead.");
   g_cuda = make_error(m, "CudaError", PyExc_RuntimeError,
                       "The CUDA runtime or driver failed or cannot run here (reason and remedy).");
+  g_io = make_error(m, "IoError", PyExc_OSError,
+                    "A file or OS call failed (a tensor's file ended early, a trace could not be "
+                    "written): path and reason.");
   g_logic = make_error(m, "LogicError", PyExc_RuntimeError,
                        "An internal invariant failed (a bug in htp: please report it).");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -49,6 +54,8 @@ void bind_errors(nb::module_& m) {
       PyErr_SetString(g_invalid, e.what());
     } catch (const htp::cuda_error& e) {
       PyErr_SetString(g_cuda, e.what());
+    } catch (const htp::io_error& e) {
+      PyErr_SetString(g_io, e.what());
     } catch (const htp::logic_error& e) {
       PyErr_SetString(g_logic, e.what());
     }

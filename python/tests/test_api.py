@@ -16,6 +16,7 @@ def test_errors_are_typed_and_derive_from_the_builtins():
     assert issubclass(htp.OutOfMemoryError, MemoryError) and issubclass(htp.OutOfMemoryError, htp.Error)
     assert issubclass(htp.InvalidArgumentError, ValueError)
     assert issubclass(htp.CudaError, RuntimeError)
+    assert issubclass(htp.IoError, OSError) and issubclass(htp.IoError, htp.Error)
     with pytest.raises(htp.InvalidArgumentError, match="backend"):
         htp.make_device("tpu")
 

@@ -84,35 +84,13 @@ struct node::impl {
   /// Registers `r` (host extents filled) in the pagers of `where` (per extent index) and stores it.
   node_tensor commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
                      tensor_kind kind);
+  /// Makes the host tier(s) for `devs` per `cfg` and fills `tier_of` (node::node's step).
+  void make_host_tiers(std::size_t largest_hbm);
 };
 
-node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<impl>()) {
-  impl& s = *p_;
-  HTP_EXPECTS(!gpus.empty(), invalid_argument, "node: no GPUs given; pass at least one device");
-  for (std::size_t g = 0; g < gpus.size(); ++g) {
-    HTP_EXPECTS(gpus[g] != nullptr, invalid_argument, "node: GPU ", g, " is a null device");
-  }
-  HTP_EXPECTS(config.per_gpu.empty() || config.per_gpu.size() == gpus.size(), invalid_argument,
-              "node_config.per_gpu has ", config.per_gpu.size(), " configs for ", gpus.size(),
-              " GPUs; give none (node_config.gpu for all) or one per GPU");
-  HTP_EXPECTS(config.link_share > 0 && config.link_share <= 1, invalid_argument,
-              "node_config.link_share is ", config.link_share, "; it must be in (0, 1]");
-  s.devs = std::move(gpus);
-  s.cfg = std::move(config);
+void node::impl::make_host_tiers(std::size_t largest_hbm) {
+  impl& s = *this;
   const std::size_t n = s.devs.size();
-  std::vector<pager_config> pcs(n, s.cfg.gpu);
-  if (!s.cfg.per_gpu.empty()) pcs = s.cfg.per_gpu;
-  std::size_t largest_hbm = 0, largest_chunk = 0;
-  for (std::size_t g = 0; g < n; ++g) {
-    HTP_EXPECTS(pcs[g].host_budget_bytes == 0, invalid_argument, "node_config.",
-                s.cfg.per_gpu.empty() ? "gpu" : "per_gpu[" + std::to_string(g) + "]",
-                ".host_budget_bytes is ", pcs[g].host_budget_bytes,
-                "; it must be 0: the node's one host tier (node_config.host_budget_bytes) "
-                "serves every GPU");
-    largest_hbm = std::max(largest_hbm, pcs[g].hbm_budget_bytes);
-    largest_chunk = std::max(largest_chunk, pcs[g].chunk_bytes);
-  }
-
   // The host tier, once: pinned, portable to every GPU. With NUMA placement and GPUs on several
   // NUMA nodes, one tier per node (the budget split evenly), reserved while the thread prefers
   // that node, so each GPU's shards sit in its own node's memory. Reservations are at least as
@@ -158,6 +136,36 @@ node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<
     }
     s.hosts.push_back(std::move(ht));
   }
+}
+
+node::node(std::vector<device*> gpus, node_config config) : p_(std::make_unique<impl>()) {
+  impl& s = *p_;
+  HTP_EXPECTS(!gpus.empty(), invalid_argument, "node: no GPUs given; pass at least one device");
+  for (std::size_t g = 0; g < gpus.size(); ++g) {
+    HTP_EXPECTS(gpus[g] != nullptr, invalid_argument, "node: GPU ", g, " is a null device");
+  }
+  HTP_EXPECTS(config.per_gpu.empty() || config.per_gpu.size() == gpus.size(), invalid_argument,
+              "node_config.per_gpu has ", config.per_gpu.size(), " configs for ", gpus.size(),
+              " GPUs; give none (node_config.gpu for all) or one per GPU");
+  HTP_EXPECTS(config.link_share > 0 && config.link_share <= 1, invalid_argument,
+              "node_config.link_share is ", config.link_share, "; it must be in (0, 1]");
+  s.devs = std::move(gpus);
+  s.cfg = std::move(config);
+  const std::size_t n = s.devs.size();
+  std::vector<pager_config> pcs(n, s.cfg.gpu);
+  if (!s.cfg.per_gpu.empty()) pcs = s.cfg.per_gpu;
+  std::size_t largest_hbm = 0, largest_chunk = 0;
+  for (std::size_t g = 0; g < n; ++g) {
+    HTP_EXPECTS(pcs[g].host_budget_bytes == 0, invalid_argument, "node_config.",
+                s.cfg.per_gpu.empty() ? "gpu" : "per_gpu[" + std::to_string(g) + "]",
+                ".host_budget_bytes is ", pcs[g].host_budget_bytes,
+                "; it must be 0: the node's one host tier (node_config.host_budget_bytes) "
+                "serves every GPU");
+    largest_hbm = std::max(largest_hbm, pcs[g].hbm_budget_bytes);
+    largest_chunk = std::max(largest_chunk, pcs[g].chunk_bytes);
+  }
+
+  s.make_host_tiers(largest_hbm);
 
   // Shared links: configured, or discovered from the topology (PCIe root ports inside NUMA nodes).
   const std::uint64_t burst = 2 * static_cast<std::uint64_t>(largest_chunk);

@@ -13,6 +13,15 @@ using detail::acquire_outcome;
 using detail::pending_kind;
 using detail::tensor_record;
 
+void pager::impl::throw_transfer_failed(const std::string& what, const std::string& why,
+                                        const std::string& path) {
+  if (why.find("reading the file failed") != std::string::npos) {
+    throw io_error(detail::concat(what, ": a page-in could not read the tensor's file: ", why),
+                   path);
+  }
+  throw_copy_failed(what, why);
+}
+
 void pager::impl::check_list(const tensor_handle* hs, std::size_t n, const char* what,
                              const std::function<void(const tensor_record&)>& check) {
   const std::uint64_t epoch = ++list_epoch;
@@ -46,7 +55,7 @@ bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot
     stats.blocked_since(blocked_from);
     if (!failed.empty() && !waits.only_moves) {
       reap();
-      throw_copy_failed(detail::concat("acquire('", name, "')"), failed);
+      throw_transfer_failed(detail::concat("acquire('", name, "')"), failed, std::string());
     }
     return false;  // state may have changed meanwhile: start over
   }
@@ -220,17 +229,18 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   lock.unlock();
   // Outside the lock: these may block if the caller's stream queue is full.
   std::chrono::steady_clock::time_point blocked_from{};
+  std::size_t at = 0;  // the element whose page-in is being waited for
   try {
     record_pace_mark(marks.close, compute);  // the compute before this call ends here
     for (event_ref e : writes) dev.wait(e, compute);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (pending[i]) engine->wait_on(pending[i], compute);
+    for (; at < n; ++at) {
+      if (pending[at]) engine->wait_on(pending[at], compute);
     }
     pace.recorded(marks, record_pace_mark(marks.open, compute));  // ... and this call's begins
     if (wait) {
       blocked_from = std::chrono::steady_clock::now();
-      for (std::size_t i = 0; i < n; ++i) {
-        if (pending[i]) engine->wait(pending[i]);
+      for (at = 0; at < n; ++at) {
+        if (pending[at]) engine->wait(pending[at]);
       }
     }
   } catch (const std::exception& e) {
@@ -245,9 +255,10 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
       unpin(hs[i].index);
     }
     stats.add(&pager_metrics::failed_acquires, n);
-    throw_copy_failed(detail::concat("acquire('", tensors[hs[0].index].name, "'",
-                                     n > 1 ? " and others" : "", wait ? ", wait)" : ")"),
-                      e.what());
+    const tensor_record& failed = tensors[hs[std::min(at, n - 1)].index];
+    throw_transfer_failed(detail::concat("acquire('", failed.name, "'", n > 1 ? " and others" : "",
+                                         wait ? ", wait)" : ")"),
+                          e.what(), failed.file ? failed.file->name() : std::string());
   }
   if (!wait && writes.empty()) return;
   lock.lock();

@@ -8,6 +8,7 @@
 #include "transfer/link_checks.hpp"
 
 #include <unistd.h>
+#include <cerrno>
 #include <cstring>
 #include "log.hpp"
 
@@ -520,8 +521,10 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
     lock.unlock();
     try {
       f->read(dst, bytes, offset);
-    } catch (const std::exception& e) {  // as acquire reports the same fault
-      failure = std::string("reading the file failed: ") + e.what();
+    } catch (const io_error& e) {  // the type acquire throws for the same fault
+      throw io_error(
+          detail::concat("copy_to_host('", name, "'): reading the file failed: ", e.what()),
+          e.path(), e.error_number());
     }
   } else {
     std::memcpy(dst, t.host.ptr, t.bytes);
@@ -591,9 +594,15 @@ void pager::write_trace(const std::string& path) const {
   std::FILE* f = std::fopen(path.c_str(), "w");
   HTP_EXPECTS(f != nullptr, invalid_argument, "write_trace: cannot open '", path, "' for writing");
   const std::string json = p.stats.trace()->to_json();
-  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  std::fclose(f);
-  HTP_EXPECTS(ok, invalid_argument, "write_trace: writing '", path, "' failed");
+  const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  const int e = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    const int why = !written ? e : errno;
+    throw io_error(detail::concat("write_trace: writing '", path, "' failed: ", std::strerror(why),
+                                  "; free space or choose another path"),
+                   path, why);
+  }
 }
 
 transfer_engine& pager::engine() noexcept { return *impl_->engine; }

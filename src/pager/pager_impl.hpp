@@ -220,6 +220,12 @@ struct pager::impl {
   void drop_fences();
   /// Throws htp::cuda_error for a copy the transfer engine reported failed.
   [[noreturn]] static void throw_copy_failed(const std::string& what, const std::string& why);
+  /// As throw_copy_failed, except for a failure that reading a tensor's file caused (the transfer
+  /// engine's reason says "reading the file failed", as its dispatcher words it): that throws
+  /// htp::io_error naming `path` (the file of the tensor concerned, "" if none), the type
+  /// copy_to_host throws for the same fault.
+  [[noreturn]] static void throw_transfer_failed(const std::string& what, const std::string& why,
+                                                 const std::string& path);
 
   // ---- completions (completions.cpp) ----
   /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit. Looks

@@ -13,8 +13,10 @@ struct ranges {
 };
 
 ranges& all() {
-  static ranges r;  // outlives every sim device (constructed on first use)
-  return r;
+  // Never destroyed: a sim device in static storage (a benchmark's fixture, a test's) may be
+  // destroyed at exit after every other static, and frees its pinned memory through here then.
+  static ranges* r = new ranges;
+  return *r;
 }
 
 }  // namespace

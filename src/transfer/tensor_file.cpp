@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <system_error>
 #include <thread>
 
 #include <fcntl.h>
@@ -28,8 +27,9 @@ std::shared_ptr<tensor_file> tensor_file::open(const std::string& path) {
   if (fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
-    throw invalid_argument(
-        detail::concat("tensor_file::open('", path, "'): fstat: ", std::strerror(e)));
+    throw io_error(detail::concat("tensor_file::open('", path, "'): fstat failed: ",
+                                  std::strerror(e), "; check the file system the file is on"),
+                   path, e);
   }
   return std::shared_ptr<tensor_file>(
       new tensor_file(path, fd, static_cast<std::uint64_t>(st.st_size), 0, 0));
@@ -73,11 +73,13 @@ void tensor_file::read(void* dst, std::size_t bytes, std::uint64_t offset) const
     const ssize_t n = ::pread(fd_, out + got, bytes - got, static_cast<off_t>(offset + got));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      throw std::system_error(
-          e, std::generic_category(),
-          detail::concat("tensor_file::read('", name_, "', ", bytes, " bytes at ", offset, ")",
-                         n == 0 ? ": the file ended early (truncated since it was opened?)" : ""));
+      const int e = n < 0 ? errno : 0;
+      throw io_error(
+          detail::concat(
+              "tensor_file::read('", name_, "', ", bytes, " bytes at ", offset, "): ",
+              n == 0 ? "the file ended early (truncated since it was opened?)" : std::strerror(e),
+              "; restore the file (same size and contents as when it was opened)"),
+          name_, e);
     }
     got += static_cast<std::size_t>(n);
   }
