@@ -262,6 +262,21 @@ class cuda_device final : public device {
     return event_ref{e};
   }
 
+  event_ref create_timed_event() override {
+    device_guard g(ordinal_);
+    cudaEvent_t e = nullptr;
+    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    return event_ref{e};
+  }
+
+  std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) override {
+    float ms = 0;
+    const cudaError_t status = cudaEventElapsedTime(&ms, native(from), native(to));
+    if (status == cudaErrorNotReady) return std::nullopt;
+    HTP_CUDA_TRY(status);
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
+  }
+
   void destroy_event(event_ref e) noexcept override {
     if (!e) return;
     device_guard g(ordinal_, std::nothrow);
