@@ -5,12 +5,13 @@
 // checked bit for bit against the CPU encoder's input, and its rate in GB/s of output.
 #include <htp/codec.hpp>
 #include <htp/device.hpp>
+#include <htp/error.hpp>
 
 #include "common/bench_device.hpp"
 #include "common/synthetic_weights.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -31,8 +32,8 @@ using clock_type = std::chrono::steady_clock;
 struct options {
   std::size_t elements = std::size_t{8} << 20;  ///< elements per distribution and format
   std::vector<std::string> formats = {"bf16", "fp16", "fp32"};
-  int repeats = 3;              ///< timed runs; the best is reported
-  double gpu_gib = 0;           ///< > 0: the GPU decode check on this many GiB (needs cuda)
+  int repeats = 3;               ///< timed runs; the best is reported
+  double gpu_gib = 0;            ///< > 0: the GPU decode check on this many GiB (needs cuda)
   std::string backend = "auto";  ///< for the GPU decode: auto, cuda or sim
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());  ///< for the GPU input
   std::string json_path;
@@ -80,11 +81,14 @@ std::vector<distribution> distributions() {
       {"gaussian_0.02", "N(0, 0.02^2)", g(0.02)},
       {"gaussian_0.006", "N(0, 0.006^2)", g(0.006)},
       {"gaussian_0.1", "N(0, 0.1^2)", g(0.1)},
-      {"llama_mixture", "per-matrix N(0, s^2), s log-uniform in [0.006, 0.05], 2% outliers x10, "
-                        "1 matrix in 64 a norm gain N(1, 0.05^2)",
+      {"llama_mixture",
+       "per-matrix N(0, s^2), s log-uniform in [0.006, 0.05], 2% outliers x10, "
+       "1 matrix in 64 a norm gain N(1, 0.05^2)",
        [](std::size_t n, htp::weight_format f) { return llama_mixture(n, f, 2); }},
       {"uniform_bits", "every bit pattern equally likely",
-       [](std::size_t n, htp::weight_format f) { return uniform_bits(n * htp::element_bytes(f), 3); }},
+       [](std::size_t n, htp::weight_format f) {
+         return uniform_bits(n * htp::element_bytes(f), 3);
+       }},
       {"all_equal", "0.0125 everywhere",
        [](std::size_t n, htp::weight_format f) { return all_equal(n, 0.0125f, f); }},
       {"specials_1pct", "N(0, 0.02^2) with 1 element in 100 a NaN, Inf, subnormal or zero",
@@ -112,18 +116,18 @@ nlohmann::json histogram_json(const bytes_t& raw, htp::weight_format f) {
   }
   const double bits = htp::synthetic::entropy_bits(h);
   const double w = 8.0 * static_cast<double>(htp::element_bytes(f));
-  return {{"symbol", f == htp::weight_format::fp16 ? "exponent*8 + top 3 mantissa bits" : "exponent"},
-          {"entropy_bits", bits},
-          {"entropy_bound_ratio", (bits + w - 8) / w},
-          {"bins", bins}};
+  return {
+      {"symbol", f == htp::weight_format::fp16 ? "exponent*8 + top 3 mantissa bits" : "exponent"},
+      {"entropy_bits", bits},
+      {"entropy_bound_ratio", (bits + w - 8) / w},
+      {"bins", bins}};
 }
 
 nlohmann::json measure(const distribution& d, htp::weight_format f, const options& o) {
   const bytes_t raw = d.draw(o.elements, f);
   bytes_t frame;
-  const double enc = best_seconds(o.repeats, [&] {
-    frame = htp::encode_weights(raw.data(), raw.size(), f);
-  });
+  const double enc =
+      best_seconds(o.repeats, [&] { frame = htp::encode_weights(raw.data(), raw.size(), f); });
   bytes_t back(raw.size());
   const double dec = best_seconds(o.repeats, [&] {
     htp::decode_weights(frame.data(), frame.size(), back.data(), back.size());
@@ -133,9 +137,14 @@ nlohmann::json measure(const distribution& d, htp::weight_format f, const option
   const double ratio = static_cast<double>(frame.size()) / static_cast<double>(raw.size());
   fmt::print("{:5} {:15} ratio {:6.4f}  encode {:7.1f} MB/s  decode {:7.1f} MB/s (one core)\n",
              htp::to_string(f), d.name, ratio, mb / enc, mb / dec);
-  return {{"format", htp::to_string(f)}, {"distribution", d.name}, {"drawn_as", d.how},
-          {"raw_bytes", raw.size()},     {"wire_bytes", frame.size()}, {"ratio", ratio},
-          {"encode_mb_per_s_one_core", mb / enc}, {"decode_mb_per_s_one_core", mb / dec},
+  return {{"format", htp::to_string(f)},
+          {"distribution", d.name},
+          {"drawn_as", d.how},
+          {"raw_bytes", raw.size()},
+          {"wire_bytes", frame.size()},
+          {"ratio", ratio},
+          {"encode_mb_per_s_one_core", mb / enc},
+          {"decode_mb_per_s_one_core", mb / dec},
           {"histogram", histogram_json(raw, f)}};
 }
 
@@ -202,18 +211,23 @@ nlohmann::json gpu_decode(const options& o) {
              p.name, htp::to_string(p.kind), o.gpu_gib,
              static_cast<double>(frame.size()) / static_cast<double>(bytes),
              static_cast<double>(bytes) / sec / 1e9, exact ? "bit-exact" : "MISMATCH");
-  return {{"device", p.name}, {"backend", htp::to_string(p.kind)}, {"decoded_bytes", bytes},
-          {"wire_bytes", frame.size()}, {"bit_exact", exact},
+  return {{"device", p.name},
+          {"backend", htp::to_string(p.kind)},
+          {"decoded_bytes", bytes},
+          {"wire_bytes", frame.size()},
+          {"bit_exact", exact},
           {"decode_gb_per_s", static_cast<double>(bytes) / sec / 1e9},
           {"cpu_encode_gb_per_s", static_cast<double>(bytes) / enc / 1e9},
           {"cpu_encode_threads", o.threads}};
 }
 
 nlohmann::json published() {
-  return {{"dfloat11", {{"source", "DFloat11, arXiv 2504.11651"},
-                        {"models", "Llama 3.1 8B, Llama 3.3 70B, Llama 3.1 405B (bf16)"},
-                        {"ratio_min", 0.676}, {"ratio_max", 0.695},
-                        {"exponent_entropy_bits", 2.6}}}};
+  return {{"dfloat11",
+           {{"source", "DFloat11, arXiv 2504.11651"},
+            {"models", "Llama 3.1 8B, Llama 3.3 70B, Llama 3.1 405B (bf16)"},
+            {"ratio_min", 0.676},
+            {"ratio_max", 0.695},
+            {"exponent_entropy_bits", 2.6}}}};
 }
 
 }  // namespace

@@ -13,16 +13,19 @@ struct tile_state {
   codec::frame_header h;
   codec::chunk_entry e;
   std::uint32_t first[codec::max_code_bits + 1];
-  int ok;
+  // One flag per decision, each written by thread 0 only where no thread can still be reading it.
+  int header_ok;
+  int entry_ok;
+  int table_ok;
 };
 
 // Builds the chunk's decode table in shared memory: thread 0 checks the code lengths, then each
 // thread fills the entries of its symbols (canonical code = first code of its length + rank).
 __device__ bool build_table(const std::uint8_t* lengths, std::uint16_t* table, tile_state& t) {
   for (unsigned i = threadIdx.x; i < codec::table_size; i += blockDim.x) table[i] = 0;
-  if (threadIdx.x == 0) t.ok = codec::first_codes(lengths, t.first) == codec::status::ok;
+  if (threadIdx.x == 0) t.table_ok = codec::first_codes(lengths, t.first) == codec::status::ok;
   __syncthreads();
-  if (!t.ok) return false;
+  if (!t.table_ok) return false;
   for (unsigned s = threadIdx.x; s < 256; s += blockDim.x) {
     const unsigned l = codec::code_length(lengths, s);
     if (l != 0) codec::fill_entries(table, s, l, codec::canonical_code(lengths, t.first, s, l));
@@ -32,8 +35,9 @@ __device__ bool build_table(const std::uint8_t* lengths, std::uint16_t* table, t
 }
 
 // Thread `threadIdx.x` of tile `sub` decodes codec block sub * blockDim.x + threadIdx.x.
-__device__ void decode_tile(const std::uint8_t* chunk, std::uint8_t* out, const std::uint16_t* table,
-                            const tile_state& t, std::uint64_t decoded, std::uint64_t sub) {
+__device__ void decode_tile(const std::uint8_t* chunk, std::uint8_t* out,
+                            const std::uint16_t* table, const tile_state& t, std::uint64_t decoded,
+                            std::uint64_t sub) {
   const codec::frame_header& h = t.h;
   const std::uint64_t n = decoded / h.element_bytes;
   const std::uint64_t tail = decoded % h.element_bytes;
@@ -73,13 +77,13 @@ __global__ void decode_kernel(const std::uint8_t* wire, std::uint64_t wire_bytes
   __shared__ std::uint16_t table[codec::table_size];
   __shared__ tile_state t;
   if (threadIdx.x == 0) {
-    t.ok = codec::parse_header(wire, wire_bytes, &t.h) == codec::status::ok &&
-           t.h.decoded_bytes == dst_bytes;
+    t.header_ok = codec::parse_header(wire, wire_bytes, &t.h) == codec::status::ok &&
+                  t.h.decoded_bytes == dst_bytes;
   }
   __syncthreads();
-  if (!t.ok) return;
-  const std::uint64_t full_blocks = codec::ceil_div(t.h.chunk_bytes / t.h.element_bytes,
-                                                    t.h.block_elements);
+  if (!t.header_ok) return;
+  const std::uint64_t full_blocks =
+      codec::ceil_div(t.h.chunk_bytes / t.h.element_bytes, t.h.block_elements);
   const std::uint64_t tiles = codec::ceil_div(full_blocks, blockDim.x);  // per chunk
   const std::uint64_t total = tiles * t.h.chunk_count;
   for (std::uint64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
@@ -87,11 +91,11 @@ __global__ void decode_kernel(const std::uint8_t* wire, std::uint64_t wire_bytes
     const std::uint64_t sub = tile % tiles;
     __syncthreads();  // everyone is done with the previous tile's table and entry
     if (threadIdx.x == 0) {
-      t.ok = codec::read_entry(wire, wire_bytes, t.h, static_cast<std::uint32_t>(c), &t.e) ==
-             codec::status::ok;
+      t.entry_ok = codec::read_entry(wire, wire_bytes, t.h, static_cast<std::uint32_t>(c), &t.e) ==
+                   codec::status::ok;
     }
     __syncthreads();
-    if (!t.ok) continue;
+    if (!t.entry_ok) continue;
     const std::uint8_t* chunk = wire + t.e.wire_offset;
     std::uint8_t* out = dst + c * t.h.chunk_bytes;
     const std::uint64_t decoded = codec::chunk_decoded_bytes(t.h, c);

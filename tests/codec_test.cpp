@@ -4,10 +4,13 @@
 #include <htp/codec.hpp>
 #include <htp/error.hpp>
 
+#include "codec/format.hpp"
+#include "codec/huffman.hpp"
 #include "common/synthetic_weights.hpp"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -58,7 +61,8 @@ TEST(codec, llama_like_mixture_round_trips) {
 
 TEST(codec, uniform_random_bits_are_stored_raw_within_the_bound) {
   for (weight_format f : formats) {
-    for (std::size_t n : {std::size_t{56} << 10, std::size_t{1} << 20, (std::size_t{9} << 20) + 3}) {
+    for (std::size_t n :
+         {std::size_t{56} << 10, std::size_t{1} << 20, (std::size_t{9} << 20) + 3}) {
       const bytes_t raw = synthetic::uniform_bits(n, n);
       const bytes_t frame = encode_weights(raw.data(), raw.size(), f);
       const frame_view v = parse_frame(frame.data(), frame.size());
@@ -109,7 +113,8 @@ TEST(codec, lengths_that_are_not_a_multiple_of_anything_round_trip) {
   o.chunk_bytes = 4096;
   o.block_elements = 64;
   for (weight_format f : formats) {
-    for (std::size_t n : {0, 1, 2, 3, 5, 7, 127, 129, 4095, 4096, 4097, 4099, 8191, 65537, 1000003}) {
+    for (std::size_t n :
+         {0, 1, 2, 3, 5, 7, 127, 129, 4095, 4096, 4097, 4099, 8191, 65537, 1000003}) {
       const bytes_t raw(big.begin(), big.begin() + static_cast<std::ptrdiff_t>(n));
       expect_round_trip(raw, f);
       expect_round_trip(raw, f, o);
@@ -147,8 +152,8 @@ TEST(codec, threads_and_the_callers_buffer_give_the_same_frame) {
   o.threads = 4;
   EXPECT_TRUE(encode_weights(raw.data(), raw.size(), weight_format::fp16, o) == one);
   bytes_t buf(max_encoded_bytes(raw.size(), o));
-  const std::size_t n = encode_weights(raw.data(), raw.size(), weight_format::fp16, buf.data(),
-                                       buf.size(), o);
+  const std::size_t n =
+      encode_weights(raw.data(), raw.size(), weight_format::fp16, buf.data(), buf.size(), o);
   buf.resize(n);
   EXPECT_TRUE(buf == one);
   EXPECT_THROW(encode_weights(raw.data(), raw.size(), weight_format::fp16, buf.data(), n - 1, o),
@@ -173,6 +178,36 @@ TEST(codec, symbol_histogram_counts_bf16_exponents) {
   const auto h = symbol_histogram(raw.data(), raw.size() + 0, weight_format::bf16);
   EXPECT_EQ(h[127], 1000u);
   EXPECT_DOUBLE_EQ(synthetic::entropy_bits(h), 0.0);
+}
+
+TEST(codec, limited_code_lengths_fit_and_the_kernels_code_ranks_match_canonical_order) {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 300; ++round) {
+    std::array<std::uint64_t, 256> freq{};
+    const int used = 1 + static_cast<int>(rng() % 256);
+    for (int k = 0; k < used; ++k)
+      freq[rng() % 256] += 1 + (rng() % 3 == 0 ? rng() >> (rng() % 64) : rng() % 8);
+    const auto lengths = codec::limited_code_lengths(freq);
+    std::uint8_t packed[128] = {};
+    std::uint32_t kraft = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+      ASSERT_LE(lengths[s], codec::max_code_bits);
+      ASSERT_EQ(lengths[s] == 0, freq[s] == 0) << s;
+      if (lengths[s] != 0) kraft += 1u << (codec::max_code_bits - lengths[s]);
+      packed[s / 2] = static_cast<std::uint8_t>(packed[s / 2] | lengths[s] << (4 * (s % 2)));
+    }
+    ASSERT_LE(kraft, codec::table_size);
+    std::uint32_t first[codec::max_code_bits + 1] = {};
+    ASSERT_EQ(codec::first_codes(packed, first), codec::status::ok);
+    // The CPU decoder hands out codes in canonical order; the kernel computes each symbol's rank.
+    std::uint32_t next[codec::max_code_bits + 1];
+    std::memcpy(next, first, sizeof(next));
+    for (unsigned s = 0; s < 256; ++s) {
+      const unsigned l = codec::code_length(packed, s);
+      if (l == 0) continue;
+      ASSERT_EQ(codec::canonical_code(packed, first, s, l), next[l]++) << s;
+    }
+  }
 }
 
 // ---- corrupted streams -----------------------------------------------------------------------
@@ -207,7 +242,8 @@ void mutate(bytes_t& f, std::mt19937_64& rng) {
   auto at = [&](std::size_t limit) { return static_cast<std::size_t>(rng() % limit); };
   switch (rng() % 6) {
     case 0:
-      for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) f[at(f.size())] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+      for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k)
+        f[at(f.size())] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
       break;
     case 1: f.resize(at(f.size())); break;
     case 2: {  // a field of the header or directory

@@ -29,12 +29,14 @@ inline std::uint16_t to_fp16(float f) {
   std::memcpy(&x, &f, 4);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax >= 0x7F800000u) return static_cast<std::uint16_t>(sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  if (ax >= 0x7F800000u)
+    return static_cast<std::uint16_t>(sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u));
   if (ax >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past 65504
   if (ax < 0x38800000u) {  // below 2^-14: a subnormal half (or the smallest normal, rounded up)
     float a = 0;
     std::memcpy(&a, &ax, 4);
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(a * 16777216.0f)));
+    return static_cast<std::uint16_t>(sign |
+                                      static_cast<std::uint32_t>(std::nearbyint(a * 16777216.0f)));
   }
   const std::uint32_t r = ax + 0xC8000FFFu + ((ax >> 13) & 1u);  // exponent rebiased by -112
   return static_cast<std::uint16_t>(sign | (r >> 13));
@@ -109,11 +111,15 @@ inline std::vector<std::uint8_t> all_equal(std::size_t n, float value, weight_fo
 inline std::vector<std::uint8_t> with_specials(std::size_t n, weight_format format,
                                                std::uint64_t seed, std::size_t every = 100) {
   std::vector<std::uint8_t> out = gaussian(n, 0.02, format, seed);
-  const std::uint32_t half[] = {0x7FC0, 0x7F81, 0xFFFF, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x8000, 0x0000};
-  const std::uint32_t fp16[] = {0x7E00, 0x7C01, 0xFFFF, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x8000, 0x0000};
+  const std::uint32_t half[] = {0x7FC0, 0x7F81, 0xFFFF, 0x7F80, 0xFF80,
+                                0x0001, 0x807F, 0x8000, 0x0000};
+  const std::uint32_t fp16[] = {0x7E00, 0x7C01, 0xFFFF, 0x7C00, 0xFC00,
+                                0x0001, 0x83FF, 0x8000, 0x0000};
   const std::uint32_t fp32[] = {0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x7F800000, 0xFF800000,
                                 0x00000001, 0x807FFFFF, 0x80000000, 0x00000000};
-  const std::uint32_t* table = format == weight_format::bf16 ? half : format == weight_format::fp16 ? fp16 : fp32;
+  const std::uint32_t* table = format == weight_format::bf16   ? half
+                               : format == weight_format::fp16 ? fp16
+                                                               : fp32;
   const std::size_t w = element_bytes(format);
   for (std::size_t i = 0, k = 0; i < n; i += every, ++k) {
     const std::uint32_t v = table[k % 9];

@@ -41,9 +41,8 @@ const char* describe(codec::status s) noexcept {
 }
 
 [[noreturn]] void fail(codec::status s, const char* where, std::size_t index) {
-  throw corrupt_data(detail::concat("htp codec: corrupt stream (", where, " ", index,
-                                    "): ", describe(s),
-                                    ". Re-read the source or re-encode the weights."));
+  throw corrupt_data(detail::concat("htp codec: corrupt stream (", where, " ", index, "): ",
+                                    describe(s), ". Re-read the source or re-encode the weights."));
 }
 
 void check(codec::status s, const char* where, std::size_t index) {
@@ -161,9 +160,9 @@ void decode_weights(const void* wire, std::size_t wire_bytes, void* dst, std::si
               "decode_weights: null pointer (wire ", wire, ", dst ", dst, ")");
   const frame_view f = parse_frame(wire, wire_bytes);
   if (dst_bytes != f.decoded_bytes()) {
-    throw corrupt_data(detail::concat(
-        "htp codec: the frame decodes to ", f.decoded_bytes(), " bytes but the destination holds ",
-        dst_bytes, ": not the stream expected, or its header is corrupt"));
+    throw corrupt_data(detail::concat("htp codec: the frame decodes to ", f.decoded_bytes(),
+                                      " bytes but the destination holds ", dst_bytes,
+                                      ": not the stream expected, or its header is corrupt"));
   }
   auto* out = static_cast<std::uint8_t*>(dst);
   for (std::size_t i = 0; i < f.chunk_count(); ++i) {

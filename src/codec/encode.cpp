@@ -94,7 +94,8 @@ void write_raw(const std::uint8_t* src, std::size_t n, std::uint32_t element_byt
   const std::uint32_t r = element_bytes - 1;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t raw = split_element(src + i * element_bytes, element_bytes).raw;
-    for (std::uint32_t k = 0; k < r; ++k) out[i * r + k] = static_cast<std::uint8_t>(raw >> (8 * k));
+    for (std::uint32_t k = 0; k < r; ++k)
+      out[i * r + k] = static_cast<std::uint8_t>(raw >> (8 * k));
   }
 }
 
@@ -112,7 +113,8 @@ coded_chunk encode_chunk(const std::uint8_t* src, std::size_t bytes, std::uint32
   const std::size_t tail = bytes % element_bytes;
   if (n == 0) return raw_chunk(src, bytes);
   std::array<std::uint64_t, 256> freq{};
-  for (std::size_t i = 0; i < n; ++i) ++freq[split_element(src + i * element_bytes, element_bytes).sym];
+  for (std::size_t i = 0; i < n; ++i)
+    ++freq[split_element(src + i * element_bytes, element_bytes).sym];
   const std::array<std::uint8_t, 256> lengths = codec::limited_code_lengths(freq);
   std::uint64_t code_bits = 0;
   for (int s = 0; s < 256; ++s) code_bits += freq[s] * lengths[s];
@@ -123,7 +125,8 @@ coded_chunk encode_chunk(const std::uint8_t* src, std::size_t bytes, std::uint32
   coded_chunk c;
   c.bytes.resize(prefix + code_bits / 8 + blocks + 1 + tail);
   std::uint8_t* out = c.bytes.data();
-  for (unsigned s = 0; s < 256; s += 2) out[s / 2] = static_cast<std::uint8_t>(lengths[s] | lengths[s + 1] << 4);
+  for (unsigned s = 0; s < 256; s += 2)
+    out[s / 2] = static_cast<std::uint8_t>(lengths[s] | lengths[s + 1] << 4);
   write_raw(src, n, element_bytes, out + codec::lengths_bytes + 4 * blocks);
   const std::size_t bits = write_blocks(src, n, element_bytes, block_elements, lengths,
                                         out + codec::lengths_bytes, out + prefix);
@@ -135,8 +138,8 @@ coded_chunk encode_chunk(const std::uint8_t* src, std::size_t bytes, std::uint32
 
 void check_arguments(const void* src, std::size_t bytes, weight_format format,
                      const codec_options& o) {
-  HTP_EXPECTS(src != nullptr || bytes == 0, invalid_argument,
-              "encode_weights: null source of ", bytes, " bytes");
+  HTP_EXPECTS(src != nullptr || bytes == 0, invalid_argument, "encode_weights: null source of ",
+              bytes, " bytes");
   HTP_EXPECTS(element_bytes(format) != 0, invalid_argument, "encode_weights: unknown format ",
               static_cast<int>(format));
   HTP_EXPECTS(o.chunk_bytes % 4 == 0 && o.chunk_bytes >= codec::min_chunk_bytes &&
@@ -191,8 +194,8 @@ void store_le(std::uint8_t* p, std::uint64_t v, int bytes) {
 /// The header's check word: htp::checksum of the header's first 28 bytes and of the directory,
 /// folded to 32 bits. The chunks carry their own checksums.
 std::uint32_t codec_header_check(const std::uint8_t* frame, std::size_t chunks) {
-  const std::uint64_t sum = checksum(frame, 28) ^
-                            checksum(frame + codec::header_bytes, codec::entry_bytes * chunks) * 3;
+  const std::uint64_t sum =
+      checksum(frame, 28) ^ checksum(frame + codec::header_bytes, codec::entry_bytes * chunks) * 3;
   return static_cast<std::uint32_t>(sum ^ (sum >> 32));
 }
 
@@ -213,7 +216,8 @@ void write_frame(const std::vector<coded_chunk>& chunks, std::size_t bytes, weig
     store_le(e + 8, chunks[i].bytes.size(), 4);
     store_le(e + 12, chunks[i].raw ? codec::kind_raw : codec::kind_coded, 4);
     store_le(e + 16, checksum(chunks[i].bytes.data(), chunks[i].bytes.size()), 8);
-    if (!chunks[i].bytes.empty()) std::memcpy(out + pos, chunks[i].bytes.data(), chunks[i].bytes.size());
+    if (!chunks[i].bytes.empty())
+      std::memcpy(out + pos, chunks[i].bytes.data(), chunks[i].bytes.size());
     pos += chunks[i].bytes.size();
   }
   store_le(out + 28, codec_header_check(out, chunks.size()), 4);
@@ -258,9 +262,9 @@ std::size_t encode_weights(const void* src, std::size_t bytes, weight_format for
   const auto chunks = encode_chunks(static_cast<const std::uint8_t*>(src), bytes,
                                     static_cast<std::uint32_t>(element_bytes(format)), options);
   const std::size_t size = frame_size(chunks);
-  HTP_EXPECTS(dst != nullptr && dst_capacity >= size, invalid_argument, "encode_weights: the frame needs ",
-              size, " bytes; the destination holds ", dst_capacity,
-              " (max_encoded_bytes gives a size that always suffices)");
+  HTP_EXPECTS(dst != nullptr && dst_capacity >= size, invalid_argument,
+              "encode_weights: the frame needs ", size, " bytes; the destination holds ",
+              dst_capacity, " (max_encoded_bytes gives a size that always suffices)");
   write_frame(chunks, bytes, format, options, static_cast<std::uint8_t*>(dst));
   return size;
 }

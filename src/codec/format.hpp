@@ -19,9 +19,9 @@ namespace htp::codec {
 inline constexpr std::uint32_t magic = 0x57505448;  // "HTPW", little-endian
 inline constexpr std::uint8_t version = 1;
 inline constexpr std::size_t header_bytes = 32;
-inline constexpr std::size_t entry_bytes = 24;      // one chunk directory entry
-inline constexpr std::size_t lengths_bytes = 128;   // 256 code lengths, 4 bits each
-inline constexpr unsigned max_code_bits = 12;       // longest code; the decode table's index width
+inline constexpr std::size_t entry_bytes = 24;     // one chunk directory entry
+inline constexpr std::size_t lengths_bytes = 128;  // 256 code lengths, 4 bits each
+inline constexpr unsigned max_code_bits = 12;      // longest code; the decode table's index width
 inline constexpr std::size_t table_size = std::size_t{1} << max_code_bits;
 inline constexpr std::size_t min_chunk_bytes = 4096;
 inline constexpr std::size_t max_chunk_bytes = std::size_t{1} << 30;
@@ -89,8 +89,7 @@ HTP_CODEC_HD std::uint32_t element_bytes_of(std::uint8_t format) {
 HTP_CODEC_HD std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
 /// Parses the 32-byte header of a frame of `wire_bytes` bytes, checking that the directory fits.
-HTP_CODEC_HD status parse_header(const std::uint8_t* w, std::uint64_t wire_bytes,
-                                 frame_header* h) {
+HTP_CODEC_HD status parse_header(const std::uint8_t* w, std::uint64_t wire_bytes, frame_header* h) {
   if (wire_bytes < header_bytes) return status::truncated_header;
   if (load_u32(w) != magic) return status::bad_magic;
   if (w[4] != version) return status::bad_version;
@@ -210,12 +209,24 @@ HTP_CODEC_HD void store_element(std::uint8_t* out, unsigned sym, const std::uint
   if (element_bytes == 2) {
     const unsigned r = raw[0];
     const unsigned w = (r >> 7) << 15 | sym << 7 | (r & 0x7Fu);
+#ifdef __CUDA_ARCH__
+    if ((reinterpret_cast<std::uintptr_t>(out) & 1u) == 0) {  // one 16-bit store, not two
+      *reinterpret_cast<std::uint16_t*>(out) = static_cast<std::uint16_t>(w);
+      return;
+    }
+#endif
     out[0] = static_cast<std::uint8_t>(w);
     out[1] = static_cast<std::uint8_t>(w >> 8);
   } else {
-    const std::uint32_t r = std::uint32_t{raw[0]} | std::uint32_t{raw[1]} << 8 |
-                            std::uint32_t{raw[2]} << 16;
+    const std::uint32_t r =
+        std::uint32_t{raw[0]} | std::uint32_t{raw[1]} << 8 | std::uint32_t{raw[2]} << 16;
     const std::uint32_t w = (r >> 23) << 31 | std::uint32_t{sym} << 23 | (r & 0x7FFFFFu);
+#ifdef __CUDA_ARCH__
+    if ((reinterpret_cast<std::uintptr_t>(out) & 3u) == 0) {
+      *reinterpret_cast<std::uint32_t*>(out) = w;
+      return;
+    }
+#endif
     out[0] = static_cast<std::uint8_t>(w);
     out[1] = static_cast<std::uint8_t>(w >> 8);
     out[2] = static_cast<std::uint8_t>(w >> 16);
@@ -249,7 +260,15 @@ HTP_CODEC_HD status decode_block(const std::uint16_t* table, const std::uint8_t*
   const std::uint64_t total_bits = bytes * 8;
   const std::uint32_t raw_bytes = element_bytes - 1;
   for (std::uint64_t i = 0; i < n; ++i) {
-    while (avail <= 56) {  // past the end the window fills with zeros; the count below catches it
+    if (avail < max_code_bits && pos + 8 <= bytes) {
+      // Whole bytes up to 56+ bits at once. The byte after the last one counted lands in buf
+      // too, where the next refill ORs the same byte into the same place.
+      buf |= load_u64(bits + pos) << avail;
+      const unsigned take = (63 - avail) >> 3;
+      pos += take;
+      avail += 8 * take;
+    }
+    while (avail < max_code_bits) {  // near the end; past it zeros, which the count below catches
       const std::uint64_t byte = pos < bytes ? bits[pos] : 0u;
       buf |= byte << avail;
       avail += 8;
