@@ -246,13 +246,14 @@ HTP_CODEC_HD status block_range(const std::uint8_t* ends, std::uint64_t blocks, 
   return status::ok;
 }
 
-/// Decodes `n` elements from the `bytes` bytes of one block's bitstream at `bits`, with their raw
-/// bytes at `raw`, into `out`. Reads only [bits, bits + bytes) and n * (element_bytes - 1) raw
-/// bytes; a code that is not in the table, bits past the block's end, or unused whole bytes at its
-/// end are errors.
-HTP_CODEC_HD status decode_block(const std::uint16_t* table, const std::uint8_t* bits,
-                                 std::uint64_t bytes, const std::uint8_t* raw, std::uint8_t* out,
-                                 std::uint64_t n, std::uint32_t element_bytes) {
+/// Decodes (with the element size a constant, so the store is branch-free) `n` elements from the
+/// `bytes` bytes of one block's bitstream at `bits`, with their raw bytes at `raw`, into `out`.
+/// Reads only [bits, bits + bytes) and n * (element_bytes - 1) raw bytes; a code that is not in the
+/// table, bits past the block's end, or unused whole bytes at its end are errors.
+template <std::uint32_t element_bytes>
+HTP_CODEC_HD status decode_block_of(const std::uint16_t* table, const std::uint8_t* bits,
+                                    std::uint64_t bytes, const std::uint8_t* raw, std::uint8_t* out,
+                                    std::uint64_t n) {
   std::uint64_t buf = 0;
   unsigned avail = 0;
   std::uint64_t pos = 0;
@@ -284,6 +285,14 @@ HTP_CODEC_HD status decode_block(const std::uint16_t* table, const std::uint8_t*
     store_element(out + i * element_bytes, e & 0xFFu, raw + i * raw_bytes, element_bytes);
   }
   return (consumed + 7) / 8 == bytes ? status::ok : status::trailing_bytes;
+}
+
+/// decode_block_of for a frame's element size (2 or 4).
+HTP_CODEC_HD status decode_block(const std::uint16_t* table, const std::uint8_t* bits,
+                                 std::uint64_t bytes, const std::uint8_t* raw, std::uint8_t* out,
+                                 std::uint64_t n, std::uint32_t element_bytes) {
+  return element_bytes == 2 ? decode_block_of<2>(table, bits, bytes, raw, out, n)
+                            : decode_block_of<4>(table, bits, bytes, raw, out, n);
 }
 
 }  // namespace htp::codec
