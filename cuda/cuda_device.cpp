@@ -8,6 +8,7 @@
 #include <htp/detail/topology.hpp>
 
 #include "checksum_scratch.hpp"
+#include "codec_kernels.hpp"
 #include "cuda_kernels.hpp"
 #include "device_guard.hpp"
 #include "driver_api.hpp"
@@ -68,6 +69,7 @@ class cuda_device final : public device {
     // Load the kernels and the checksum scratch now: a lazy kernel load or an allocation later
     // could wait for a context that a stream parked on a value word keeps busy.
     HTP_CUDA_TRY(cuda::preload_kernels());
+    HTP_CUDA_TRY(cuda::preload_codec_kernels());
     scratch_.reserve();
   }
 
@@ -343,6 +345,15 @@ class cuda_device final : public device {
                 bytes, "): pointer must be non-null and bytes positive");
     device_guard g(ordinal_);
     HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
+  }
+
+  void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
+                            std::size_t dst_bytes, stream_ref s) override {
+    HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
+                invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
+                dst_bytes, "): pointers must be non-null and sizes positive");
+    device_guard g(ordinal_);
+    HTP_CUDA_TRY(cuda::launch_decode_weights(wire, wire_bytes, dst, dst_bytes, native(s)));
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {

@@ -66,6 +66,8 @@ declare -A budget=(
   [stream-node]=40      # 8 layers, tensor-parallel and swap-and-shard on one GPU: each pins, fills
                         # and sums 3.5 GB (~6 s) and starts an NCCL communicator (~3 s): ~25 s
   [integrity]=20        # 600 tensors, 10,000 checksummed acquires through 1 GiB: ~10 s
+  [codec]=25            # 1 GiB of Llama-like bf16 drawn and encoded on 16 cores (~2 s), pinned (~1 s),
+                        # decoded by the kernel 3 times and compared bit for bit: ~6 s
   [torch-baseline]=40   # import torch (~8 s), 7 GB drawn on the GPU (~3 s), 3 policies x 6 steps (~15 s);
                         # exit 77 when torch or its GPU is missing: a SKIP with the reason
   [slab]=15             # Google Benchmark, 0.05 s per case, ~40 cases: ~5 s (10 s on 2 cores)
@@ -77,7 +79,7 @@ declare -A budget=(
 )
 case $set_name in
   core) order=(facts tests pager-tests interop-tests nccl-tests examples bandwidth transfer stream-decode
-               stream-prefill stream-node integrity torch-baseline slab memcheck) ;;
+               stream-prefill stream-node integrity codec torch-baseline slab memcheck) ;;
   python) order=(facts python-tests hf-offload) ;;
   *) echo "gpu-check: --set $set_name is neither core nor python" >&2; exit 2 ;;
 esac
@@ -331,6 +333,10 @@ run_step stream-node "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda 
 # ~3 GiB of tensors through a 1 GiB HBM budget, every acquire checksummed by a CUDA kernel.
 run_step integrity "$work/bench.log" htp "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
   --max-mib 48 --hbm-mib 1024 --ops 10000 --zipf 1.1 --seed 1 --json "$work/integrity.json"
+# The weight codec's decode kernel on 1 GiB of Llama-like bf16 weights, bit-exact against the CPU
+# encoder's input, its rate in GB/s of output (docs/codec.md); the CPU ratios on 1M elements beside.
+run_step codec "$work/bench.log" htp "$b/htp-codec-bench" --backend cuda --gpu-gib 1 --elements 1048576 \
+  --formats bf16 --repeats 1 --json "$work/codec.json"
 # The naive ways on the same shapes (per-layer .to("cuda"), accelerate's cpu_offload), in this
 # shell's own environment (htp's LD_LIBRARY_PATH could break torch).
 # Without torch, or with a torch that sees no GPU, it exits 77 saying why: a SKIP.

@@ -2,6 +2,7 @@
 #include "device_fixture.hpp"
 
 #include <htp/checksum.hpp>
+#include <htp/codec.hpp>
 #include <htp/error.hpp>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -153,6 +155,44 @@ TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
           << "n=" << n << " off=" << off;
     }
   }
+}
+
+/// Weights whose chunks are coded (small Gaussian values) or stored raw (random bits), with a tail
+/// that is not a whole element.
+std::vector<std::uint8_t> mixed_weights(std::size_t bytes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<std::uint8_t> out(bytes);
+  for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
+    const float f = g(rng);
+    std::memcpy(out.data() + i, &f, 4);  // as bf16 pairs or fp16 pairs too: skewed bytes
+  }
+  for (std::size_t i = bytes / 3; i < bytes / 2; ++i) out[i] = static_cast<std::uint8_t>(rng());
+  return out;
+}
+
+TYPED_TEST(device_conformance, decode_weights_matches_the_cpu_encoder_bit_for_bit) {
+  auto& d = *this->dev;
+  stream s(d);
+  for (weight_format f : {weight_format::bf16, weight_format::fp16, weight_format::fp32}) {
+    const std::size_t n = (std::size_t{3} << 20) + 7;
+    const std::vector<std::uint8_t> raw = mixed_weights(n, static_cast<std::uint64_t>(f));
+    codec_options o;
+    o.chunk_bytes = std::size_t{256} << 10;
+    o.block_elements = 1000;
+    const std::vector<std::uint8_t> frame = encode_weights(raw.data(), raw.size(), f, o);
+    buffer host(d, memory_kind::pinned_host, frame.size());
+    buffer wire(d, memory_kind::device, frame.size());
+    buffer dst(d, memory_kind::device, n);
+    buffer back(d, memory_kind::pinned_host, n);
+    std::memcpy(host.ptr, frame.data(), frame.size());
+    d.copy_async(wire.ptr, host.ptr, frame.size(), copy_direction::host_to_device, s);
+    d.decode_weights_async(wire.ptr, frame.size(), dst.ptr, n, s);
+    d.copy_async(back.ptr, dst.ptr, n, copy_direction::device_to_host, s);
+    s.synchronize();
+    ASSERT_EQ(std::memcmp(back.ptr, raw.data(), n), 0) << to_string(f);
+  }
+  EXPECT_THROW(d.decode_weights_async(nullptr, 1, this->dev.get(), 1, s), invalid_argument);
 }
 
 TYPED_TEST(device_conformance, one_stream_runs_in_order) {

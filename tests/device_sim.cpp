@@ -1,6 +1,7 @@
 // Behaviour specific to the sim backend: real concurrency between streams, capacity limits,
 // validation of device ranges, poison, sticky errors.
 #include <htp/checksum.hpp>
+#include <htp/codec.hpp>
 #include <htp/error.hpp>
 #include <htp/sim_device.hpp>
 
@@ -119,6 +120,43 @@ TEST(sim_device, a_throwing_host_function_is_a_sticky_error) {
   EXPECT_THROW(dev->synchronize_all(), logic_error);
 }
 
+TEST(sim_device, a_corrupt_weight_frame_is_a_sticky_error_naming_the_corruption) {
+  auto dev = make_sim_device();
+  stream s(*dev);
+  std::vector<std::uint8_t> weights(100000, 0x3C);
+  std::vector<std::uint8_t> frame =
+      encode_weights(weights.data(), weights.size(), weight_format::bf16);
+  frame[40] ^= 0x01;  // inside the chunk directory
+  void* wire = dev->allocate(memory_kind::device, frame.size());
+  void* dst = dev->allocate(memory_kind::device, weights.size());
+  dev->copy_async(wire, frame.data(), frame.size(), copy_direction::host_to_device, s);
+  dev->decode_weights_async(wire, frame.size(), dst, weights.size(), s);
+  try {
+    s.synchronize();
+    FAIL() << "a corrupt frame decoded";
+  } catch (const logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+  }
+  dev->deallocate(memory_kind::device, wire, frame.size());
+  dev->deallocate(memory_kind::device, dst, weights.size());
+}
+
+TEST(sim_device, timing_only_decode_takes_its_time_and_touches_no_bytes) {
+  sim_config c;
+  c.timing_only = true;
+  c.device_memory_bytes = std::size_t{64} << 30;
+  c.decode_bytes_per_second = std::uint64_t{1} << 40;
+  auto dev = make_sim_device(c);
+  stream s(*dev);
+  const std::size_t n = std::size_t{8} << 30;  // address space only: a read or write would fault
+  void* wire = dev->allocate(memory_kind::device, n / 2);
+  void* dst = dev->allocate(memory_kind::device, n);
+  dev->decode_weights_async(wire, n / 2, dst, n, s);
+  s.synchronize();
+  dev->deallocate(memory_kind::device, wire, n / 2);
+  dev->deallocate(memory_kind::device, dst, n);
+}
+
 TEST(sim_device, modelled_link_moves_correct_bytes) {
   sim_config c;
   c.h2d_bytes_per_second = 2'000'000'000;
@@ -156,6 +194,9 @@ TEST(sim_device, bad_config_is_invalid_argument) {
   sim_config c2;
   c2.copy_engines = 0;
   EXPECT_THROW(make_sim_device(c2), invalid_argument);
+  sim_config c3;
+  c3.decode_bytes_per_second = 0;
+  EXPECT_THROW(make_sim_device(c3), invalid_argument);
 }
 
 /// Sets an environment variable for one test and restores it after.

@@ -211,6 +211,19 @@ class device {
   /// pointer or zero bytes.
   virtual void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed,
                                   stream_ref s) = 0;
+  /// Queues decoding a coded weight frame (htp::encode_weights, codec.hpp) of `wire_bytes` at
+  /// `wire` into `dst_bytes` at `dst`; both are device memory of this device (copy the frame in
+  /// first) and must stay valid until the work completes. `dst_bytes` must equal the frame's
+  /// decoded size. A kernel on cuda (one thread per codec block, the frame's tables read from
+  /// device memory); on sim the CPU reference decoder on the stream's worker, or, on a
+  /// timing-only sim, no bytes and dst_bytes / sim_config::decode_bytes_per_second of modelled
+  /// time. A corrupt frame never makes the decode read or write outside the two ranges; on sim it
+  /// fails the stream's work (the next synchronize throws htp::logic_error quoting the
+  /// htp::corrupt_data), on cuda the destination bytes are then undefined: validate untrusted
+  /// frames on the host first (htp::parse_frame) or checksum the result.
+  /// @throws htp::invalid_argument on a null pointer or zero bytes.
+  virtual void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
+                                    std::size_t dst_bytes, stream_ref s) = 0;
   // ---- stream memory operations -----------------------------------------------------------
   // A 32-bit word of pinned host memory (from allocate(pinned_host, ...)) that streams write and
   // wait on, so a stream can depend on work that has not been issued yet (an event cannot: waiting

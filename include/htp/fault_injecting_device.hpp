@@ -34,7 +34,7 @@ enum class fault_kind : unsigned {
   stream_wait,            ///< wait (on an event) and wait_value_async
   value_write,            ///< write_value_async
   create,                 ///< create_stream, create_event
-  kernel,                 ///< launch_host_func, checksum_async, fill_pattern_async
+  kernel,  ///< launch_host_func, checksum_async, fill_pattern_async, decode_weights_async
 };
 /// Number of fault_kind values.
 inline constexpr std::size_t fault_kind_count = 8;
@@ -121,6 +121,8 @@ class fault_injecting_device final : public device {
   void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
                       stream_ref s) override;
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override;
+  void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
+                            std::size_t dst_bytes, stream_ref s) override;
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void write_value(std::uint32_t* word, std::uint32_t value) override;

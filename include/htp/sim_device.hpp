@@ -15,7 +15,8 @@
 //    `*_bytes_per_second`, copies in one direction share that link in order (as the copy engines
 //    of a real GPU do), and every copy pays `copy_latency_ns` first. Device-to-device and
 //    host-to-host copies run at memcpy speed.
-//  - "Kernels" are host functions run on a stream (device::launch_host_func).
+//  - "Kernels" are host functions run on a stream (device::launch_host_func); a weight decode
+//    (device::decode_weights_async) is the CPU reference decoder run on the stream's worker.
 //  - Optionally, timing-only (sim_config::timing_only): the scale simulator. Device memory and
 //    large pinned allocations only reserve address space (no RAM), copies move no bytes and take
 //    their modelled time, checksums read 0 and fills do nothing, so a model far larger than this
@@ -52,6 +53,11 @@ struct sim_config {
   /// bytes); smaller pinned allocations are real memory (htp's completion words live there).
   bool timing_only = false;
   std::size_t timing_only_real_below = std::size_t{1} << 20;
+  /// Timing-only: the modelled rate of device::decode_weights_async, in bytes of decoded output
+  /// per second. The default, 250 GB/s, is the low end of DietGPU's published A100 decode rates
+  /// for float data (250-600 GB/s), unscaled: a conservative stand-in for a GPU decode kernel
+  /// (docs/codec.md). Outside timing-only the sim runs the CPU reference decoder instead.
+  std::uint64_t decode_bytes_per_second = 250'000'000'000;
   /// Reported in device_properties, so node topology code can be tested on sim.
   int ordinal = 0;
   std::string pci_bus_id;
@@ -59,7 +65,8 @@ struct sim_config {
 };
 
 /// Creates a sim device. @throws htp::invalid_argument if device_memory_bytes is 0,
-/// copy_engines < 1, or timing_only with timing_only_real_below under 64 KiB.
+/// copy_engines < 1, decode_bytes_per_second is 0, or timing_only with timing_only_real_below
+/// under 64 KiB.
 std::unique_ptr<device> make_sim_device(const sim_config& config = {});
 
 /// Bytes of pinned host memory the sim device `d` has allocated now (allocate(pinned_host, ...));

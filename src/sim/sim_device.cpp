@@ -1,6 +1,7 @@
 // The sim backend's device: memory from the host with capacity limits, streams as worker threads,
 // events as completion signals, copies through a modelled link. See include/htp/sim_device.hpp.
 #include <htp/checksum.hpp>
+#include <htp/codec.hpp>
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/sim_device.hpp>
@@ -36,6 +37,8 @@ class sim_device final : public device {
                 "sim_config.device_memory_bytes is 0; give the simulated HBM a capacity");
     HTP_EXPECTS(config.copy_engines >= 1, invalid_argument, "sim_config.copy_engines is ",
                 config.copy_engines, "; it must be at least 1");
+    HTP_EXPECTS(config.decode_bytes_per_second > 0, invalid_argument,
+                "sim_config.decode_bytes_per_second is 0; give the modelled decode a rate");
     HTP_EXPECTS(
         !config.timing_only || config.timing_only_real_below >= (std::size_t{64} << 10),
         invalid_argument, "sim_config.timing_only_real_below is ", config.timing_only_real_below,
@@ -288,6 +291,27 @@ class sim_device final : public device {
       return;
     }
     get(s).enqueue([ptr, bytes, seed] { fill_pattern(ptr, bytes, seed); });
+  }
+
+  void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
+                            std::size_t dst_bytes, stream_ref s) override {
+    HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
+                invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
+                dst_bytes, "): pointers must be non-null and sizes positive");
+    if (!config_.timing_only) {
+      // A corrupt frame throws htp::corrupt_data on the worker: the stream's sticky error.
+      get(s).enqueue(
+          [wire, wire_bytes, dst, dst_bytes] { decode_weights(wire, wire_bytes, dst, dst_bytes); });
+      return;
+    }
+    const auto rate = config_.decode_bytes_per_second;
+    get(s).enqueue([dst_bytes, rate] {
+      const auto ns = static_cast<std::int64_t>(static_cast<double>(dst_bytes) * 1e9 /
+                                                static_cast<double>(rate));
+      const auto done = sim::current_task_ready_time() + std::chrono::nanoseconds(ns);
+      std::this_thread::sleep_until(done);  // the modelled kernel's duration
+      sim::set_current_task_completion(done);
+    });
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {

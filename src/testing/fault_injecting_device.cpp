@@ -197,6 +197,12 @@ void fault_injecting_device::fill_pattern_async(void* ptr, std::size_t bytes, st
   inner_.fill_pattern_async(ptr, bytes, seed, s);
 }
 
+void fault_injecting_device::decode_weights_async(const void* wire, std::size_t wire_bytes,
+                                                  void* dst, std::size_t dst_bytes, stream_ref s) {
+  intercept(fault_kind::kernel, "decode_weights_async", dst_bytes);
+  inner_.decode_weights_async(wire, wire_bytes, dst, dst_bytes, s);
+}
+
 void fault_injecting_device::write_value_async(std::uint32_t* word, std::uint32_t value,
                                                stream_ref s) {
   intercept(fault_kind::value_write, "write_value_async");
