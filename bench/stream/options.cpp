@@ -55,8 +55,9 @@ void add_run_options(CLI::App& app, stream_options& o) {
       ->check(CLI::IsMember({"module", "layer", "both"}));
   app.add_option("--models", o.models,
                  "several models in one run, each with its layers: e.g. "
-                 "llama-3.1-8b:8,llama-3.1-70b:4 (replaces --model and --layers; the JSON then "
-                 "holds one run per model under 'runs')");
+                 "llama-3.1-8b:8,llama-3.1-70b:4; a name ending in .json is a config.json "
+                 "(replaces --model, --config and --layers; the JSON then holds one run per model "
+                 "under 'runs')");
 }
 
 /// Adds the options of the node run (--gpus and what goes with it) and of the sim's scale to `app`.

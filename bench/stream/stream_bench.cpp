@@ -183,7 +183,12 @@ void make_device_and_compute(const stream_options& o, bool want_sim, run_setup& 
 run_setup set_up(stream_options& o) {
   run_setup s;
   bench_config& cfg = s.cfg;
-  cfg.model = o.config_path.empty() ? preset(o.model_name) : from_hf_config(o.config_path);
+  const auto is_json = [](const std::string& n) {
+    return n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0;
+  };
+  cfg.model = !o.config_path.empty()  ? from_hf_config(o.config_path)
+              : is_json(o.model_name) ? from_hf_config(o.model_name)
+                                      : preset(o.model_name);
   cfg.type = parse_dtype(o.dtype_name);
   const bool want_sim = wants_sim(o.device.backend);
   check_and_dilate(o, want_sim, s);
@@ -532,7 +537,10 @@ int main(int argc, char** argv) {
   for (const model_run& m : models) {
     stream_options mo = o;
     mo.model_name = m.name;
-    if (!o.models.empty()) mo.layers = m.layers;
+    if (!o.models.empty()) {
+      mo.layers = m.layers;
+      mo.config_path.clear();
+    }
     nlohmann::json j;
     const int rc = run_model(mo, j);
     if (rc == 2) return 2;
