@@ -153,6 +153,18 @@ const std::vector<pager_family>& pager_families() {
            e.sample(std::string(n) + "_sum", l, w.sum_ms / 1e3);
            e.sample(std::string(n) + "_count", l, u(w.count));
          }},
+        scalar("htp_prefetch_timely_ratio", "gauge",
+               "Share of prefetched tensors complete before their first acquire, 0..1.",
+               [](const pager_metrics& m) { return m.prefetch_timely_share; }),
+        {"htp_prefetch_lateness_seconds", "gauge",
+         "How late late prefetches were, first acquire to the load's completion: quantiles over "
+         "the late prefetches (their number is htp_late_prefetches_total).",
+         [](exposition& e, const char* n, const std::string& l, const pager_metrics& m) {
+           const auto& s = m.prefetch_lateness;
+           e.sample(n, join(l, "quantile=\"0.5\""), u(s.p50_ns) / 1e9);
+           e.sample(n, join(l, "quantile=\"0.99\""), u(s.p99_ns) / 1e9);
+           e.sample(n, join(l, "quantile=\"1\""), u(s.max_ns) / 1e9);
+         }},
         per_direction("htp_transfer_bytes_total", "counter", "Bytes whose copy chunks completed.",
                       [](const transfer_direction_metrics& d) { return u(d.bytes); }),
         per_direction("htp_transfer_token_wait_seconds_total", "counter",

@@ -226,6 +226,41 @@ TYPED_TEST(device_conformance, event_query_and_synchronize) {
   EXPECT_TRUE(e.query());
 }
 
+TYPED_TEST(device_conformance, timed_events_report_device_time_once_both_completed) {
+  auto& d = *this->dev;
+  stream s(d);
+  const event_ref a = d.create_timed_event(), b = d.create_timed_event();
+  const event_ref plain = d.create_event();
+  EXPECT_FALSE(d.elapsed(a, b).has_value()) << "never recorded";
+  buffer host(d, memory_kind::pinned_host, 4 << 20), dev_mem(d, memory_kind::device, 4 << 20);
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  d.record(a, s);
+  d.launch_host_func([opened] { opened.wait(); }, s);
+  d.copy_async(dev_mem.ptr, host.ptr, 4 << 20, copy_direction::host_to_device, s);
+  d.record(b, s);
+  EXPECT_FALSE(d.elapsed(a, b).has_value()) << "b has not completed";
+  gate.set_value();
+  s.synchronize();
+  const auto t = d.elapsed(a, b);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GT(t->count(), 0) << "a 4 MiB copy ran between them";
+  bool typed = false;
+  try {
+    d.record(plain, s);
+    s.synchronize();
+    (void)d.elapsed(plain, b);
+  } catch (const invalid_argument&) {
+    typed = true;
+  } catch (const cuda_error&) {
+    typed = true;
+  }
+  EXPECT_TRUE(typed) << "an event made without timing is refused with a typed error";
+  d.destroy_event(a);
+  d.destroy_event(b);
+  d.destroy_event(plain);
+}
+
 TYPED_TEST(device_conformance, host_functions_complete_in_stream_order_and_signal_events) {
   auto& d = *this->dev;
   stream s(d);

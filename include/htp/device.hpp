@@ -18,10 +18,12 @@
 //    runtime calls from stream callbacks); they may take locks and signal host threads.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace htp {
@@ -165,6 +167,16 @@ class device {
   virtual bool query(event_ref e) = 0;
   /// Blocks the calling host thread until the work captured in `e` has completed.
   virtual void synchronize(event_ref e) = 0;
+  /// Creates an event the device times (cuda: timing enabled, a little dearer to record than
+  /// create_event's), for elapsed(). Destroy it with destroy_event. Otherwise as create_event.
+  virtual event_ref create_timed_event() = 0;
+  /// Device time from the completion of `from` to that of `to`, two events made by
+  /// create_timed_event, recorded, on this device; nullopt while either has not completed (or
+  /// was never recorded). Never blocks. Thread-safe as query is. On sim it is the modelled device
+  /// time (copies at the modelled link rate, host functions as they ran).
+  /// @throws htp::invalid_argument (sim) or htp::cuda_error (cuda) for an event that is not a
+  /// timed one.
+  virtual std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) = 0;
 
   // ---- work ----------------------------------------------------------------------------------
   /// Queues a copy of `bytes` from `src` to `dst` on `s`. Both ranges must stay valid until the

@@ -103,6 +103,8 @@ class fault_injecting_device final : public device {
   void wait(event_ref e, stream_ref s) override;
   bool query(event_ref e) override;
   void synchronize(event_ref e) override;
+  event_ref create_timed_event() override;
+  std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) override;
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                   stream_ref s) override;
   void launch_host_func(std::function<void()> fn, stream_ref s) override;

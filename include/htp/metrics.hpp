@@ -145,7 +145,8 @@ std::string to_json(const pager_metrics& m);
 
 /// What happened between two snapshots of one pager, `earlier` taken before `later`: the
 /// `count` and `count_ns` counters and the ladder's rungs as differences (0 where reset_metrics ran
-/// in between and a counter went back), elapsed_ms as the difference, fault_rate_per_ms over it;
+/// in between and a counter went back), elapsed_ms as the difference, fault_rate_per_ms and
+/// prefetch_timely_share over them;
 /// everything else (levels, occupancy, latency summaries, transfers) as `later` has it.
 /// Thread-safe (a pure function); throws nothing.
 pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& earlier) noexcept;

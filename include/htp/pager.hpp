@@ -105,7 +105,9 @@ enum class lookahead_mode {
   /// used, take the link at least as long as the predicted compute time until the window's last
   /// tensor is used. The compute time is measured on the device, per schedule position (the gap
   /// between one acquire's waits being met and the next acquire). Bounded by HBM (a prefetch never
-  /// evicts a tensor needed sooner) and by `lookahead_max_tensors`. The default.
+  /// evicts a tensor needed sooner) and by `lookahead_max_tensors`. The default. Applies with
+  /// Belady's rule and prefetch_mode::min_page_ins (the defaults); with LRU eviction or the
+  /// pipeline prefetch, whose victims assume a window of prefetch_lookahead tensors, it counts.
   automatic,
 };
 

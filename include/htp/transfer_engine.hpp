@@ -286,6 +286,9 @@ class transfer_engine {
   transfer_metrics metrics() const;
   /// The calibrated (or configured) link peak of H2D or D2H, bytes per second.
   std::uint64_t link_peak(copy_direction direction) const;
+  /// The rate H2D or D2H runs at now: its cap, or its link peak when uncapped (bytes per second).
+  /// Thread-safe. @throws htp::invalid_argument for a direction without a link (D2D, H2H).
+  std::uint64_t effective_rate(copy_direction direction) const;
 
   /// Lets D2H copies write into host memory `r` from now on (caller memory the pager was lent).
   /// Thread-safe. @throws htp::invalid_argument for an empty region or one overlapping another.

@@ -143,7 +143,8 @@ void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
         if (notes.wait_from == std::chrono::steady_clock::time_point{})
           notes.wait_from = called;                              // reap records it
       } else if (!t.load_failed && notes.loaded_at >= called) {  // arrived while this call waited
-        stats.fault_wait(called, notes.loaded_at, t.bytes);
+        stats.fault_wait(called, notes.loaded_at, t.bytes,
+                         outcomes[i] == acquire_outcome::late_prefetch);
       }
     }
     // Acquired elsewhere meanwhile (on another stream, or by a call that dropped the lock while
@@ -153,6 +154,29 @@ void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
     notes.access_counted = true;
     record_access(slot);
     tensors.reindex(slot);
+  }
+}
+
+detail::compute_pace::marks pager::impl::plan_pace(const tensor_handle* hs, std::size_t n,
+                                                   stream_ref compute) {
+  if (config.lookahead != lookahead_mode::automatic || schedule.empty() ||
+      schedule.remaining() == 0 || schedule.upcoming_at(0) != hs[0].index) {
+    return {};
+  }
+  std::size_t count = 1;  // the scheduled accesses this call makes, in order
+  while (count < n && count < schedule.remaining() &&
+         schedule.upcoming_at(count) == hs[count].index)
+    ++count;
+  return pace.plan(schedule.position_at(0), count, schedule.cycle(), compute);
+}
+
+bool pager::impl::record_pace_mark(event_ref e, stream_ref compute) noexcept {
+  if (!e) return true;
+  try {
+    dev.record(e, compute);
+    return true;
+  } catch (...) {  // a timing mark only: the acquire goes on (its waits report a broken device)
+    return false;
   }
 }
 
@@ -188,6 +212,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     fail_all(false);
     throw;
   }
+  const detail::compute_pace::marks marks = plan_pace(hs, n, compute);
   account_acquire(hs, n, outcomes, called);  // every element succeeded: now they are accesses
   prefetch_upcoming();
   sample_occupancy();
@@ -195,10 +220,12 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   // Outside the lock: these may block if the caller's stream queue is full.
   std::chrono::steady_clock::time_point blocked_from{};
   try {
+    record_pace_mark(marks.close, compute);  // the compute before this call ends here
     for (event_ref e : writes) dev.wait(e, compute);
     for (std::size_t i = 0; i < n; ++i) {
       if (pending[i]) engine->wait_on(pending[i], compute);
     }
+    pace.recorded(marks, record_pace_mark(marks.open, compute));  // ... and this call's begins
     if (wait) {
       blocked_from = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < n; ++i) {
@@ -209,6 +236,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     // The bytes never arrived (or the stream could not be told to wait): undo the pins (nothing
     // was queued on `compute` after the acquire but waits) and report it.
     lock.lock();
+    pace.recorded(marks, false);
     reap();
     let_go_of_writes();
     for (std::size_t i = 0; i < n; ++i) {

@@ -37,7 +37,8 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
         notes.loaded_at =
             notes.ticket_start +
             std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
-        stats.fault_wait(notes.wait_from, notes.loaded_at, t.bytes);  // if an acquire waits for it
+        stats.fault_wait(notes.wait_from, notes.loaded_at, t.bytes,  // if an acquire waits for it
+                         /*late_prefetch=*/!notes.fault_load);
         notes.wait_from = {};
         tensors.finish_load(slot);
       } else {

@@ -340,6 +340,7 @@ void pager::unregister_tensor(tensor_handle h) {
   if (scheduled) {
     // The schedule's positions shift: re-key every tensor holding HBM (O(n), rare).
     p.schedule.forget(slot);
+    p.pace.reset(p.schedule.size());  // positions moved
     p.tensors.reindex_all();
   }
 }
@@ -407,6 +408,7 @@ void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic
     slots.push_back(sequence[i].index);
   }
   p.schedule.set(std::move(slots), cyclic);
+  p.pace.reset(p.schedule.size());
   p.tensors.reindex_all();  // next uses changed: re-key (O(n log n))
   p.reap();
   p.prefetch_upcoming();

@@ -13,6 +13,7 @@
 #include <htp/tensor_file.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include "pager/compute_pace.hpp"
 #include "pager/event_pool.hpp"
 #include "pager/fences.hpp"
 #include "pager/pager_stats.hpp"
@@ -73,7 +74,8 @@ struct pager::impl {
   detail::pager_stats stats;
   detail::event_pool events;
   detail::access_schedule schedule;
-  detail::tensor_table tensors;  // the state machine: every tensor's residency, pins, releases
+  detail::compute_pace pace{dev};  // device-timed compute between scheduled acquires (automatic)
+  detail::tensor_table tensors;    // the state machine: every tensor's residency, pins, releases
   std::vector<std::uint32_t> skipped;  // scratch: slots whose next use an access skipped
   // Loads of tensors evicted before the load finished (detach_load), by ticket: their completions
   // feed the metrics and the trace, or count as failed loads; synchronize and quiesce wait for
@@ -180,9 +182,16 @@ struct pager::impl {
   /// Issues prefetches for the next lookahead tensors of the schedule, in order, stopping at the
   /// first that cannot be brought in (a later one must not take the room an earlier one needs).
   void prefetch_upcoming();
+  /// prefetch_upcoming in lookahead_mode::automatic: ahead in bytes and time (pager.hpp).
+  void prefetch_ahead();
+  /// The marks this acquire call of `hs` records for the compute pace (automatic lookahead).
+  detail::compute_pace::marks plan_pace(const tensor_handle* hs, std::size_t n, stream_ref compute);
+  /// Records a compute-pace mark on `compute` (outside the lock); false if the device refused.
+  bool record_pace_mark(event_ref e, stream_ref compute) noexcept;
   /// Prefetches one slot if it is in host and there is room without blocking; false if it could
   /// not (already there or coming counts as done).
-  bool prefetch_slot(std::uint32_t slot);
+  bool prefetch_slot(std::uint32_t slot,
+                     std::optional<std::chrono::steady_clock::time_point> need = std::nullopt);
   /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
   /// copy in `w` that failed (empty when none did); reap() accounts the failure.
   std::string wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);

@@ -89,7 +89,7 @@ void pager_stats::detached_load_finished(bool ok, bool fault_load, clock::time_p
   if (trace_)
     trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started,
                 at);
-  fault_wait(wait_from, at, bytes);
+  fault_wait(wait_from, at, bytes, /*late_prefetch=*/!fault_load);
 }
 
 std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point to) noexcept {
@@ -97,8 +97,10 @@ std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point 
   return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
 }
 
-void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes) {
+void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes,
+                             bool late_prefetch) {
   if (from == clock::time_point{}) return;
+  if (late_prefetch) prefetch_lateness_.record(ns_between(from, to));
   if (fault_waits_.size() >= fault_wait_cap) {
     ++fault_waits_dropped_;
     return;
@@ -160,6 +162,7 @@ void pager_stats::reset(std::size_t held, std::size_t capacity) {
 #undef HTP_KEEP_LEVEL
   counters_ = fresh;
   fault_latency_.reset();
+  prefetch_lateness_.reset();
   if (trace_) trace_->clear();
   fault_waits_.clear();
   fault_waits_dropped_ = 0;
@@ -178,6 +181,10 @@ pager_metrics pager_stats::snapshot() const {
   m.elapsed_ms = std::chrono::duration<double, std::milli>(clock::now() - start_).count();
   m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
   m.fault_latency = fault_latency_.summary();
+  m.prefetch_lateness = prefetch_lateness_.summary();
+  const std::uint64_t prefetched = m.prefetch_hits + m.late_prefetches;
+  m.prefetch_timely_share =
+      prefetched ? static_cast<double>(m.prefetch_hits) / static_cast<double>(prefetched) : 1.0;
   return m;
 }
 
@@ -241,6 +248,9 @@ pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& ear
   d.elapsed_ms = later.elapsed_ms >= earlier.elapsed_ms ? later.elapsed_ms - earlier.elapsed_ms
                                                         : later.elapsed_ms;
   d.fault_rate_per_ms = d.elapsed_ms > 0 ? static_cast<double>(d.faults) / d.elapsed_ms : 0;
+  const std::uint64_t prefetched = d.prefetch_hits + d.late_prefetches;
+  d.prefetch_timely_share =
+      prefetched ? static_cast<double>(d.prefetch_hits) / static_cast<double>(prefetched) : 1.0;
   return d;
 }
 
@@ -286,6 +296,8 @@ std::string to_json(const pager_metrics& m) {
       {"events_created", m.events_created},
       {"fault_rate_per_ms", m.fault_rate_per_ms},
       {"fault_latency", lat(m.fault_latency)},
+      {"prefetch_timely_share", m.prefetch_timely_share},
+      {"prefetch_lateness", lat(m.prefetch_lateness)},
       {"fault_wait",
        {{"count", w.count},
         {"dropped", w.dropped},

@@ -331,7 +331,8 @@ void pager::impl::evict_loading(std::uint32_t slot) {
   free_hbm(tensors.detach_load(slot));
 }
 
-bool pager::impl::prefetch_slot(std::uint32_t slot) {
+bool pager::impl::prefetch_slot(std::uint32_t slot,
+                                std::optional<std::chrono::steady_clock::time_point> need) {
   const tensor_record& t = tensors[slot];
   if (!t.live || t.pins > 0) return false;      // degraded (pinned without HBM) or in use
   if (t.where != residency::host) return true;  // there or coming
@@ -345,6 +346,7 @@ bool pager::impl::prefetch_slot(std::uint32_t slot) {
       return false;
     }
     start_load(slot, *room, transfer_priority::prefetch);
+    if (need) engine->set_need_time(tensors[slot].ticket, *need);
   } catch (const out_of_memory&) {
     stats.add(&pager_metrics::prefetch_skipped);
     return false;
@@ -361,8 +363,47 @@ bool pager::impl::prefetch_slot(std::uint32_t slot) {
 
 void pager::impl::prefetch_upcoming() {
   if (config.prefetch_lookahead == 0 || schedule.empty()) return;
+  // The walk relies on min_page_ins's victims (never one needed sooner); the other prefetch
+  // rules keep a window of prefetch_lookahead tensors, so they count.
+  if (config.lookahead == lookahead_mode::automatic && belady() &&
+      config.prefetch == prefetch_mode::min_page_ins) {
+    prefetch_ahead();
+    return;
+  }
   for (std::uint32_t slot : schedule.upcoming(config.prefetch_lookahead)) {
     if (!prefetch_slot(slot)) return;
+  }
+}
+
+void pager::impl::prefetch_ahead() {
+  // Note [Automatic lookahead] (docs/pager.md): walk the upcoming accesses, loading each tensor
+  // not in HBM with its predicted need time as deadline, while the window's loads number fewer
+  // than prefetch_lookahead or their link time does not yet cover the compute time until the
+  // window's last access. `until_use` is that compute time (ns from now), `window_ns` the link
+  // time of the window's bytes loading or prefetched and not yet used.
+  pace.harvest();
+  const std::uint64_t rate = engine->effective_rate(copy_direction::host_to_device);
+  const double ns_per_byte = rate ? 1e9 / static_cast<double>(rate) : 0.0;
+  const std::optional<std::int64_t> mean_gap = pace.mean_gap_ns();
+  const auto now = std::chrono::steady_clock::now();
+  double until_use = 0, window_ns = 0;
+  unsigned loads = 0;
+  const std::size_t limit =
+      std::min<std::size_t>(config.lookahead_max_tensors, schedule.remaining());
+  for (std::size_t i = 0; i < limit; ++i) {
+    const std::uint32_t slot = schedule.upcoming_at(i);
+    const tensor_record& t = tensors[slot];
+    if (t.where == residency::host && t.pins == 0) {
+      const auto need = now + std::chrono::nanoseconds(static_cast<std::int64_t>(until_use));
+      if (!prefetch_slot(slot, need)) return;  // no room without evicting what is needed sooner
+    }
+    if (t.where == residency::loading || (t.hbm && t.notes.prefetched_unused)) {
+      window_ns += static_cast<double>(t.bytes) * ns_per_byte;
+      ++loads;
+    }
+    if (loads >= config.prefetch_lookahead && window_ns > until_use) return;
+    const std::optional<std::int64_t> gap = pace.gap_ns(schedule.position_at(i));
+    if (gap || mean_gap) until_use += static_cast<double>(gap ? *gap : *mean_gap);
   }
 }
 

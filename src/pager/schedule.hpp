@@ -47,6 +47,20 @@ class access_schedule {
   std::uint64_t distance_after(std::uint32_t slot, std::uint32_t after_slot) const;
   /// The next `k` accesses from the cursor (fewer at the end of a non-cyclic schedule).
   std::vector<std::uint32_t> upcoming(std::size_t k) const;
+  /// Accesses left from the cursor: size() when cyclic (one cycle ahead), else to the end.
+  std::size_t remaining() const noexcept {
+    return cyclic_ ? sequence_.size() : sequence_.size() - cursor_;
+  }
+  /// The position (index into the sequence) of the i-th access from the cursor (0 = the next);
+  /// i < remaining(). O(1).
+  std::size_t position_at(std::size_t i) const noexcept {
+    const std::size_t p = cursor_ + i;
+    return p < sequence_.size() ? p : p - sequence_.size();
+  }
+  /// The slot of the i-th access from the cursor; i < remaining(). O(1).
+  std::uint32_t upcoming_at(std::size_t i) const noexcept { return sequence_[position_at(i)]; }
+  /// Completed cycles (0 for a schedule that is not cyclic).
+  std::uint64_t cycle() const noexcept { return cycle_; }
   /// Removes a slot from the schedule (its tensor was unregistered). O(n) when it is named.
   void forget(std::uint32_t slot);
 

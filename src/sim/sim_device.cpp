@@ -195,12 +195,20 @@ class sim_device final : public device {
     errors_.rethrow();
   }
 
-  event_ref create_event() override {
-    auto e = std::make_unique<sim::event>();
-    event_ref ref{e.get()};
-    std::lock_guard lock(objects_mutex_);
-    events_.emplace(e.get(), std::move(e));
-    return ref;
+  event_ref create_event() override { return make_event(false); }
+  event_ref create_timed_event() override { return make_event(true); }
+
+  std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) override {
+    sim::event& a = get(from);
+    sim::event& b = get(to);
+    HTP_EXPECTS(a.timed() && b.timed(), invalid_argument,
+                "elapsed: both events must come from create_timed_event (as CUDA refuses events "
+                "made without timing)");
+    const auto sa = a.current(), sb = b.current();
+    if (!sa || !sb) return std::nullopt;
+    const auto ta = sa->set_at(), tb = sb->set_at();
+    if (!ta || !tb) return std::nullopt;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(*tb - *ta);
   }
 
   void destroy_event(event_ref e) noexcept override {
@@ -212,8 +220,10 @@ class sim_device final : public device {
     auto& st = get(s);
     auto sig = get(e).arm();
     st.enqueue([sig] {
-      sig->set();
-      sim::set_current_task_completion(sim::current_task_ready_time());  // instantaneous on a GPU
+      // Instantaneous on a GPU: it completes when the stream reaches it (modelled time).
+      const auto at = sim::current_task_ready_time();
+      sig->set(at);
+      sim::set_current_task_completion(at);
     });
   }
 
@@ -349,6 +359,14 @@ class sim_device final : public device {
     HTP_EXPECTS(it != streams_.end(), invalid_argument, "stream ", s.native,
                 " was not created by this sim device (or was destroyed)");
     return *it->second;
+  }
+
+  event_ref make_event(bool timed) {
+    auto e = std::make_unique<sim::event>(timed);
+    event_ref ref{e.get()};
+    std::lock_guard lock(objects_mutex_);
+    events_.emplace(e.get(), std::move(e));
+    return ref;
   }
 
   sim::event& get(event_ref e) {

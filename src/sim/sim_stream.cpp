@@ -18,12 +18,19 @@ void set_current_task_completion(std::chrono::steady_clock::time_point t) noexce
   completion_time = t;
 }
 
-void signal::set() {
+void signal::set(std::chrono::steady_clock::time_point at) {
   {
     std::lock_guard lock(mutex_);
     set_ = true;
+    at_ = at;
   }
   cv_.notify_all();
+}
+
+std::optional<std::chrono::steady_clock::time_point> signal::set_at() const {
+  std::lock_guard lock(mutex_);
+  if (!set_) return std::nullopt;
+  return at_;
 }
 
 bool signal::is_set() const {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -19,19 +20,26 @@ namespace htp::sim {
 /// and by other streams' workers.
 class signal {
  public:
-  void set();
+  /// Sets it; `at` is when, on the modelled device (what a timed event reports).
+  void set(std::chrono::steady_clock::time_point at = {});
   bool is_set() const;
   void wait() const;
+  /// When it was set (the time given to set), if it was.
+  std::optional<std::chrono::steady_clock::time_point> set_at() const;
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool set_ = false;
+  std::chrono::steady_clock::time_point at_{};
 };
 
 /// A sim event: the signal of its most recent record (null when never recorded).
 class event {
  public:
+  explicit event(bool timed = false) : timed_(timed) {}
+  /// Made by create_timed_event: elapsed() may read it.
+  bool timed() const noexcept { return timed_; }
   /// Replaces the capture with a fresh signal and returns it; the recording stream sets it.
   std::shared_ptr<signal> arm();
   /// The current capture, or null when never recorded.
@@ -40,6 +48,7 @@ class event {
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<signal> current_;
+  bool timed_ = false;
 };
 
 /// Collects the first error thrown by work on any stream of a device, like CUDA's sticky errors.

@@ -143,6 +143,16 @@ void fault_injecting_device::destroy_stream(stream_ref s) noexcept { inner_.dest
 
 void fault_injecting_device::synchronize(stream_ref s) { inner_.synchronize(s); }
 
+event_ref fault_injecting_device::create_timed_event() {
+  intercept(fault_kind::create, "create_timed_event");
+  return inner_.create_timed_event();
+}
+
+std::optional<std::chrono::nanoseconds> fault_injecting_device::elapsed(event_ref from,
+                                                                        event_ref to) {
+  return inner_.elapsed(from, to);
+}
+
 event_ref fault_injecting_device::create_event() {
   intercept(fault_kind::create, "create_event");
   return inner_.create_event();

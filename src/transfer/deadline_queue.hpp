@@ -36,8 +36,8 @@ struct deadline_key {
 inline constexpr std::int64_t no_need = std::numeric_limits<std::int64_t>::max();
 inline std::int64_t issue_key(std::int64_t submitted_ns, std::int64_t need_ns,
                               std::int64_t max_wait_ns) noexcept {
-  const std::int64_t latest = submitted_ns > no_need - max_wait_ns ? no_need
-                                                                   : submitted_ns + max_wait_ns;
+  const std::int64_t latest =
+      submitted_ns > no_need - max_wait_ns ? no_need : submitted_ns + max_wait_ns;
   return need_ns < latest ? need_ns : latest;
 }
 
@@ -64,7 +64,8 @@ class deadline_queue {
   /// Removes every value for which `f(value)` returns true.
   template <typename F>
   void erase_if(F&& f) {
-    for (auto it = items_.begin(); it != items_.end();) it = f(it->second) ? items_.erase(it) : ++it;
+    for (auto it = items_.begin(); it != items_.end();)
+      it = f(it->second) ? items_.erase(it) : ++it;
   }
 
  private:

@@ -50,7 +50,7 @@ struct request {
   std::int64_t submit_ns = 0;
   std::int64_t need_ns = detail::no_need;  // set_need_time; no_need when not said
   detail::deadline_key queue_key;          // its place in its class's queue (Note [Deadline order])
-  std::vector<event_ref> after;             // the stream waits on these before the first chunk
+  std::vector<event_ref> after;            // the stream waits on these before the first chunk
   std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
   std::uint64_t file_offset = 0;
 };

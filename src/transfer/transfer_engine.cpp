@@ -495,6 +495,12 @@ std::uint64_t transfer_engine::link_peak(copy_direction direction) const {
   return l.link_peak;
 }
 
+std::uint64_t transfer_engine::effective_rate(copy_direction direction) const {
+  lane& l = impl_->link_lane(direction, "effective_rate");
+  std::lock_guard lock(impl_->mutex_);
+  return l.bucket.unlimited() ? l.link_peak : l.bucket.rate();
+}
+
 stream_ref transfer_engine::prefetch_stream() const noexcept {
   return impl_->lanes[0]->stream_.ref();
 }
