@@ -7,6 +7,9 @@
 # scripts/bench.sh --scale runs the scale benchmarks instead (sim, a few minutes): per-call cost
 # against 10^2..10^6 registered tensors (htp-pager-bench) and a paged KV cache of 100,000 blocks
 # (htp-kv-bench, once fitting in HBM and once paging), JSON in build-release/results/.
+# scripts/bench.sh --lookahead runs the lookahead and expert comparisons on timing-only sim (about
+# 4 minutes): Llama-3.1-8B (8 layers) and 70B (6 layers) at 30/50/75%, module and layer granularity,
+# count mode beside automatic; then htp-moe-bench (Mixtral-8x7B, 4 layers) against its oracle.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bash "$root/scripts/setup.sh"
@@ -20,6 +23,15 @@ if [[ ${1:-} == --scale ]]; then
     --benchmark_out_format=json
   "$bin/htp-kv-bench" --batch 16 --steps 4 --json "$out/kv-fits.json"
   "$bin/htp-kv-bench" --batch 40 --steps 3 --json "$out/kv-paging.json"
+  echo "JSON in $out"
+  exit 0
+fi
+if [[ ${1:-} == --lookahead ]]; then
+  bin=$root/build-release/bench
+  "$bin/htp-stream-bench" --backend sim --timing-only --models llama-3.1-8b:8,llama-3.1-70b:6 \
+    --sweep 0.3,0.5,0.75 --granularity both --policies schedule-k2,schedule-auto --steps 4 \
+    --json "$out/stream-models.json" | tee "$out/stream-models.txt"
+  "$bin/htp-moe-bench" --json "$out/moe.json" --trace-out "$out/moe-routing.txt" | tee "$out/moe.txt"
   echo "JSON in $out"
   exit 0
 fi

@@ -58,4 +58,42 @@ double belady_bytes_per_cycle(const std::vector<std::uint64_t>& sizes, std::uint
   return static_cast<double>(moved) / static_cast<double>(measured);
 }
 
+std::uint64_t belady_trace_bytes(const std::vector<std::uint64_t>& footprint,
+                                 const std::vector<std::uint64_t>& counted,
+                                 const std::vector<std::size_t>& trace, std::uint64_t capacity,
+                                 std::size_t from) {
+  const std::size_t n = footprint.size(), len = trace.size();
+  constexpr std::uint64_t never = ~std::uint64_t{0};
+  // next_use[t]: the position of the next access to trace[t]'s tensor after t (never: none).
+  std::vector<std::uint64_t> next_use(len, never), upcoming(n, never);
+  for (std::size_t t = len; t-- > 0;) {
+    next_use[t] = upcoming[trace[t]];
+    upcoming[trace[t]] = t;
+  }
+  // Resident tensors keyed by their next use; the farthest (never last of all) is evicted first.
+  std::set<std::pair<std::uint64_t, std::size_t>> resident;
+  std::vector<std::uint64_t> key(n, 0);
+  std::vector<bool> in(n, false);
+  std::uint64_t used = 0, moved = 0;
+  for (std::size_t t = 0; t < len; ++t) {
+    const std::size_t i = trace[t];
+    if (in[i]) {
+      resident.erase({key[i], i});
+    } else {
+      while (used + footprint[i] > capacity && !resident.empty()) {
+        const auto victim = std::prev(resident.end());
+        used -= footprint[victim->second];
+        in[victim->second] = false;
+        resident.erase(victim);
+      }
+      used += footprint[i];
+      in[i] = true;
+      if (t >= from) moved += counted[i];
+    }
+    key[i] = next_use[t];
+    resident.insert({key[i], i});
+  }
+  return moved;
+}
+
 }  // namespace htp::bench

@@ -29,4 +29,16 @@ void belady_walk(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity
 /// fits; -1 when one tensor alone exceeds the capacity.
 double belady_bytes_per_cycle(const std::vector<std::uint64_t>& sizes, std::uint64_t capacity);
 
+/// An offline oracle on an arbitrary access sequence: `trace` holds indices into `footprint` (the
+/// memory each tensor takes, e.g. page-rounded as htp stores it) and `counted` (the bytes a miss
+/// of it counts, e.g. as requested). Belady's rule through `capacity` bytes: on a miss, the
+/// resident tensors used farthest in the future (or never again) are evicted first until it fits.
+/// Returns the bytes counted for the misses at positions >= `from` (earlier ones warm up). For
+/// equal sizes that is the minimum; for unequal sizes, the reference (not a proven minimum). A
+/// tensor larger than the capacity is loaded after evicting everything.
+std::uint64_t belady_trace_bytes(const std::vector<std::uint64_t>& footprint,
+                                 const std::vector<std::uint64_t>& counted,
+                                 const std::vector<std::size_t>& trace, std::uint64_t capacity,
+                                 std::size_t from = 0);
+
 }  // namespace htp::bench

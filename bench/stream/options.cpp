@@ -1,7 +1,12 @@
 // htp-stream-bench's command line. See options.hpp.
 #include "options.hpp"
 
+#include <htp/error.hpp>
+
 #include <CLI/CLI.hpp>
+
+#include <sstream>
+#include <stdexcept>
 
 namespace htp::bench {
 namespace {
@@ -43,6 +48,16 @@ void add_run_options(CLI::App& app, stream_options& o) {
                  "sim: HBM rate of the modelled compute (default: 87x the link, an H200's 4.8 TB/s "
                  "over 55 GB/s)");
   app.add_option("--seed", o.seed, "payload and routing seed");
+  app.add_option("--granularity", o.granularity,
+                 "how weights are acquired: module (one acquire per parameter, as "
+                 "htp.torch.offload does), layer (a layer's weights as one acquire(list)), or both "
+                 "(each budget runs both)")
+      ->check(CLI::IsMember({"module", "layer", "both"}));
+  app.add_option("--models", o.models,
+                 "several models in one run, each with its layers: e.g. "
+                 "llama-3.1-8b:8,llama-3.1-70b:4; a name ending in .json is a config.json "
+                 "(replaces --model, --config and --layers; the JSON then holds one run per model "
+                 "under 'runs')");
 }
 
 /// Adds the options of the node run (--gpus and what goes with it) and of the sim's scale to `app`.
@@ -118,6 +133,37 @@ void apply_case_study(const CLI::App& app, stream_options& o) {
 }
 
 }  // namespace
+
+std::vector<model_run> models_of(const stream_options& o) {
+  if (o.models.empty()) return {{o.model_name, o.layers}};
+  std::vector<model_run> runs;
+  std::stringstream ss(o.models);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto colon = item.find(':');
+    model_run m{item.substr(0, colon), 0};
+    if (colon != std::string::npos) {
+      try {
+        std::size_t used = 0;
+        m.layers = std::stoi(item.substr(colon + 1), &used);
+        if (used + colon + 1 != item.size() || m.layers < 1) throw std::invalid_argument(item);
+      } catch (const std::exception&) {
+        throw invalid_argument("--models " + o.models + ": '" + item +
+                               "' is not name or name:layers with layers >= 1");
+      }
+    }
+    if (m.name.empty()) throw invalid_argument("--models " + o.models + ": an empty model name");
+    runs.push_back(m);
+  }
+  if (runs.empty()) throw invalid_argument("--models is empty");
+  return runs;
+}
+
+std::vector<bool> granularities_of(const stream_options& o) {
+  if (o.granularity == "module") return {false};
+  if (o.granularity == "layer") return {true};
+  if (o.granularity == "both") return {false, true};
+  throw invalid_argument("--granularity " + o.granularity + ": module, layer or both");
+}
 
 int parse_stream_options(int argc, char** argv, stream_options& o) {
   CLI::App app{"htp-stream-bench: paging policies side by side on real model shapes"};

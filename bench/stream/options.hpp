@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace htp::bench {
 
@@ -34,7 +35,25 @@ struct stream_options {
   bool node_only = false, resident = false, case_study = false;
   double time_scale = 1, squeeze_mib = 0, tail_budget_ms = 2000;
   std::string host_budget;
+  /// "module" (one acquire per parameter), "layer" (one acquire(list) per layer) or "both".
+  std::string granularity = "module";
+  /// Several models in one run: "name[:layers],..." (empty: --model alone).
+  std::string models;
 };
+
+/// One model of a --models run: its preset and the layers to run (0: the default for the backend).
+struct model_run {
+  std::string name;
+  int layers = 0;
+};
+
+/// The models to run: --models parsed ("llama-3.1-8b:8,llama-3.1-70b:4"), or --model and --layers
+/// alone. @throws htp::invalid_argument for a malformed entry.
+std::vector<model_run> models_of(const stream_options& o);
+
+/// The granularities to run, in order: {false} (module), {true} (layer) or both.
+/// @throws htp::invalid_argument for another value of --granularity.
+std::vector<bool> granularities_of(const stream_options& o);
 
 /// Parses argv into `o`, then applies --case-study's preset to the options not given explicitly.
 /// Returns -1 to go on, or the exit code to return now (0 after --help, non-zero for a bad

@@ -48,8 +48,8 @@ void print_table(const std::vector<policy_result>& results, const std::string& b
       "stalled acquire, from when the stream needed the bytes; hostblk: host time blocked in "
       "acquire / step; xMIN: bytes paged in / MIN (Belady's rule for equal sizes; for unequal ones "
       "the lower bound total - capacity, so xMIN is an upper bound on the true ratio); xbound: "
-      "step p50 / max(compute, MIN / link "
-      "peak); speed-up: on-demand p50 / policy p50)\n",
+      "step p50 / max(compute, Belady's bytes on the realised access sequence / link peak); "
+      "speed-up: on-demand p50 / policy p50)\n",
       budget_ms);
 }
 
@@ -91,6 +91,17 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
       {"bytes_over_min", r.min_bytes_per_step > 0 ? r.bytes_per_step / r.min_bytes_per_step : 0},
       {"bound_ms", r.bound_ms},
       {"step_over_bound", r.bound_ms > 0 ? r.step.p50 / r.bound_ms : 0},
+      {"bound_lower_ms", r.bound_lower_ms},
+      {"step_over_lower_bound", r.bound_lower_ms > 0 ? r.step.p50 / r.bound_lower_ms : 0},
+      {"granularity", r.granularity},
+      {"lookahead", r.lookahead},
+      {"prefetch_timely_share", r.prefetch_timely_share},
+      {"prefetch_lateness",
+       {{"count", r.prefetch_lateness_count},
+        {"p50_ms", r.prefetch_lateness.p50},
+        {"p99_ms", r.prefetch_lateness.p99},
+        {"max_ms", r.prefetch_lateness.max},
+        {"mean_ms", r.prefetch_lateness.mean}}},
       {"faults", r.faults},
       {"fault_rate_per_ms", r.fault_rate_per_ms},
       {"page_ins", r.page_ins},
@@ -112,6 +123,53 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
       {"verification_mismatches", r.mismatches},
       {"pager_metrics", json::parse(r.metrics_json)},
   };
+}
+
+nlohmann::json bound_rows(const nlohmann::json& runs) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& run : runs) {
+    if (!run.contains("sweep")) continue;
+    for (const auto& entry : run["sweep"]) {
+      for (const auto& p : entry["policies"]) {
+        if (p.value("skipped", false) || p.value("bound_ms", 0.0) <= 0) continue;
+        if (p["name"] == "all-resident") continue;
+        rows.push_back({{"model", run["model"]["name"]},
+                        {"layers_run", run["model"]["layers_run"]},
+                        {"budget_fraction", entry.value("budget_fraction", 0.0)},
+                        {"hbm_budget_bytes", entry["hbm_budget_bytes"]},
+                        {"granularity", entry.value("granularity", "module")},
+                        {"policy", p["name"]},
+                        {"lookahead", p["lookahead"]},
+                        {"step_p50_ms", p["step_ms"]["p50"]},
+                        {"compute_ms", p["compute_ms_per_step"]},
+                        {"belady_bytes_per_step", p["belady_bytes_per_step"]},
+                        {"bound_ms", p["bound_ms"]},
+                        {"step_over_bound", p["step_over_bound"]},
+                        {"step_over_lower_bound", p["step_over_lower_bound"]},
+                        {"prefetch_timely_share", p["prefetch_timely_share"]},
+                        {"prefetch_lateness_p50_ms", p["prefetch_lateness"]["p50_ms"]},
+                        {"prefetch_lateness_p99_ms", p["prefetch_lateness"]["p99_ms"]}});
+      }
+    }
+  }
+  return rows;
+}
+
+void print_bound_table(const nlohmann::json& rows) {
+  if (rows.empty()) return;
+  std::printf("\nstep p50 against max(compute, Belady bytes / link), count mode (schedule-k2) "
+              "beside automatic (schedule-auto); goal: automatic <= 1.05x\n");
+  std::printf("%-20s %6s %-6s %-15s %9s %9s %8s %7s %8s %8s\n", "model", "budget", "gran", "policy",
+              "step p50", "bound", "x bound", "timely", "late p50", "late p99");
+  for (const auto& r : rows) {
+    std::printf(
+        "%-20s %5.0f%% %-6s %-15s %9.1f %9.1f %8.3f %6.1f%% %8.2f %8.2f\n",
+        r["model"].get<std::string>().c_str(), 100.0 * r["budget_fraction"].get<double>(),
+        r["granularity"].get<std::string>().c_str(), r["policy"].get<std::string>().c_str(),
+        r["step_p50_ms"].get<double>(), r["bound_ms"].get<double>(),
+        r["step_over_bound"].get<double>(), 100.0 * r["prefetch_timely_share"].get<double>(),
+        r["prefetch_lateness_p50_ms"].get<double>(), r["prefetch_lateness_p99_ms"].get<double>());
+  }
 }
 
 }  // namespace htp::bench

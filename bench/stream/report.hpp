@@ -21,4 +21,13 @@ nlohmann::json to_json(const policy_result& r, double speedup);
 double speedup_over(const std::vector<policy_result>& results, const policy_result& r,
                     const std::string& baseline);
 
+/// The step / bound rows of every run (one JSON per model, as htp-stream-bench writes it): per
+/// model, budget, granularity and paging policy with a bound, step p50, bound_ms, step_over_bound,
+/// prefetch_timely_share and prefetch lateness p50 / p99.
+nlohmann::json bound_rows(const nlohmann::json& runs);
+
+/// Prints bound_rows side by side: per model, budget and granularity, schedule-k2 (count mode)
+/// beside schedule-auto (automatic), when both ran; every row otherwise.
+void print_bound_table(const nlohmann::json& rows);
+
 }  // namespace htp::bench

@@ -77,6 +77,8 @@ std::vector<policy> standard_policies() {
       {"lru+lookahead2", eviction_rule::lru, 2, true, false, false},
       {"schedule-k1", eviction_rule::automatic, 1, true, false, false},
       {"schedule-k2", eviction_rule::automatic, 2, true, false, false},
+      {"schedule-auto", eviction_rule::automatic, 2, true, false, false,
+       prefetch_mode::min_page_ins, lookahead_mode::automatic},
   };
 }
 
@@ -216,6 +218,7 @@ pager_config policy_pager_config(const bench_config& cfg, const policy& pol, std
     pc.h2d.unlimited = true;
     pc.d2h.unlimited = true;
   }
+  pc.lookahead = pol.mode;
   pc.prefetch_lookahead = pol.lookahead;
   pc.eviction = pol.rule;
   pc.prefetch = pol.prefetch;
@@ -282,7 +285,9 @@ struct policy_run {
   std::mt19937_64 route;
   std::vector<double> compute_ms, transfer_ms, overlap;
   double stall_ms = 0;
-  std::vector<double> stalls;  // acquires that stalled the compute stream, ms each
+  std::vector<double> stalls;           // acquires that stalled the compute stream, ms each
+  bool record = false;                  // record the weight acquires of this step
+  std::vector<tensor_handle> realised;  // the weights acquired in the first timed step, in order
 
   /// Registers KV blocks until every layer has room for kv_tokens (none without a KV cache).
   void add_kv_blocks() {
@@ -319,11 +324,48 @@ std::vector<model_instance::tensor*> weights_in_use(policy_run& r, model_instanc
   return use;
 }
 
-/// One layer of step `step`, as a runner does: the layer's KV blocks stay acquired through the
-/// layer (attention reads them), each weight is acquired just before its kernel and released once
-/// it is enqueued, so only the weight in use is pinned and eviction may choose any other. Stall
-/// marks wrap each acquire: only htp's waits run between them on the compute stream. The step's
-/// tokens are appended to the newest KV block, which is released dirty.
+/// The layer's weights in use acquired and run, as a runner does: module granularity, each weight
+/// acquired just before its kernel and released once it is enqueued, so only the weight in use is
+/// pinned and eviction may choose any other; layer granularity, all of them in ONE acquire(list)
+/// before the first kernel and one release(list) after the last. Stall marks wrap each acquire:
+/// only htp's waits run between them on the compute stream. The first kernel also reads `kv`.
+void run_layer_weights(policy_run& r, const std::vector<model_instance::tensor*>& use,
+                       const std::vector<weight_view>& kv) {
+  const auto view = [&](model_instance::tensor* t, const device_span& s) {
+    return weight_view{s, t->rows, t->cols, t->sum, t->head, t->tail, !r.timing_only};
+  };
+  if (r.record) {
+    for (auto* t : use) r.realised.push_back(t->h);
+  }
+  if (r.cfg.layer_lists) {
+    std::vector<tensor_handle> hs;
+    for (auto* t : use) hs.push_back(t->h);
+    r.compute.begin_stall(r.cs);
+    const auto spans = r.p.acquire(hs, r.cs, r.pol.wait_each_fault);
+    r.compute.end_stall(r.cs);
+    for (std::size_t w = 0; w < use.size(); ++w) {
+      std::vector<weight_view> views{view(use[w], spans[w])};
+      if (w == 0) views.insert(views.end(), kv.begin(), kv.end());
+      r.compute.run_layer(views, r.cfg.tokens, r.cs);
+    }
+    r.p.release(hs, r.cs);
+    return;
+  }
+  for (std::size_t w = 0; w < use.size(); ++w) {
+    model_instance::tensor* t = use[w];
+    r.compute.begin_stall(r.cs);
+    const auto s = r.p.acquire(t->h, r.cs, r.pol.wait_each_fault);
+    r.compute.end_stall(r.cs);
+    std::vector<weight_view> views{view(t, s)};
+    if (w == 0) views.insert(views.end(), kv.begin(), kv.end());
+    r.compute.run_layer(views, r.cfg.tokens, r.cs);
+    r.p.release(t->h, r.cs);
+  }
+}
+
+/// One layer of step `step`: the layer's KV blocks stay acquired through the layer (attention reads
+/// them), the weights are acquired at the run's granularity (run_layer_weights). The step's tokens
+/// are appended to the newest KV block, which is released dirty.
 void run_layer_step(policy_run& r, model_instance::layer& layer, int step) {
   const bench_config& cfg = r.cfg;
   const std::vector<model_instance::tensor*> use = weights_in_use(r, layer);
@@ -334,16 +376,7 @@ void run_layer_step(policy_run& r, model_instance::layer& layer, int step) {
     kv_views.push_back({s, 1, s.bytes, 0, 0, 0, false});
   }
   r.compute.end_stall(r.cs);
-  for (std::size_t w = 0; w < use.size(); ++w) {
-    model_instance::tensor* t = use[w];
-    r.compute.begin_stall(r.cs);
-    const auto s = r.p.acquire(t->h, r.cs, r.pol.wait_each_fault);
-    r.compute.end_stall(r.cs);
-    std::vector<weight_view> views{{s, t->rows, t->cols, t->sum, t->head, t->tail, !r.timing_only}};
-    if (w == 0) views.insert(views.end(), kv_views.begin(), kv_views.end());
-    r.compute.run_layer(views, cfg.tokens, r.cs);
-    r.p.release(t->h, r.cs);
-  }
+  run_layer_weights(r, use, kv_views);
   if (!layer.kv.empty()) {  // append this step's tokens to the newest block
     const std::size_t per_token = kv_bytes_per_token(cfg);
     const std::size_t offset =
@@ -396,7 +429,9 @@ pager_metrics run_steps(policy_run& r, policy_result& res, const progress_fn& pr
     }
     const std::uint64_t busy0 = r.p.engine().metrics().h2d.busy_ns;
     const auto t0 = clock_type::now();
+    r.record = step == cfg.warmup_steps;
     for (auto& layer : r.inst.layers) run_layer_step(r, layer, step);
+    r.record = false;
     r.cs.synchronize();
     const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     if (cfg.kv_context_tokens > 0) {
@@ -418,7 +453,7 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
   res.meets_budget = res.step.p99 <= static_cast<double>(cfg.latency_budget.count());
   res.latency_budget_ms = static_cast<double>(cfg.latency_budget.count());
   res.fault = {static_cast<double>(m1.fault_latency.p50_ns) / 1e6,
-               static_cast<double>(m1.fault_latency.p99_ns) / 1e6,
+               static_cast<double>(m1.fault_latency.p99_ns) / 1e6, 0,
                static_cast<double>(m1.fault_latency.max_ns) / 1e6,
                static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
   const pager_metrics d = metrics_delta(m1, m0);  // the counters of the timed steps
@@ -460,38 +495,45 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
   res.compute_ms = median(r.compute_ms);
   res.transfer_ms = median(r.transfer_ms);
   res.overlap_efficiency = median(r.overlap);
+  res.prefetch_timely_share = m1.prefetch_timely_share;
+  const latency_summary& late = m1.prefetch_lateness;
+  res.prefetch_lateness = {
+      static_cast<double>(late.p50_ns) / 1e6, static_cast<double>(late.p99_ns) / 1e6, 0,
+      static_cast<double>(late.max_ns) / 1e6, static_cast<double>(late.mean_ns) / 1e6};
+  res.prefetch_lateness_count = late.count;
   res.metrics_json = to_json(m1);
 }
 
-/// Belady's MIN for this budget and the bound it sets: dense weights in schedule order (MoE
-/// routing and a growing KV cache have no fixed cyclic order: n/a, -1).
-void min_reference(const policy_run& r, policy_result& res, const std::vector<tensor_handle>& sched,
-                   std::size_t hbm_budget) {
+/// Belady's MIN for this budget and the bounds it sets: on the realised access sequence of a step
+/// (the weights the first timed step acquired, in order, repeated cyclically), farthest next use
+/// simulated with exact bytes, and the lower bound total - capacity. Dense weights only: MoE
+/// routing and a growing KV cache have no fixed cyclic order (n/a, -1).
+void min_reference(const policy_run& r, policy_result& res, std::size_t hbm_budget) {
   const bench_config& cfg = r.cfg;
-  if (cfg.model.experts <= 1 && cfg.kv_context_tokens <= 0) {
+  if (cfg.model.experts <= 1 && cfg.kv_context_tokens <= 0 && !r.realised.empty()) {
     std::vector<std::uint64_t> sizes;
     std::uint64_t total = 0;
-    for (auto h : sched) {
+    for (auto h : r.realised) {
       sizes.push_back(r.p.info(h).bytes);
       total += sizes.back();
     }
     res.belady_bytes_per_step = belady_bytes_per_cycle(sizes, hbm_budget);
-    // The reference MIN. Equal sizes: Belady's rule is the optimum. Unequal: the optimum lies
-    // between a lower bound (each step reloads at least what does not fit: total - capacity) and
-    // the farthest-next-use simulation, which is not optimal there; the lower bound is used, so
-    // bytes / MIN as reported is an upper bound on the true ratio.
+    // Equal sizes: Belady's rule is the optimum. Unequal: the optimum lies between the lower bound
+    // (each step reloads at least what does not fit: total - capacity) and the farthest-next-use
+    // simulation, which is not optimal there; bytes / MIN uses the lower bound, so it is an upper
+    // bound on the true ratio.
     const bool equal = std::all_of(sizes.begin(), sizes.end(),
                                    [&](std::uint64_t b) { return b == sizes.front(); });
     res.min_bytes_per_step = equal
                                  ? res.belady_bytes_per_step
                                  : static_cast<double>(total > hbm_budget ? total - hbm_budget : 0);
   } else {
-    res.min_bytes_per_step = -1;
+    res.min_bytes_per_step = res.belady_bytes_per_step = -1;
   }
-  if (res.min_bytes_per_step >= 0 && cfg.link_peak_bytes_per_second) {
-    res.bound_ms =
-        std::max(res.compute_ms, res.min_bytes_per_step /
-                                     static_cast<double>(cfg.link_peak_bytes_per_second) * 1e3);
+  const double peak = static_cast<double>(cfg.link_peak_bytes_per_second);
+  if (res.belady_bytes_per_step >= 0 && peak > 0) {
+    res.bound_ms = std::max(res.compute_ms, res.belady_bytes_per_step / peak * 1e3);
+    res.bound_lower_ms = std::max(res.compute_ms, res.min_bytes_per_step / peak * 1e3);
   }
 }
 
@@ -531,6 +573,8 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
                {},
                {},
                0,
+               {},
+               false,
                {}};
   r.add_kv_blocks();
   const std::vector<tensor_handle> sched = schedule_of(r.inst, cfg);
@@ -541,7 +585,9 @@ policy_result run_policy(device& dev, const bench_config& cfg, const policy& pol
   res.mismatches = compute.take_mismatches();
   const pager_metrics m1 = p.metrics();
   aggregate(r, res, m0, m1);
-  min_reference(r, res, sched, hbm_budget);
+  min_reference(r, res, hbm_budget);
+  res.granularity = granularity_of(cfg);
+  res.lookahead = pol.mode == lookahead_mode::automatic ? "automatic" : "count";
   if (!trace_path.empty()) p.write_trace(trace_path);
   return res;
 }

@@ -26,10 +26,13 @@ struct policy {
   bool wait_each_fault = false;  ///< block the host on each fault (synchronous offloading)
   bool all_resident = false;     ///< HBM budget = the whole model (run only when it fits)
   prefetch_mode prefetch = prefetch_mode::min_page_ins;  ///< what a prefetch may evict
+  /// How far ahead the schedule is prefetched: `lookahead` tensors (count) or as far as the link
+  /// needs to cover the compute (automatic, pager_config::lookahead).
+  lookahead_mode mode = lookahead_mode::count;
 };
 
 /// The policies compared side by side: all-resident, on-demand, LRU with lookahead, and
-/// schedule-aware lookahead k = 1 and 2.
+/// schedule-aware lookahead k = 1 and 2 (count mode) and automatic (schedule-auto).
 std::vector<policy> standard_policies();
 
 struct bench_config {
@@ -49,7 +52,16 @@ struct bench_config {
   int kv_block_tokens = 256;                           ///< tokens per KV block tensor
   std::chrono::milliseconds latency_budget{200};
   std::uint64_t seed = 1;
+  /// How a runner acquires a layer's weights: false, one acquire per parameter just before its
+  /// kernel (module granularity, as htp.torch.offload does); true, the layer's weights as ONE
+  /// acquire(list) before its first kernel and one release(list) after its last (layer).
+  bool layer_lists = false;
 };
+
+/// "module" or "layer": the granularity cfg acquires weights at.
+inline const char* granularity_of(const bench_config& cfg) {
+  return cfg.layer_lists ? "layer" : "module";
+}
 
 struct summary_ms {
   double p50 = 0, p99 = 0, p999 = 0, max = 0,
@@ -74,11 +86,19 @@ struct policy_result {
   double host_blocked_share = 0;  ///< host time blocked in acquire / step wall time
   double min_bytes_per_step = 0;  ///< MIN's bytes per step, or a lower bound on them (unequal
                                   ///< sizes: total - capacity); -1 n/a (MoE routing, KV growth)
-  double belady_bytes_per_step = 0;  ///< the farthest-next-use rule simulated (exact bytes)
-  double bytes_per_step = 0;         ///< bytes paged in per timed step
-  double bound_ms = 0;               ///< max(compute, MIN bytes / link peak)
-  std::uint64_t faults = 0;          ///< in the timed steps
-  double fault_rate_per_ms = 0;      ///< (faults + late prefetches) / timed milliseconds
+  /// Belady's rule (farthest next use) simulated on the realised access sequence of a step (the
+  /// acquires the run made, repeated cyclically) at the policy's budget: exact bytes; -1 n/a.
+  double belady_bytes_per_step = 0;
+  double bytes_per_step = 0;           ///< bytes paged in per timed step
+  double bound_ms = 0;                 ///< max(compute, belady_bytes_per_step / link peak)
+  double bound_lower_ms = 0;           ///< max(compute, min_bytes_per_step / link peak)
+  std::string granularity = "module";  ///< module or layer (bench_config::layer_lists)
+  std::string lookahead = "count";     ///< the pager's lookahead_mode: count or automatic
+  double prefetch_timely_share = 1;    ///< pager_metrics::prefetch_timely_share, timed steps
+  summary_ms prefetch_lateness;        ///< pager_metrics::prefetch_lateness (ms), timed steps
+  std::uint64_t prefetch_lateness_count = 0;
+  std::uint64_t faults = 0;      ///< in the timed steps
+  double fault_rate_per_ms = 0;  ///< (faults + late prefetches) / timed milliseconds
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
                 late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;

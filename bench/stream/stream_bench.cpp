@@ -183,7 +183,12 @@ void make_device_and_compute(const stream_options& o, bool want_sim, run_setup& 
 run_setup set_up(stream_options& o) {
   run_setup s;
   bench_config& cfg = s.cfg;
-  cfg.model = o.config_path.empty() ? preset(o.model_name) : from_hf_config(o.config_path);
+  const auto is_json = [](const std::string& n) {
+    return n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0;
+  };
+  cfg.model = !o.config_path.empty()  ? from_hf_config(o.config_path)
+              : is_json(o.model_name) ? from_hf_config(o.model_name)
+                                      : preset(o.model_name);
   cfg.type = parse_dtype(o.dtype_name);
   const bool want_sim = wants_sim(o.device.backend);
   check_and_dilate(o, want_sim, s);
@@ -445,37 +450,46 @@ progress_fn progress_bar() {
   };
 }
 
-/// Every budget in turn: the single-GPU policies (unless --node-only), their table, then the node
-/// modes when --gpus is given. Returns each budget's JSON; `last` gets the last budget's policies.
+/// Every budget in turn, at each granularity asked for: the single-GPU policies (unless
+/// --node-only), their table, then the node modes when --gpus is given. Returns each (budget,
+/// granularity)'s JSON; `last` gets the last one's policies.
 nlohmann::json run_budgets(const stream_options& o, run_setup& s, const host_weights* weights,
                            std::vector<policy_result>& last, int& exit_code) {
   const std::uint64_t model_bytes = streamed_weight_bytes(s.cfg);
   const progress_fn progress = progress_bar();
+  const std::vector<bool> granularities = granularities_of(o);
   nlohmann::json sweep_json = nlohmann::json::array();
   for (std::size_t bi = 0; bi < s.budgets.size(); ++bi) {
     s.cfg.hbm_budget_bytes = s.budgets[bi];
-    std::printf("\nHBM budget %s (%.0f%% of the streamed weights)\n",
-                gib(static_cast<double>(s.budgets[bi])).c_str(),
-                100.0 * static_cast<double>(s.budgets[bi]) / static_cast<double>(model_bytes));
-    std::vector<policy_result> results;
-    if (!o.node_only) {
-      results = run_policies(o, s, bi, *weights, progress, exit_code);
-      print_table(results, "on-demand", o.budget_ms);
+    const double fraction = static_cast<double>(s.budgets[bi]) / static_cast<double>(model_bytes);
+    for (const bool lists : granularities) {
+      s.cfg.layer_lists = lists;
+      std::printf("\n%s: HBM budget %s (%.0f%% of the streamed weights), %s granularity\n",
+                  s.cfg.model.name.c_str(), gib(static_cast<double>(s.budgets[bi])).c_str(),
+                  100.0 * fraction, granularity_of(s.cfg));
+      std::vector<policy_result> results;
+      if (!o.node_only) {
+        results = run_policies(o, s, bi, *weights, progress, exit_code);
+        print_table(results, "on-demand", o.budget_ms);
+      }
+      nlohmann::json pj = nlohmann::json::array();
+      for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
+      sweep_json.push_back({{"hbm_budget_bytes", s.budgets[bi]},
+                            {"budget_fraction", fraction},
+                            {"granularity", granularity_of(s.cfg)},
+                            {"policies", pj}});
+      if (o.gpus > 0 && lists == granularities.front())
+        sweep_json.back()["node"] = run_node_modes(o, s, exit_code);
+      last = std::move(results);
     }
-    nlohmann::json pj = nlohmann::json::array();
-    for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));
-    sweep_json.push_back({{"hbm_budget_bytes", s.budgets[bi]}, {"policies", pj}});
-    if (o.gpus > 0) sweep_json.back()["node"] = run_node_modes(o, s, exit_code);
-    last = std::move(results);
   }
   return sweep_json;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  stream_options o;
-  if (const int rc = parse_stream_options(argc, argv, o); rc >= 0) return rc;
+/// One model's run: set up, calibrate, pin the weights once, every budget and granularity. Sets
+/// `json` to the run's JSON (unset when it could not run) and returns the exit code (2: it could
+/// not be set up).
+int run_model(stream_options o, nlohmann::json& json) {
   run_setup s;
   try {
     s = set_up(o);
@@ -501,9 +515,46 @@ int main(int argc, char** argv) {
   std::vector<policy_result> last;
   int exit_code = 0;
   const nlohmann::json sweep_json = run_budgets(o, s, weights.get(), last, exit_code);
+  json = run_json(o, s, sweep_json, last);
+  return exit_code;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  stream_options o;
+  if (const int rc = parse_stream_options(argc, argv, o); rc >= 0) return rc;
+  std::vector<model_run> models;
+  try {
+    models = models_of(o);
+    granularities_of(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "htp-stream-bench: %s\n", e.what());
+    return 2;
+  }
+  int exit_code = 0;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const model_run& m : models) {
+    stream_options mo = o;
+    mo.model_name = m.name;
+    if (!o.models.empty()) {
+      mo.layers = m.layers;
+      mo.config_path.clear();
+    }
+    nlohmann::json j;
+    const int rc = run_model(mo, j);
+    if (rc == 2) return 2;
+    exit_code = std::max(exit_code, rc);
+    runs.push_back(std::move(j));
+  }
+  const nlohmann::json bounds = bound_rows(runs);
+  print_bound_table(bounds);
   if (!o.json_path.empty()) {
-    std::ofstream(o.json_path) << run_json(o, s, sweep_json, last).dump(2) << "\n";
+    nlohmann::json out = runs.size() == 1 && o.models.empty()
+                             ? runs.front()
+                             : nlohmann::json{{"benchmark", "htp-stream-bench"}, {"runs", runs}};
+    out["bound_table"] = bounds;
+    std::ofstream(o.json_path) << out.dump(2) << "\n";
     std::printf("\nwrote %s\n", o.json_path.c_str());
   }
   if (!o.trace_path.empty())
