@@ -324,6 +324,9 @@ TEST(codec, corrupt_data_says_what_was_wrong) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
   EXPECT_THROW(decode_weights(frame.data(), 31, out.data(), out.size()), corrupt_data);
+  EXPECT_THROW(verify_frame(frame.data(), frame.size()), corrupt_data);
+  frame.back() ^= 0x10;
+  EXPECT_EQ(verify_frame(frame.data(), frame.size()).decoded_bytes(), raw.size());
 }
 
 }  // namespace

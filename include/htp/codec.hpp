@@ -111,6 +111,13 @@ class frame_view {
 /// Thread-safe. @throws htp::corrupt_data saying which check failed.
 frame_view parse_frame(const void* wire, std::size_t wire_bytes);
 
+/// Checks the frame in [wire, wire + wire_bytes) without decoding it: parse_frame's checks plus
+/// every chunk's checksum, at checksum speed (GB/s). A frame that passes is byte for byte what
+/// encode_weights wrote; do this before handing a frame from storage to a device decode, which
+/// does not verify checksums (device::decode_weights_async). Returns the parsed view. Thread-safe.
+/// @throws htp::corrupt_data saying which check failed.
+frame_view verify_frame(const void* wire, std::size_t wire_bytes);
+
 /// Decodes the whole frame in [wire, wire + wire_bytes) into [dst, dst + dst_bytes), the CPU
 /// reference decoder. `dst_bytes` must equal the decoded size. Thread-safe for distinct dst.
 /// @throws htp::invalid_argument for a null pointer; htp::corrupt_data for any malformed byte or a

@@ -219,8 +219,9 @@ class device {
   /// timing-only sim, no bytes and dst_bytes / sim_config::decode_bytes_per_second of modelled
   /// time. A corrupt frame never makes the decode read or write outside the two ranges; on sim it
   /// fails the stream's work (the next synchronize throws htp::logic_error quoting the
-  /// htp::corrupt_data), on cuda the destination bytes are then undefined: validate untrusted
-  /// frames on the host first (htp::parse_frame) or checksum the result.
+  /// htp::corrupt_data), on cuda the destination bytes are then undefined (the kernel does not
+  /// verify the frame's checksums): check frames from storage on the host first
+  /// (htp::verify_frame) or checksum the result (checksum_async).
   /// @throws htp::invalid_argument on a null pointer or zero bytes.
   virtual void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
                                     std::size_t dst_bytes, stream_ref s) = 0;

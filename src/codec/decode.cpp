@@ -138,6 +138,17 @@ frame_view parse_frame(const void* wire, std::size_t wire_bytes) {
   return f;
 }
 
+frame_view verify_frame(const void* wire, std::size_t wire_bytes) {
+  frame_view f = parse_frame(wire, wire_bytes);
+  for (std::size_t i = 0; i < f.chunk_count(); ++i) {
+    const chunk_view& c = f.chunk(i);
+    if (checksum(f.data() + c.wire_offset, c.wire_bytes) != c.checksum) {
+      fail(codec::status::bad_chunk_checksum, "chunk", i);
+    }
+  }
+  return f;
+}
+
 void decode_chunk(const frame_view& frame, std::size_t index, void* dst, std::size_t dst_bytes) {
   HTP_EXPECTS(index < frame.chunk_count(), invalid_argument, "decode_chunk: chunk ", index,
               " of a frame of ", frame.chunk_count(), " chunks");
