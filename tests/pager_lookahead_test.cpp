@@ -114,6 +114,49 @@ TEST_F(pager_lookahead, routed_groups_refuse_bad_declarations) {
   EXPECT_THROW(m.p.expect({e[0]}), invalid_argument) << "stale handle";
 }
 
+/// One prefetch whose acquire comes while its load is held at a gate, so the call is "late";
+/// `compute_first` says whether the compute stream is held until after the load (then it never
+/// waits) or reaches the acquire at once (then it waits for the whole modelled load, 1 ms).
+pager_metrics late_prefetch_run(bool compute_first) {
+  sim_config sc;
+  sc.device_memory_bytes = 64 << 20;
+  sc.pinned_memory_bytes = 128 << 20;
+  sc.h2d_bytes_per_second = 1'000'000'000;  // a 1 MiB load takes 1 ms of modelled time
+  auto dev = make_sim_device(sc);
+  stream compute(*dev);
+  auto c = small_pager_config(32);
+  c.slab_bytes = 1 << 20;
+  c.hbm_budget_bytes = 4 << 20;
+  c.host_budget_bytes = 16 << 20;
+  pager p(*dev, c);
+  const auto t = p.register_tensor("w", 1 << 20, tensor_kind::weight);
+  gate load_gate, compute_gate;
+  load_gate.hold(*dev, p.engine().prefetch_stream());
+  if (!compute_first) compute_gate.hold(*dev, compute);
+  p.prefetch(t);
+  p.acquire(t, compute);  // the load is held: a late prefetch by the host's clock
+  p.release(t, compute);
+  load_gate.open();
+  p.synchronize();      // the load is done...
+  compute_gate.open();  // ... before the held compute stream reaches the acquire
+  compute.synchronize();
+  return p.metrics();  // (reaps the probes)
+}
+
+TEST(prefetch_timeliness, is_measured_where_the_compute_stream_reaches_the_acquire) {
+  const pager_metrics on_time = late_prefetch_run(/*compute_first=*/false);
+  EXPECT_EQ(on_time.late_prefetches, 1u);
+  EXPECT_EQ(on_time.prefetches_on_time, 1u) << "the GPU never waited";
+  EXPECT_DOUBLE_EQ(on_time.prefetch_timely_share, 1.0);
+  EXPECT_EQ(on_time.prefetch_lateness.count, 0u);
+  const pager_metrics waited = late_prefetch_run(/*compute_first=*/true);
+  EXPECT_EQ(waited.late_prefetches, 1u);
+  EXPECT_EQ(waited.prefetches_on_time, 0u);
+  EXPECT_DOUBLE_EQ(waited.prefetch_timely_share, 0.0);
+  ASSERT_EQ(waited.prefetch_lateness.count, 1u);
+  EXPECT_GE(waited.prefetch_lateness.max_ns, 1'000'000u) << "it waited for the modelled load";
+}
+
 TEST(routed_groups, popularity_decays_and_rescaling_keeps_the_order) {
   detail::routed_groups g(/*half_life=*/2);
   g.set(100, {1, 2, 3}, 2);

@@ -48,41 +48,44 @@ enum class counter_kind { level, count, count_ns };
 /// started or was reset (a Prometheus counter, htp_<field>_total); `count_ns`, a count of
 /// nanoseconds (exported as htp_<field without _ns>_seconds_total). pager_metrics, to_json, the
 /// Prometheus exporter, reset_metrics and metrics_delta are generated from this list.
-#define HTP_PAGER_COUNTERS(X)                                                                   \
-  X(registered_tensors, level, "Tensors registered with the pager.")                            \
-  X(device_resident_tensors, level,                                                             \
-    "Of them, device-resident tensors (register_resident): in HBM for life, no host copy.")     \
-  X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")            \
-  X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).") \
-  X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                    \
-  X(acquires, count,                                                                            \
-    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "       \
-    "oom_ladder.thrown.")                                                                       \
-  X(hits, count, "Acquires that found the tensor resident or loading.")                         \
-  X(faults, count, "Acquires that had to start a page-in (page faults).")                       \
-  X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")           \
-  X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")           \
-  X(host_blocked_ns, count_ns,                                                                  \
-    "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., " \
-    "wait = true). Near zero when eviction and loads are ordered on the device.")               \
-  X(page_ins, count, "Host-to-device loads started (faults and prefetches).")                   \
-  X(page_in_bytes, count, "Bytes of the loads started.")                                        \
-  X(prefetches, count, "Prefetch loads started.")                                               \
-  X(prefetch_hits, count, "First acquires that found their prefetched tensor complete.")        \
-  X(late_prefetches, count, "First acquires that found their prefetch still in flight.")        \
-  X(wasted_prefetches, count, "Prefetched tensors evicted before any acquire.")                 \
-  X(prefetch_skipped, count, "Prefetch hints dropped for lack of room.")                        \
-  X(evictions, count, "Tensors evicted from HBM.")                                              \
-  X(evictions_in_flight, count,                                                                 \
-    "Evictions of tensors whose load was still in flight (acquired and released meanwhile), "   \
-    "ordered after the load on the device instead of waited for on the host. Part of "          \
-    "evictions.")                                                                               \
-  X(write_backs, count, "Dirty tensors written back to host memory.")                           \
-  X(write_back_bytes, count, "Bytes written back.")                                             \
-  X(compactions, count, "HBM compaction runs.")                                                 \
-  X(compaction_moves, count, "Tensors moved by compaction.")                                    \
-  X(compaction_bytes, count, "Bytes moved by compaction.")                                      \
-  X(degraded_acquires, count,                                                                   \
+#define HTP_PAGER_COUNTERS(X)                                                                    \
+  X(registered_tensors, level, "Tensors registered with the pager.")                             \
+  X(device_resident_tensors, level,                                                              \
+    "Of them, device-resident tensors (register_resident): in HBM for life, no host copy.")      \
+  X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")             \
+  X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).")  \
+  X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                     \
+  X(acquires, count,                                                                             \
+    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "        \
+    "oom_ladder.thrown.")                                                                        \
+  X(hits, count, "Acquires that found the tensor resident or loading.")                          \
+  X(faults, count, "Acquires that had to start a page-in (page faults).")                        \
+  X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")            \
+  X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")            \
+  X(host_blocked_ns, count_ns,                                                                   \
+    "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., "  \
+    "wait = true). Near zero when eviction and loads are ordered on the device.")                \
+  X(page_ins, count, "Host-to-device loads started (faults and prefetches).")                    \
+  X(page_in_bytes, count, "Bytes of the loads started.")                                         \
+  X(prefetches, count, "Prefetch loads started.")                                                \
+  X(prefetch_hits, count, "First acquires that found their prefetched tensor complete.")         \
+  X(late_prefetches, count, "First acquires that found their prefetch still in flight.")         \
+  X(prefetches_on_time, count,                                                                   \
+    "Of the late prefetches, those the compute stream did not wait for: its device-timed stall " \
+    "at the acquire was at most 20 us (the host called acquire early, the GPU came later).")     \
+  X(wasted_prefetches, count, "Prefetched tensors evicted before any acquire.")                  \
+  X(prefetch_skipped, count, "Prefetch hints dropped for lack of room.")                         \
+  X(evictions, count, "Tensors evicted from HBM.")                                               \
+  X(evictions_in_flight, count,                                                                  \
+    "Evictions of tensors whose load was still in flight (acquired and released meanwhile), "    \
+    "ordered after the load on the device instead of waited for on the host. Part of "           \
+    "evictions.")                                                                                \
+  X(write_backs, count, "Dirty tensors written back to host memory.")                            \
+  X(write_back_bytes, count, "Bytes written back.")                                              \
+  X(compactions, count, "HBM compaction runs.")                                                  \
+  X(compaction_moves, count, "Tensors moved by compaction.")                                     \
+  X(compaction_bytes, count, "Bytes moved by compaction.")                                       \
+  X(degraded_acquires, count,                                                                    \
     "Acquires served from mapped host memory because HBM was full of pinned tensors.")
 
 /// Page-fault waits, the mission's number. One sample per demand fault, and per late prefetch
@@ -128,11 +131,13 @@ struct pager_metrics {
   double fault_rate_per_ms = 0;         ///< faults / elapsed_ms.
   latency_summary fault_latency;  ///< a fault's copy alone: submission to bytes in HBM (histogram).
   fault_wait_summary fault_wait;  ///< acquire call to bytes usable, faults and late prefetches.
-  /// Prefetch timeliness: prefetch_hits / (prefetch_hits + late_prefetches), the share of
-  /// prefetched tensors complete before their first acquire (1 when there were none).
+  /// Prefetch timeliness: (prefetch_hits + prefetches_on_time) / (prefetch_hits +
+  /// late_prefetches), the share of prefetched tensors the compute stream found complete when it
+  /// reached their first acquire (1 when there were none). Measured on the device: a host that runs
+  /// ahead of its GPU calls acquire before most loads end, yet the GPU may never wait.
   double prefetch_timely_share = 1;
-  /// How late the late prefetches were: from the first acquire to the load's completion as the
-  /// pager saw it, one sample per late prefetch.
+  /// How long the compute stream waited at the first acquire of each prefetch it did wait for
+  /// (device time, one sample per such prefetch).
   latency_summary prefetch_lateness;
 
   oom_ladder_counts oom;

@@ -3,6 +3,7 @@
 // compute stream whose queue is full never blocks a thread that holds the pager's lock.
 #include "pager/pager_impl.hpp"
 
+#include <algorithm>
 #include <htp/detail/check.hpp>
 
 #include "log.hpp"
@@ -152,8 +153,7 @@ void pager::impl::account_acquire(const tensor_handle* hs, std::size_t n,
         if (notes.wait_from == std::chrono::steady_clock::time_point{})
           notes.wait_from = called;                              // reap records it
       } else if (!t.load_failed && notes.loaded_at >= called) {  // arrived while this call waited
-        stats.fault_wait(called, notes.loaded_at, t.bytes,
-                         outcomes[i] == acquire_outcome::late_prefetch);
+        stats.fault_wait(called, notes.loaded_at, t.bytes);
       }
     }
     // Acquired elsewhere meanwhile (on another stream, or by a call that dropped the lock while
@@ -223,6 +223,9 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     throw;
   }
   const detail::compute_pace::marks marks = plan_pace(hs, n, compute);
+  const auto late = static_cast<std::uint32_t>(
+      std::count(outcomes.begin(), outcomes.end(), acquire_outcome::late_prefetch));
+  const detail::wait_probes::probe probe = probes.take(late);  // did the stream wait for them?
   account_acquire(hs, n, outcomes, called);  // every element succeeded: now they are accesses
   prefetch_upcoming();
   sample_occupancy();
@@ -232,10 +235,12 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   std::size_t at = 0;  // the element whose page-in is being waited for
   try {
     record_pace_mark(marks.close, compute);  // the compute before this call ends here
+    const bool reached = record_pace_mark(probe.reach, compute);
     for (event_ref e : writes) dev.wait(e, compute);
     for (; at < n; ++at) {
       if (pending[at]) engine->wait_on(pending[at], compute);
     }
+    probes.recorded(probe, reached && record_pace_mark(probe.met, compute));
     pace.recorded(marks, record_pace_mark(marks.open, compute));  // ... and this call's begins
     if (wait) {
       blocked_from = std::chrono::steady_clock::now();
@@ -248,6 +253,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     // was queued on `compute` after the acquire but waits) and report it.
     lock.lock();
     pace.recorded(marks, false);
+    probes.recorded(probe, false);
     reap();
     let_go_of_writes();
     for (std::size_t i = 0; i < n; ++i) {

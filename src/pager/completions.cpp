@@ -23,6 +23,9 @@ void pager::impl::reap() {
     detached_loads.erase(d);
   }
   tensors.retire_all_releases();
+  probes.harvest(
+      [&](std::uint32_t n) { stats.add(&pager_metrics::prefetches_on_time, n); },
+      [&](std::uint32_t n, std::chrono::nanoseconds stall) { stats.prefetch_stall(n, stall); });
   drop_fences();
 }
 
@@ -37,8 +40,7 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
         notes.loaded_at =
             notes.ticket_start +
             std::chrono::duration_cast<std::chrono::steady_clock::duration>(done.latency);
-        stats.fault_wait(notes.wait_from, notes.loaded_at, t.bytes,  // if an acquire waits for it
-                         /*late_prefetch=*/!notes.fault_load);
+        stats.fault_wait(notes.wait_from, notes.loaded_at, t.bytes);  // if an acquire waits for it
         notes.wait_from = {};
         tensors.finish_load(slot);
       } else {

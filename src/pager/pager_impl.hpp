@@ -19,6 +19,7 @@
 #include "pager/pager_stats.hpp"
 #include "pager/schedule.hpp"
 #include "pager/tensor_table.hpp"
+#include "pager/wait_probes.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -74,7 +75,8 @@ struct pager::impl {
   detail::pager_stats stats;
   detail::event_pool events;
   detail::access_schedule schedule;
-  detail::compute_pace pace{dev};  // device-timed compute between scheduled acquires (automatic)
+  detail::compute_pace pace{dev};   // device-timed compute between scheduled acquires (automatic)
+  detail::wait_probes probes{dev};  // device-timed stalls on late prefetches (timeliness)
   detail::routed_groups groups{config.popularity_half_life};  // experts after their routers
   std::vector<std::uint32_t> expected;  // the slots of the expect() call running (not victims)
   detail::tensor_table tensors;  // the state machine: every tensor's residency, pins, releases

@@ -89,7 +89,7 @@ void pager_stats::detached_load_finished(bool ok, bool fault_load, clock::time_p
   if (trace_)
     trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started,
                 at);
-  fault_wait(wait_from, at, bytes, /*late_prefetch=*/!fault_load);
+  fault_wait(wait_from, at, bytes);
 }
 
 std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point to) noexcept {
@@ -97,10 +97,8 @@ std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point 
   return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
 }
 
-void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes,
-                             bool late_prefetch) {
+void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes) {
   if (from == clock::time_point{}) return;
-  if (late_prefetch) prefetch_lateness_.record(ns_between(from, to));
   if (fault_waits_.size() >= fault_wait_cap) {
     ++fault_waits_dropped_;
     return;
@@ -129,6 +127,17 @@ void pager_stats::outcome(acquire_outcome o, int sign) {
       add(c.oom.degraded);
       break;
   }
+}
+
+double pager_stats::timely_share(const pager_metrics& m) noexcept {
+  const std::uint64_t prefetched = m.prefetch_hits + m.late_prefetches;
+  const std::uint64_t timely = m.prefetch_hits + std::min(m.prefetches_on_time, m.late_prefetches);
+  return prefetched ? static_cast<double>(timely) / static_cast<double>(prefetched) : 1.0;
+}
+
+void pager_stats::prefetch_stall(std::uint32_t prefetches, std::chrono::nanoseconds stall) {
+  for (std::uint32_t i = 0; i < prefetches; ++i)
+    prefetch_lateness_.record(static_cast<std::uint64_t>(stall.count()));
 }
 
 void pager_stats::blocked_since(clock::time_point from) {
@@ -182,9 +191,7 @@ pager_metrics pager_stats::snapshot() const {
   m.fault_rate_per_ms = m.elapsed_ms > 0 ? static_cast<double>(m.faults) / m.elapsed_ms : 0;
   m.fault_latency = fault_latency_.summary();
   m.prefetch_lateness = prefetch_lateness_.summary();
-  const std::uint64_t prefetched = m.prefetch_hits + m.late_prefetches;
-  m.prefetch_timely_share =
-      prefetched ? static_cast<double>(m.prefetch_hits) / static_cast<double>(prefetched) : 1.0;
+  m.prefetch_timely_share = timely_share(m);
   return m;
 }
 
@@ -248,9 +255,7 @@ pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& ear
   d.elapsed_ms = later.elapsed_ms >= earlier.elapsed_ms ? later.elapsed_ms - earlier.elapsed_ms
                                                         : later.elapsed_ms;
   d.fault_rate_per_ms = d.elapsed_ms > 0 ? static_cast<double>(d.faults) / d.elapsed_ms : 0;
-  const std::uint64_t prefetched = d.prefetch_hits + d.late_prefetches;
-  d.prefetch_timely_share =
-      prefetched ? static_cast<double>(d.prefetch_hits) / static_cast<double>(prefetched) : 1.0;
+  d.prefetch_timely_share = detail::pager_stats::timely_share(d);
   return d;
 }
 

@@ -65,8 +65,12 @@ class pager_stats {
                               std::size_t bytes, const std::string& traced_name);
   /// One fault wait of a tensor of `bytes`, from `from` (an acquire call) to `to` (its bytes
   /// usable); nothing when `from` is unset ({}).
-  void fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes,
-                  bool late_prefetch);
+  void fault_wait(clock::time_point from, clock::time_point to, std::size_t bytes);
+  /// `prefetches` late prefetches (by the acquire call) the compute stream waited `stall` for
+  /// (device time, wait_probes.hpp).
+  void prefetch_stall(std::uint32_t prefetches, std::chrono::nanoseconds stall);
+  /// The share of prefetched tensors the compute stream did not wait for (pager_metrics).
+  static double timely_share(const pager_metrics& m) noexcept;
 
   // ---- what the pager's policy reports ---------------------------------------------------------
   /// Adds `n` to a plain counter (an event count of HTP_PAGER_COUNTERS).
@@ -109,7 +113,7 @@ class pager_stats {
   clock::time_point start_ = clock::now();
   pager_metrics counters_;  // the HTP_PAGER_COUNTERS fields and the ladder's rungs
   latency_histogram fault_latency_;
-  latency_histogram prefetch_lateness_;         // late prefetches: first acquire to completion
+  latency_histogram prefetch_lateness_;  // late prefetches: the compute stream's stall (device)
   std::vector<fault_wait_sample> fault_waits_;  // since the last reset, at most fault_wait_cap
   std::uint64_t fault_waits_dropped_ = 0;
   std::unique_ptr<trace_log> trace_;

@@ -4,6 +4,7 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/acquire.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compute_pace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/routed_groups.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/wait_probes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/event_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fences.cpp
   ${CMAKE_CURRENT_LIST_DIR}/victim_index.cpp
