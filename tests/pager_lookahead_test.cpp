@@ -54,8 +54,7 @@ struct moe_setup {
         }()) {
     router = p.register_tensor("router", 1024, tensor_kind::weight);
     for (int e = 0; e < 4; ++e)
-      experts.push_back(p.register_tensor("expert" + std::to_string(e), slab,
-                                          tensor_kind::weight));
+      experts.push_back(p.register_tensor("expert" + std::to_string(e), slab, tensor_kind::weight));
     p.set_schedule({router}, /*cyclic=*/true);
     p.set_routed_group(router, experts, 1);
   }

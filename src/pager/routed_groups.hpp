@@ -51,8 +51,8 @@ class routed_groups {
 
  private:
   double half_life_;
-  std::uint64_t clock_ = 0;      // member acquires so far (since the last rescale)
-  double inflation_ = 1;         // 2^(clock_ / half_life_)
+  std::uint64_t clock_ = 0;  // member acquires so far (since the last rescale)
+  double inflation_ = 1;     // 2^(clock_ / half_life_)
   std::unordered_map<std::uint32_t, group> groups_;          // by anchor
   std::unordered_map<std::uint32_t, std::uint32_t> anchor_;  // member -> anchor
   std::unordered_map<std::uint32_t, double> score_;          // member -> inflated score
