@@ -61,8 +61,8 @@ coded_layout verify_chunk_frames(const void* wire, std::size_t wire_bytes) {
     try {
       f = verify_frame(w + pos, wire_bytes - pos);
     } catch (const corrupt_data& e) {
-      throw corrupt_data(detail::concat("chunk-frame sequence: piece ", i, " at byte ", pos, ": ",
-                                        e.what()));
+      throw corrupt_data(
+          detail::concat("chunk-frame sequence: piece ", i, " at byte ", pos, ": ", e.what()));
     }
     const bool first = i == 0;
     if (first) {

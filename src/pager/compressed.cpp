@@ -56,8 +56,10 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
               "): only weights can be stored compressed; a mutable tensor is written by kernels "
               "and would have to be re-encoded at every write-back. Register it uncompressed");
   HTP_EXPECTS(bytes > 0 && bytes <= p.hbm->max_request_bytes(), invalid_argument,
-              "register_tensor('", name, "', ", bytes, " bytes, compressed): it must have bytes "
-              "and fit in the largest HBM extent (", p.hbm->max_request_bytes(),
+              "register_tensor('", name, "', ", bytes,
+              " bytes, compressed): it must have bytes "
+              "and fit in the largest HBM extent (",
+              p.hbm->max_request_bytes(),
               " bytes). A compressed tensor has no raw host copy to serve in degraded mode; split "
               "it or register it uncompressed");
   HTP_EXPECTS(element_bytes(format) != 0, invalid_argument, "register_tensor('", name,
@@ -92,8 +94,7 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
 
 tensor_handle pager::register_compressed_file_tensor(std::string name,
                                                      std::shared_ptr<const tensor_file> file,
-                                                     std::uint64_t offset,
-                                                     std::size_t wire_bytes) {
+                                                     std::uint64_t offset, std::size_t wire_bytes) {
   auto& p = *impl_;
   const std::string what = detail::concat("register_compressed_file_tensor('", name, "')");
   HTP_EXPECTS(!p.dev.properties().timing_only, invalid_argument, what,

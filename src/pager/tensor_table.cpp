@@ -288,8 +288,7 @@ void tensor_table::pin(std::uint32_t slot) {
 void tensor_table::pin_degraded(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file && !t.coded,
-             "pinning '",
-             t.name, "' in mapped host memory");
+             "pinning '", t.name, "' in mapped host memory");
   t.degraded = true;
   ++t.pins;
   done(slot);
