@@ -123,9 +123,9 @@ TEST_F(pager_compressed, mutable_tensors_and_tensors_too_large_for_hbm_are_refus
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW((void)p.register_tensor("huge", 3 * slab, tensor_kind::weight, nullptr,
-                                       weight_format::bf16),
-               invalid_argument)
+  EXPECT_THROW(
+      (void)p.register_tensor("huge", 3 * slab, tensor_kind::weight, nullptr, weight_format::bf16),
+      invalid_argument)
       << "it could only ever be served degraded, which a compressed tensor cannot be";
   EXPECT_EQ(p.metrics().registered_tensors, 0u);
 }
