@@ -30,9 +30,9 @@ struct temp_path {
 };
 
 /// A safetensors file of the given tensors (name, dtype, bytes), data back to back.
-void write_safetensors(const std::string& path,
-                       const std::vector<std::tuple<std::string, std::string,
-                                                    std::vector<std::uint8_t>>>& tensors) {
+void write_safetensors(
+    const std::string& path,
+    const std::vector<std::tuple<std::string, std::string, std::vector<std::uint8_t>>>& tensors) {
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
   std::size_t at = 0;
   for (const auto& [name, dtype, bytes] : tensors) {
@@ -64,8 +64,8 @@ TEST_F(companion_test, a_safetensors_companion_pages_in_bit_for_bit) {
   const std::vector<std::uint8_t> ids(4'000, 7);
   temp_path src;
   temp_path dst;
-  write_safetensors(src.path, {{"a", "BF16", a}, {"b", "F16", b}, {"c", "F32", c},
-                               {"ids", "I32", ids}});
+  write_safetensors(src.path,
+                    {{"a", "BF16", a}, {"b", "F16", b}, {"c", "F32", c}, {"ids", "I32", ids}});
   const pager_config cfg = small_pager_config(4);
   const auto written =
       companion::write(src.path, dst.path, companion::codec_chunk_for(cfg.chunk_bytes));

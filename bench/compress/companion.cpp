@@ -42,10 +42,14 @@ nlohmann::json header_of(const std::vector<std::uint8_t>& file, const std::strin
 }
 
 bool format_of(const std::string& dtype, weight_format& f) {
-  if (dtype == "BF16") f = weight_format::bf16;
-  else if (dtype == "F16") f = weight_format::fp16;
-  else if (dtype == "F32") f = weight_format::fp32;
-  else return false;
+  if (dtype == "BF16")
+    f = weight_format::bf16;
+  else if (dtype == "F16")
+    f = weight_format::fp16;
+  else if (dtype == "F32")
+    f = weight_format::fp32;
+  else
+    return false;
   return true;
 }
 
@@ -103,11 +107,16 @@ index write(const std::string& in, const std::string& out, std::size_t chunk_byt
       idx.tensors[name].offset = at;
       at += idx.tensors[name].wire_bytes;
     }
-    nlohmann::json j = {{"format", "htp-companion"}, {"version", 1}, {"chunk_bytes", chunk_bytes},
-                        {"source", in},             {"skipped", idx.skipped}};
+    nlohmann::json j = {{"format", "htp-companion"},
+                        {"version", 1},
+                        {"chunk_bytes", chunk_bytes},
+                        {"source", in},
+                        {"skipped", idx.skipped}};
     for (const auto& [name, e] : idx.tensors) {
-      j["tensors"][name] = {{"dtype", e.dtype},   {"shape", e.shape},
-                            {"bytes", e.bytes},   {"offset", e.offset},
+      j["tensors"][name] = {{"dtype", e.dtype},
+                            {"shape", e.shape},
+                            {"bytes", e.bytes},
+                            {"offset", e.offset},
                             {"wire_bytes", e.wire_bytes}};
     }
     text = j.dump();
@@ -120,7 +129,8 @@ index write(const std::string& in, const std::string& out, std::size_t chunk_byt
   std::ofstream o(out, std::ios::binary | std::ios::trunc);
   HTP_EXPECTS(o.good(), invalid_argument, "htp-compress: cannot create '", out, "'");
   std::uint8_t len[8];
-  for (int k = 0; k < 8; ++k) len[k] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * k));
+  for (int k = 0; k < 8; ++k)
+    len[k] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * k));
   o.write(reinterpret_cast<const char*>(len), 8);
   o.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const auto& s : sequences)

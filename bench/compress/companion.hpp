@@ -28,9 +28,9 @@ struct entry {
 
 /// A companion's index.
 struct index {
-  std::size_t chunk_bytes = 0;            ///< the codec chunk the sequences were cut with.
-  std::map<std::string, entry> tensors;   ///< by name.
-  std::vector<std::string> skipped;       ///< tensors of other dtypes, left in the source.
+  std::size_t chunk_bytes = 0;           ///< the codec chunk the sequences were cut with.
+  std::map<std::string, entry> tensors;  ///< by name.
+  std::vector<std::string> skipped;      ///< tensors of other dtypes, left in the source.
 };
 
 /// The codec chunk that suits a pager whose pager_config::chunk_bytes is `pager_chunk_bytes`:

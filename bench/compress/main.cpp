@@ -23,10 +23,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto idx = htp::companion::write(in, out, htp::companion::codec_chunk_for(pager_chunk),
-                                           threads);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto idx =
+        htp::companion::write(in, out, htp::companion::codec_chunk_for(pager_chunk), threads);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::size_t logical = 0;
     std::size_t wire = 0;
     for (const auto& [name, e] : idx.tensors) {

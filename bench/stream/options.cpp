@@ -99,6 +99,12 @@ void add_node_options(CLI::App& app, stream_options& o) {
                  "(degraded)");
   app.add_option("--tail-budget-ms", o.tail_budget_ms,
                  "the tail budget the HBM-short run's p99.9 is held against");
+  app.add_flag("--compress", o.compress,
+               "run each single-GPU policy twice side by side, uncompressed and with compressed "
+               "weights (bf16/fp16 only), on Llama-like synthetic weights (docs/codec.md)");
+  app.add_option("--compress-ratio", o.compress_ratio,
+                 "timing-only: the modelled wire / logical ratio of compressed weights")
+      ->capture_default_str();
   app.add_flag("--case-study", o.case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host "
                "RAM, tensor-parallel "
