@@ -96,6 +96,25 @@ TEST_F(companion_test, a_safetensors_companion_pages_in_bit_for_bit) {
   EXPECT_EQ(p.metrics().compressed_tensors, 3u);
 }
 
+TEST_F(companion_test, a_companion_cut_for_larger_chunks_is_refused_saying_how_to_fix_it) {
+  const auto a = synthetic::llama_mixture(100'000, weight_format::bf16, 4);
+  temp_path src;
+  temp_path dst;
+  write_safetensors(src.path, {{"a", "BF16", a}});
+  const auto idx = companion::write(src.path, dst.path, companion::codec_chunk_for(64 << 10));
+  pager p(*dev, small_pager_config(4));  // 16 KiB chunks: the 64 KiB pieces cannot be staged
+  const auto& e = idx.tensors.at("a");
+  try {
+    (void)p.register_compressed_file_tensor("a", tensor_file::open(dst.path), e.offset,
+                                            e.wire_bytes);
+    ADD_FAILURE() << "a piece larger than a chunk was accepted";
+  } catch (const invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("htp-compress --pager-chunk-bytes"), std::string::npos)
+        << err.what();
+  }
+  EXPECT_EQ(p.metrics().registered_tensors, 0u);
+}
+
 TEST(companion, a_file_that_is_not_safetensors_is_refused) {
   temp_path src;
   {

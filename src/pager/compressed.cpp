@@ -113,8 +113,9 @@ tensor_handle pager::register_compressed_file_tensor(std::string name,
   for (const coded_piece& c : layout->pieces) {
     HTP_EXPECTS(c.wire_bytes <= p.config.chunk_bytes, invalid_argument, what, ": a piece of ",
                 c.wire_bytes, " bytes is larger than pager_config.chunk_bytes (",
-                p.config.chunk_bytes, "); write the companion with chunks of at most ",
-                p.config.chunk_bytes - piece_header_bytes, " bytes (htp-compress --chunk-bytes)");
+                p.config.chunk_bytes,
+                "); write the companion for this pager: htp-compress --pager-chunk-bytes ",
+                p.config.chunk_bytes);
   }
   p.engine->prepare_file_reads();
   p.engine->prepare_decode();
