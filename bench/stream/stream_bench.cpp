@@ -361,6 +361,8 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
     ~quieter() { set_log_level(was); }
   };
   std::vector<node_result> nrs;
+  bench_config cfg = s.cfg;
+  cfg.compress = o.compress;  // tensor-parallel's paged shards stored compressed
   for (const node_run& run : node_runs_of(o)) {
     const std::string label =
         std::string(to_string(run.mode)) + (run.squeeze_leave_bytes ? " with HBM short" : "");
@@ -368,7 +370,7 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
     try {
       std::optional<quieter> q;
       if (run.squeeze_leave_bytes) q.emplace();
-      nrs.push_back(run_node_mode(s.cfg, run.mode, no));
+      nrs.push_back(run_node_mode(cfg, run.mode, no));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", label.c_str(), o.gpus,
                    e.what());

@@ -167,6 +167,19 @@ std::vector<std::uint8_t> split_frame(const frame_view& frame);
 /// for a null pointer with wire_bytes > 0.
 coded_layout verify_chunk_frames(const void* wire, std::size_t wire_bytes);
 
+/// The codec chunk whose pieces (a chunk and its 56-byte header, stored raw at worst) fit in
+/// `max_piece_bytes`: (max_piece_bytes - 56) rounded down to a multiple of 4, at most 1 GiB; 0
+/// when that is under the codec's 4 KiB minimum. A pager passes its chunk_bytes. Never throws.
+std::size_t piece_chunk_bytes(std::size_t max_piece_bytes) noexcept;
+
+/// The layout a chunk-frame sequence of `bytes` bytes of `format` weights would have if each chunk
+/// (`chunk_bytes` decoded bytes, the last shorter) coded to `ratio` of its size (rounded up, at
+/// most its size) plus its 56-byte header: what a timing-only device, which holds no bytes to
+/// encode, pages in. Never throws but std::bad_alloc (ratio is clamped to (0, 1]; a chunk_bytes of
+/// 0 is taken as the default 4 MiB).
+coded_layout model_chunk_frames(std::size_t bytes, weight_format format, std::size_t chunk_bytes,
+                                double ratio);
+
 /// The histogram of the 8-bit coded symbols of `bytes` bytes of `format` weights (for bf16 and
 /// fp32 the biased exponent; for fp16 the exponent times 8 plus the top three mantissa bits):
 /// what the codec's code tables are built from. Never throws for a valid format and range; an

@@ -249,6 +249,18 @@ class pager {
   tensor_handle register_compressed_file_tensor(std::string name,
                                                 std::shared_ptr<const tensor_file> file,
                                                 std::uint64_t offset, std::size_t wire_bytes);
+  /// Registers a compressed weight whose chunk-frame sequence (`layout->wire_bytes` at
+  /// `host_ptr`) is caller memory inside a region lent with add_host_region, as register_tensor_at
+  /// does for raw bytes: htp never copies nor frees it. On a device that stores bytes the memory
+  /// is verified against the layout (verify_chunk_frames); on a timing-only device the layout is
+  /// taken as given (model_chunk_frames). Page-ins, refusals and degraded mode as register_tensor
+  /// with a weight_format. For a node's shared host tier (node::register_sharded_compressed).
+  /// Thread-safe. @throws htp::invalid_argument for a null or empty layout, a decoded size larger
+  /// than the largest HBM extent, a piece larger than pager_config::chunk_bytes, memory that does
+  /// not hold what the layout says, or a range outside the lent regions; htp::corrupt_data for a
+  /// corrupt sequence; htp::out_of_memory if the engine's staging buffers cannot be made.
+  tensor_handle register_compressed_tensor_at(std::string name, void* host_ptr,
+                                              std::shared_ptr<const coded_layout> layout);
   /// Registers a tensor whose authoritative host copy is caller memory: `bytes` bytes at
   /// `host_ptr`, inside a region lent with add_host_region. htp never copies nor frees it; a dirty
   /// mutable tensor is written back there. State: host. Host memory htp uses for it: none (the

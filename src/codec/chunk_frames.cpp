@@ -7,6 +7,8 @@
 
 #include "codec/format.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace htp {
@@ -46,6 +48,30 @@ std::vector<std::uint8_t> split_frame(const frame_view& frame) {
     pos += head + c.wire_bytes;
   }
   return out;
+}
+
+std::size_t piece_chunk_bytes(std::size_t max_piece_bytes) noexcept {
+  constexpr std::size_t head = codec::header_bytes + codec::entry_bytes;
+  if (max_piece_bytes < head + codec::min_chunk_bytes) return 0;
+  return std::min<std::size_t>((max_piece_bytes - head) / 4 * 4, codec::max_chunk_bytes);
+}
+
+coded_layout model_chunk_frames(std::size_t bytes, weight_format format, std::size_t chunk_bytes,
+                                double ratio) {
+  constexpr std::size_t head = codec::header_bytes + codec::entry_bytes;
+  if (chunk_bytes == 0) chunk_bytes = codec_options{}.chunk_bytes;
+  ratio = ratio > 1 || !(ratio > 0) ? 1.0 : ratio;
+  coded_layout l;
+  l.format = format;
+  for (std::size_t off = 0; off < bytes; off += chunk_bytes) {
+    const std::size_t n = std::min(chunk_bytes, bytes - off);
+    const auto wire = std::min<std::size_t>(
+        n, static_cast<std::size_t>(std::ceil(static_cast<double>(n) * ratio)));
+    l.pieces.push_back({l.wire_bytes, wire + head, off, n});
+    l.wire_bytes += wire + head;
+  }
+  l.decoded_bytes = bytes;
+  return l;
 }
 
 coded_layout verify_chunk_frames(const void* wire, std::size_t wire_bytes) {

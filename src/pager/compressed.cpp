@@ -21,29 +21,12 @@ namespace {
 constexpr std::size_t piece_header_bytes = 56;
 
 std::size_t codec_chunk_for(const pager_config& c, const std::string& name) {
-  const std::size_t chunk =
-      c.chunk_bytes > piece_header_bytes ? (c.chunk_bytes - piece_header_bytes) / 4 * 4 : 0;
+  const std::size_t chunk = piece_chunk_bytes(c.chunk_bytes);
   HTP_EXPECTS(chunk >= 4096, invalid_argument, "register_tensor('", name,
               "', compressed): pager_config.chunk_bytes = ", c.chunk_bytes,
               " is too small to carry a codec chunk (4096 bytes at least) and its ",
               piece_header_bytes, "-byte header; use 4152 or more");
-  return std::min<std::size_t>(chunk, std::size_t{1} << 30);
-}
-
-/// A timing-only device's layout: chunks of `chunk` decoded bytes, each of ratio x its size.
-coded_layout modelled_layout(std::size_t bytes, weight_format format, std::size_t chunk,
-                             double ratio) {
-  coded_layout l;
-  l.format = format;
-  for (std::size_t off = 0; off < bytes; off += chunk) {
-    const std::size_t n = std::min(chunk, bytes - off);
-    const auto wire = std::min<std::size_t>(
-        n, static_cast<std::size_t>(std::ceil(static_cast<double>(n) * ratio)));
-    l.pieces.push_back({l.wire_bytes, wire + piece_header_bytes, off, n});
-    l.wire_bytes += wire + piece_header_bytes;
-  }
-  l.decoded_bytes = bytes;
-  return l;
+  return chunk;
 }
 
 }  // namespace
@@ -69,7 +52,7 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
   std::vector<std::uint8_t> wire;
   coded_layout layout;
   if (p.dev.properties().timing_only) {
-    layout = modelled_layout(bytes, format, chunk, p.config.modelled_compression_ratio);
+    layout = model_chunk_frames(bytes, format, chunk, p.config.modelled_compression_ratio);
   } else {
     std::vector<std::uint8_t> zeros;
     if (source == nullptr) zeros.assign(bytes, 0);
@@ -126,13 +109,47 @@ tensor_handle pager::register_compressed_file_tensor(std::string name,
   return p.tensors.add(std::move(spec));
 }
 
+tensor_handle pager::register_compressed_tensor_at(std::string name, void* host_ptr,
+                                                   std::shared_ptr<const coded_layout> layout) {
+  auto& p = *impl_;
+  const std::string what = detail::concat("register_compressed_tensor_at('", name, "')");
+  HTP_EXPECTS(layout != nullptr && !layout->pieces.empty() && layout->decoded_bytes > 0 &&
+                  layout->decoded_bytes <= p.hbm->max_request_bytes(),
+              invalid_argument, what,
+              ": needs a layout of at least one piece whose decoded size fits in the largest HBM "
+              "extent (",
+              p.hbm->max_request_bytes(),
+              " bytes): a compressed tensor has no raw host copy to serve in degraded mode");
+  for (const coded_piece& c : layout->pieces) {
+    HTP_EXPECTS(c.wire_bytes <= p.config.chunk_bytes, invalid_argument, what, ": a piece of ",
+                c.wire_bytes, " bytes is larger than pager_config.chunk_bytes (",
+                p.config.chunk_bytes, "); cut the codec chunks with piece_chunk_bytes(",
+                p.config.chunk_bytes, ")");
+  }
+  if (!p.dev.properties().timing_only) {
+    HTP_EXPECTS(host_ptr != nullptr, invalid_argument, what, ": null host pointer");
+    const coded_layout seen = verify_chunk_frames(host_ptr, layout->wire_bytes);
+    HTP_EXPECTS(
+        seen.decoded_bytes == layout->decoded_bytes && seen.pieces.size() == layout->pieces.size(),
+        invalid_argument, what, ": the layout says ", layout->pieces.size(), " pieces of ",
+        layout->decoded_bytes, " bytes, the memory holds ", seen.pieces.size(), " of ",
+        seen.decoded_bytes);
+  }
+  p.engine->prepare_decode();
+  const tensor_handle h =
+      register_tensor_at(name, layout->wire_bytes, tensor_kind::weight, host_ptr);
+  const std::size_t bytes = layout->decoded_bytes;
+  std::lock_guard lock(p.mutex);
+  return p.adopt_coded(h, bytes, std::move(layout));
+}
+
 tensor_handle pager::impl::adopt_coded(tensor_handle h, std::size_t bytes,
                                        std::shared_ptr<const coded_layout> layout) {
   // Re-registered under the same slot's successor: the record made by register_tensor held the
   // wire bytes as a plain tensor; it becomes a compressed one of `bytes` logical bytes.
   const detail::tensor_record& t = tensors.get(h);
   const std::uint32_t slot = h.index;
-  auto spec = detail::tensor_spec::in_host(t.name, bytes, tensor_kind::weight, t.host, false);
+  auto spec = detail::tensor_spec::in_host(t.name, bytes, tensor_kind::weight, t.host, t.external);
   spec.coded = std::move(layout);
   tensors.remove(slot);
   return tensors.add(std::move(spec));
