@@ -45,6 +45,8 @@ struct stream_options {
   /// Timing-only devices encode nothing: the wire size is modelled at this ratio
   /// (pager_config::modelled_compression_ratio; 0.68, docs/codec.md).
   double compress_ratio = 0.68;
+  /// --case-study: tensor-parallel pages every layer from the host tier (no resident layers).
+  bool host_paging = false;
 };
 
 /// One model of a --models run: its preset and the layers to run (0: the default for the backend).
