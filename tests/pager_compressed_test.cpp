@@ -11,6 +11,7 @@
 #include "common/synthetic_weights.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -292,6 +293,68 @@ TEST_F(pager_compressed, a_fault_decode_overtakes_queued_prefetch_decodes) {
     EXPECT_EQ(m.h2d.bytes, m.decode.wire_bytes);
   }
   dev->deallocate(memory_kind::device, hbm, (n + 1) * w.size());
+  dev->deallocate(memory_kind::pinned_host, host, seq.size());
+}
+
+/// Engine level: a queued decode request is cancelled like a copy (nothing written, streams that
+/// wait on it released), and a raised one overtakes the prefetches queued before it.
+TEST_F(pager_compressed, a_queued_decode_is_cancelled_or_raised_like_a_copy) {
+  const auto w = weights(40 << 10, 9);
+  const auto seq = sequence_of(w, weight_format::bf16);
+  auto layout = std::make_shared<const coded_layout>(verify_chunk_frames(seq.data(), seq.size()));
+  char* hbm = static_cast<char*>(dev->allocate(memory_kind::device, 4 * w.size()));
+  char* host = static_cast<char*>(dev->allocate(memory_kind::pinned_host, seq.size()));
+  std::memcpy(host, seq.data(), seq.size());
+  std::memset(hbm, 0, 4 * w.size());
+  transfer_config tc;
+  tc.chunk_bytes = 16 << 10;
+  tc.max_in_flight_chunks = 1;
+  tc.h2d.link_bytes_per_second = 10'000'000'000;
+  tc.h2d.unlimited = true;
+  tc.d2h = tc.h2d;
+  tc.device_memory = {{hbm, 4 * w.size()}};
+  tc.host_memory = {{host, seq.size()}};
+  std::mutex mu;
+  std::vector<std::uint64_t> order;  // request id of each piece, as issued
+  tc.on_chunk_issued = [&](const transfer_chunk_info& i) {
+    std::lock_guard l(mu);
+    order.push_back(i.request_id);
+  };
+  {
+    transfer_engine eng(*dev, tc);
+    gate g;
+    g.hold(*dev, eng.prefetch_stream());
+    const auto first = eng.submit_decode(hbm, host, layout, transfer_priority::prefetch);
+    const auto second =
+        eng.submit_decode(hbm + w.size(), host, layout, transfer_priority::prefetch);
+    const auto cancelled =
+        eng.submit_decode(hbm + 2 * w.size(), host, layout, transfer_priority::prefetch);
+    const auto raised =
+        eng.submit_decode(hbm + 3 * w.size(), host, layout, transfer_priority::prefetch);
+    EXPECT_TRUE(eng.cancel(cancelled));
+    EXPECT_EQ(eng.status(cancelled), transfer_status::cancelled);
+    EXPECT_TRUE(eng.raise_priority(raised, transfer_priority::fault));
+    stream waiter(*dev);
+    eng.wait_on(cancelled, waiter);  // released at once: nothing to wait for
+    waiter.synchronize();
+    g.open();
+    eng.drain();
+    {
+      std::lock_guard l(mu);
+      const auto at = [&](transfer_ticket t) {
+        return std::find(order.begin(), order.end(), t.id) - order.begin();
+      };
+      EXPECT_LT(at(raised), at(second)) << "the raised decode went ahead of an older prefetch";
+      EXPECT_EQ(order.size(), 9u) << "three requests of three pieces; the cancelled one: none";
+    }
+    for (std::size_t i : {0u, 1u, 3u})
+      EXPECT_EQ(checksum(hbm + i * w.size(), w.size()), checksum(w.data(), w.size())) << i;
+    const std::vector<char> zeros(w.size(), 0);
+    EXPECT_EQ(std::memcmp(hbm + 2 * w.size(), zeros.data(), w.size()), 0) << "cancelled: untouched";
+    EXPECT_EQ(eng.status(first), transfer_status::complete);
+    EXPECT_EQ(eng.metrics().decode.logical_bytes, 3 * w.size());
+  }
+  dev->deallocate(memory_kind::device, hbm, 4 * w.size());
   dev->deallocate(memory_kind::pinned_host, host, seq.size());
 }
 
