@@ -24,18 +24,23 @@ std::vector<int> routing_trace::experts_of(int step, int layer) const {
 }
 
 std::vector<double> routing_trace::rank_shares() const {
-  std::vector<double> count(static_cast<std::size_t>(params.experts), 0);
-  double total = 0;
+  const auto E = static_cast<std::size_t>(params.experts);
+  // Per layer: each expert's count over the whole trace; layers rank their experts differently
+  // (each permutes them), so each layer's counts are sorted before they are added up.
+  std::vector<std::vector<double>> per_layer(static_cast<std::size_t>(params.layers),
+                                             std::vector<double>(E, 0));
   for (const auto& step : choice) {
-    for (const auto& layer : step) {
-      std::vector<double> per(count.size(), 0);
-      for (const auto& token : layer) {
-        for (int e : token) per[static_cast<std::size_t>(e)] += 1;
+    for (std::size_t l = 0; l < step.size(); ++l) {
+      for (const auto& token : step[l]) {
+        for (int e : token) per_layer[l][static_cast<std::size_t>(e)] += 1;
       }
-      // Per layer ranks differ (each layer permutes): sort each layer's counts before adding.
-      std::sort(per.rbegin(), per.rend());
-      for (std::size_t i = 0; i < per.size(); ++i) count[i] += per[i];
     }
+  }
+  std::vector<double> count(E, 0);
+  double total = 0;
+  for (auto& per : per_layer) {
+    std::sort(per.rbegin(), per.rend());
+    for (std::size_t i = 0; i < E; ++i) count[i] += per[i];
   }
   for (double c : count) total += c;
   for (double& c : count) c = total > 0 ? c / total : 0;

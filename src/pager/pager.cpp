@@ -386,9 +386,12 @@ void pager::expect(const std::vector<tensor_handle>& hs) {
   for (tensor_handle h : hs) slots.push_back(p.slot_of(h));
   p.reap();
   p.expected = slots;  // what their room may not evict (impl::routed_victim)
+  struct clear_expected {
+    std::vector<std::uint32_t>& v;
+    ~clear_expected() { v.clear(); }
+  } clear{p.expected};
   const auto now = std::chrono::steady_clock::now();
   for (std::uint32_t slot : slots) p.prefetch_slot(slot, now);
-  p.expected.clear();
 }
 
 void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
