@@ -311,6 +311,13 @@ void add_htp_model_options(CLI::App& app, plan_options& o) {
   app.add_option("--collective-latency-us", hs.collective_latency_us,
                  "htp model: fixed cost of one collective")
       ->capture_default_str();
+  app.add_option("--compress-ratio", hs.compression_ratio,
+                 "htp model: paged weights stored compressed at this wire/logical ratio (1: "
+                 "uncompressed; 0.68: bf16 Llama-like weights, docs/codec.md); not for degraded")
+      ->capture_default_str();
+  app.add_option("--decode-gbps", hs.decode_gbps,
+                 "htp model: device decode rate of compressed weights, GB/s of decoded bytes")
+      ->capture_default_str();
   app.add_option("--lookahead", hs.lookahead,
                  "htp model: tensors prefetched ahead (0: two layers' worth)")
       ->capture_default_str();

@@ -65,6 +65,8 @@ declare -A budget=(
   [stream-prefill]=30   # the same 7 GB again (~12 s), 2 policies x 3 steps of 2048 tokens (~5 s each)
   [stream-node]=40      # 8 layers, tensor-parallel and swap-and-shard on one GPU: each pins, fills
                         # and sums 3.5 GB (~6 s) and starts an NCCL communicator (~3 s): ~25 s
+  [stream-compress]=60  # 4 layers drawn Llama-like (1.7 GB, ~15 s), schedule-k2 raw then compressed
+                        # (encoding 1.7 GB on one core ~6 s), 3 steps each: ~30 s
   [integrity]=20        # 600 tensors, 10,000 checksummed acquires through 1 GiB: ~10 s
   [codec]=25            # 1 GiB of Llama-like bf16 drawn and encoded on 16 cores (~2 s), pinned (~1 s),
                         # decoded by the kernel 3 times and compared bit for bit: ~6 s
@@ -79,7 +81,7 @@ declare -A budget=(
 )
 case $set_name in
   core) order=(facts tests pager-tests interop-tests nccl-tests examples bandwidth transfer stream-decode
-               stream-prefill stream-node integrity codec torch-baseline slab memcheck) ;;
+               stream-prefill stream-node stream-compress integrity codec torch-baseline slab memcheck) ;;
   python) order=(facts python-tests hf-offload) ;;
   *) echo "gpu-check: --set $set_name is neither core nor python" >&2; exit 2 ;;
 esac
@@ -330,6 +332,11 @@ run_step stream-prefill "$work/bench.log" htp "$b/htp-stream-bench" --backend cu
 run_step stream-node "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
   --layers 8 --hbm-budget 0.75 --steps 2 --gpus 1 --node-only --node-modes tensor-parallel,swap-and-shard \
   --json "$work/stream-node.json"
+# Compressed weights (docs/pager.md): the same policy raw and compressed, the decode kernel on every
+# page-in, every weight read verified; wire bytes, decode time and the effective logical GB/s.
+run_step stream-compress "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda \
+  --model llama-3.1-8b --layers 4 --hbm-budget 0.5 --steps 3 --policies schedule-k2 --compress \
+  --json "$work/stream-compress.json"
 # ~3 GiB of tensors through a 1 GiB HBM budget, every acquire checksummed by a CUDA kernel.
 run_step integrity "$work/bench.log" htp "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
   --max-mib 48 --hbm-mib 1024 --ops 10000 --zipf 1.1 --seed 1 --json "$work/integrity.json"

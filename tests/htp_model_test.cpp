@@ -73,6 +73,44 @@ TEST(htp_model, case_study_placement_matches_the_node_bench) {
   EXPECT_NEAR(p.transfer_ms, p.paged_bytes_per_step / 44e6, 0.5);
 }
 
+TEST(htp_model, compression_shrinks_the_host_tier_so_host_paging_fits_in_256_gb) {
+  auto [in, s] = case_study();
+  s.where = placement::paged;  // the matrix's host-paging row: every layer from the host tier
+  const htp_prediction raw = predict_htp(in, s);
+  EXPECT_FALSE(raw.feasible) << "348 GB of host copies do not fit in 256 GB";
+  s.compression_ratio = 0.68;
+  const htp_prediction z = predict_htp(in, s);
+  ASSERT_TRUE(z.feasible) << z.why_not;
+  const double all = 96.0 * static_cast<double>(layer_parameters(in.model) * 2);
+  EXPECT_NEAR(static_cast<double>(z.host_bytes), 0.68 * all, 1e-6 * all);
+  EXPECT_LT(static_cast<double>(z.host_bytes), 256e9);
+  EXPECT_NEAR(z.wire_bytes_per_step, 0.68 * z.paged_bytes_per_step, 1.0);
+  s.how = strategy::degraded;
+  EXPECT_THROW((void)predict_htp(in, s), htp::invalid_argument) << "no raw copy to map";
+}
+
+TEST(htp_model, a_compressed_page_in_takes_the_slower_of_link_and_decode_plus_one_chunk) {
+  plan_inputs in = small_model();  // 10 GB/s link
+  htp_settings s = all_paged();
+  s.hbm_budget_bytes = 50e6;
+  s.copy_latency_us = 0;
+  const htp_prediction raw = predict_htp(in, s);
+  // Ratio 0.5, decode 250 GB/s: the link carries half the bytes and the decode keeps up, so a
+  // 2 MiB chunk takes 104.9 us on the link plus 1/1 of the decode fill (8.4 us): the logical rate
+  // nearly doubles.
+  s.compression_ratio = 0.5;
+  const htp_prediction fast = predict_htp(in, s);
+  EXPECT_NEAR(fast.link_gbps, 2097152.0 / (104.8576e-6 + 8.388608e-6) / 1e9, 1e-3);
+  EXPECT_LT(fast.transfer_ms, 0.6 * raw.transfer_ms);
+  EXPECT_NEAR(fast.paged_bytes_per_step, raw.paged_bytes_per_step, 1.0) << "same misses";
+  // A decode slower than the link: the decode sets the rate (2 MiB at 5 GB/s = 419.4 us, plus the
+  // link's 104.9 us of fill).
+  s.decode_gbps = 5;
+  const htp_prediction slow = predict_htp(in, s);
+  EXPECT_NEAR(slow.link_gbps, 2097152.0 / (419.4304e-6 + 104.8576e-6) / 1e9, 1e-3);
+  EXPECT_GT(slow.transfer_ms, raw.transfer_ms);
+}
+
 TEST(htp_model, paged_bytes_follow_beladys_rule) {
   plan_inputs in = small_model();
   htp_settings s = all_paged();

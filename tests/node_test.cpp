@@ -77,6 +77,36 @@ std::vector<unsigned char> read_on(node& n, std::size_t g, tensor_handle h, devi
   return out;
 }
 
+TEST(node, compressed_shards_take_their_wire_bytes_in_the_host_tier_and_page_in_bit_exact) {
+  sim_node sn(2);
+  node& n = *sn.n;
+  // bf16 weights of one binade's spread: they compress (exponents cluster), unlike a pattern.
+  std::vector<std::vector<unsigned char>> shards;
+  for (std::size_t g = 0; g < 2; ++g) {
+    std::vector<unsigned char> w(600 * KiB + 2 * g);
+    for (std::size_t i = 0; i + 1 < w.size(); i += 2) {
+      w[i] = static_cast<unsigned char>(i * 2654435761u >> 7);
+      w[i + 1] = static_cast<unsigned char>(0x3c + (i / 2) % 2);
+    }
+    shards.push_back(std::move(w));
+  }
+  const node_tensor t =
+      n.register_sharded_compressed("w", {shards[0].size(), shards[1].size()}, weight_format::bf16,
+                                    {shards[0].data(), shards[1].data()});
+  const node_metrics m = n.metrics();
+  EXPECT_LT(m.host_used_bytes, shards[0].size() + shards[1].size());
+  for (std::size_t g = 0; g < 2; ++g) {
+    EXPECT_EQ(n.gpu(g).metrics().compressed_tensors, 1u);
+    EXPECT_EQ(n.gpu(g).info(n.on(t, g)).bytes, shards[g].size());
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), shards[g]) << "GPU " << g;
+      n.gpu(g).evict(n.on(t, g));
+    }
+  }
+  n.unregister(t);
+  EXPECT_EQ(n.metrics().host_used_bytes, 0u);
+}
+
 TEST(node, gpus_on_two_numa_nodes_get_a_host_tier_each_and_their_shards_live_in_their_own) {
   sim_node sn(4, sim_node::config(), {0, 0, 1, 1});
   node& n = *sn.n;

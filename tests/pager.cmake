@@ -17,3 +17,13 @@ htp_add_test(test_pager_file pager_file_test.cpp)
 # Logging, reset_metrics, the Prometheus exposition, the trace ring.
 htp_add_test(test_observability observability_test.cpp)
 target_link_libraries(test_observability PRIVATE nlohmann_json::nlohmann_json)
+# Compressed weights: the codec's pieces copied and decoded on page-in; synthetic weights from the
+# benchmarks (bench/common/synthetic_weights.hpp).
+htp_add_test(test_pager_compressed pager_compressed_test.cpp)
+target_include_directories(test_pager_compressed PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+# htp-compress's companions (bench/compress), paged in through the pager.
+if(HTP_BUILD_BENCH)
+  htp_add_test(test_companion companion_test.cpp)
+  target_include_directories(test_companion PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+  target_link_libraries(test_companion PRIVATE htp_companion)
+endif()

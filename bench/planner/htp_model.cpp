@@ -102,6 +102,12 @@ void check_settings(const htp_settings& s) {
               "--link-cap ", s.link_cap_fraction, " must be in (0, 1] (htp's default is 0.8)");
   HTP_EXPECTS(s.copy_latency_us >= 0 && s.collective_latency_us >= 0, htp::invalid_argument,
               "--copy-latency-us and --collective-latency-us must not be negative");
+  HTP_EXPECTS(s.compression_ratio > 0 && s.compression_ratio <= 1 && s.decode_gbps > 0,
+              htp::invalid_argument, "htp settings: compression_ratio ", s.compression_ratio,
+              " must be in (0, 1] and decode_gbps ", s.decode_gbps, " > 0");
+  HTP_EXPECTS(s.compression_ratio == 1 || s.how != strategy::degraded, htp::invalid_argument,
+              "htp settings: compressed weights cannot be served degraded (there is no raw host "
+              "copy to map); use compression_ratio 1 with strategy degraded");
   HTP_EXPECTS(s.chunk_bytes > 0 && s.alloc_page_bytes > 0 && s.interconnect_gbps > 0,
               htp::invalid_argument,
               "--chunk-mib, the page size and --interconnect-gbps must be positive");
@@ -140,7 +146,8 @@ bool place_layers(const plan_inputs& in, const htp_settings& s, const layer_shar
   p.paged_layers = P;
   p.resident_bytes = static_cast<std::uint64_t>(R) * lay.rounded + emb;
   p.paging_capacity = for_layers - static_cast<std::uint64_t>(R) * lay.rounded;
-  p.host_bytes = static_cast<std::uint64_t>(P) * lay.bytes * N;
+  p.host_bytes = static_cast<std::uint64_t>(
+      static_cast<double>(P) * static_cast<double>(lay.bytes * N) * s.compression_ratio);
   if (static_cast<double>(p.host_bytes) > in.host_gb * 1e9) {
     p.feasible = false;
     p.why_not = "host RAM is too small: the " + std::to_string(P) + " paged layers need " +
@@ -167,12 +174,17 @@ struct timeline {
   double gather_ms;      // swap-and-shard's all-gather of a layer
   double collective_ms;  // the collective per layer (the all-reduce, or the gather)
 
-  /// A copy of `bytes`: chunked, a fixed cost each, under the token bucket's cap.
+  /// A copy of `bytes`: chunked, a fixed cost each, under the token bucket's cap. Compressed
+  /// (compression_ratio < 1): the wire bytes cross the link while the previous chunk decodes, so
+  /// the page-in takes the slower of the two plus one chunk of the faster (the pipeline's fill).
   double copy_ms(std::uint64_t bytes) const {
     const double chunks =
         std::ceil(static_cast<double>(bytes) / static_cast<double>(s.chunk_bytes));
-    const double b = static_cast<double>(bytes);
-    return std::max(b / cap, chunks * s.copy_latency_us * 1e-3 + b / raw);
+    const double b = static_cast<double>(bytes) * s.compression_ratio;
+    const double link = std::max(b / cap, chunks * s.copy_latency_us * 1e-3 + b / raw);
+    if (s.compression_ratio >= 1) return link;
+    const double decode = static_cast<double>(bytes) / (s.decode_gbps * 1e6);
+    return std::max(link, decode) + std::min(link, decode) / chunks;
   }
   /// A kernel reading `bytes` and doing `fl` FLOPs per token: the roofline.
   double kernel_ms(double bytes, double fl) const {
@@ -276,6 +288,7 @@ void replay(const timeline& t, int warm, int cycles, htp_prediction& p) {
   p.compute_ms = compute_total / cycles;
   p.transfer_ms = transfer_total / cycles;
   p.paged_bytes_per_step = moved / cycles;
+  p.wire_bytes_per_step = p.paged_bytes_per_step * s.compression_ratio;
 }
 
 }  // namespace
@@ -389,8 +402,10 @@ htp_prediction predict_htp(const plan_inputs& in, const htp_settings& s) {
 
   // The timeline of one GPU over warm + cycles steps.
   replay(t, warm, cycles, p);
-  if (s.how == strategy::degraded)
+  if (s.how == strategy::degraded) {
     p.paged_bytes_per_step = static_cast<double>(P) * static_cast<double>(lay.bytes);
+    p.wire_bytes_per_step = p.paged_bytes_per_step;
+  }
   p.tokens_per_second = p.step_ms > 0 ? static_cast<double>(in.batch) *
                                             (sas ? static_cast<double>(N) : 1.0) / (p.step_ms / 1e3)
                                       : 0;

@@ -51,6 +51,16 @@ struct htp_settings {
   unsigned lookahead = 0;
   double interconnect_gbps = 450;     ///< per GPU, for collectives (NVLink 4: 450 GB/s)
   double collective_latency_us = 20;  ///< fixed cost of one collective call
+  /// Paged weights stored compressed (pager::register_tensor with a weight_format): wire bytes /
+  /// logical bytes. 1: uncompressed. 0.68 is the codec's bf16 ratio on Llama-like weights
+  /// (docs/codec.md). The host tier shrinks by it; a page-in takes
+  /// max(link time of the wire bytes, logical bytes / decode_gbps) plus one chunk's pipeline fill
+  /// (docs/planner.md, "Compressed weights"). Not with strategy::degraded (nothing to map raw).
+  double compression_ratio = 1;
+  /// The device's decode rate in GB/s of decoded bytes. 250: sim_config::decode_bytes_per_second's
+  /// default, the low end of DietGPU's published A100 rates (docs/codec.md); htp's kernel is not
+  /// measured yet.
+  double decode_gbps = 250;
 };
 
 /// htp's predicted behaviour, per GPU.
@@ -65,6 +75,7 @@ struct htp_prediction {
   std::uint64_t paging_capacity = 0;   ///< HBM left for paged tensors
   std::uint64_t host_bytes = 0;        ///< host tier for the whole node: paged tensors only
   double paged_bytes_per_step = 0;     ///< Belady's rule over the paged tensors, steady state
+  double wire_bytes_per_step = 0;      ///< of them, the bytes on the link (x compression_ratio)
   double link_gbps = 0;                ///< effective copy rate (chunk costs and the cap)
   double transfer_ms = 0;              ///< paged bytes at that rate
   double compute_ms = 0;               ///< every kernel of the step (roofline per tensor)

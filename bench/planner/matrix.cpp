@@ -37,6 +37,7 @@ std::vector<matrix_row> trade_off_matrix(const plan_inputs& in, const htp_settin
       bs.where = k.where;
       bs.how = k.how;
       bs.paging_window = !k.all_resident;  // all resident: nothing is paged, no window
+      if (k.how == strategy::degraded) bs.compression_ratio = 1;  // no raw host copy to map
       const htp_prediction p = predict_htp(bi, bs);
       matrix_cell c;
       c.batch = b;

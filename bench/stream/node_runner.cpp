@@ -210,7 +210,10 @@ std::vector<std::vector<std::vector<gpu_weight>>> register_weights(
         // Resident layers: each GPU's shard in its own HBM for the run, no host copy.
         const bool keep = !paged_layer[static_cast<std::size_t>(l)];
         node_tensor nt;
-        if (!keep)
+        const weight_format f = cfg.type == dtype::fp16 ? weight_format::fp16 : weight_format::bf16;
+        if (!keep && cfg.compress)  // --compress: the paged shards are stored compressed
+          nt = nd.register_sharded_compressed(name, sb, f, data ? src : std::vector<const void*>{});
+        else if (!keep)
           nt = nd.register_sharded(name, sb, tensor_kind::weight,
                                    data ? src : std::vector<const void*>{});
         at = 0;
@@ -591,7 +594,13 @@ node_plan plan_node_run(const bench_config& cfg, node_mode mode, const node_opti
     }
   }
   // The weights once (swap-and-shard's staging buffers are HBM only), plus room for padding.
-  plan.host_need = (paged_bytes + N * (std::size_t{256} << 20)) / cfg.slab_bytes * cfg.slab_bytes +
+  // Compressed tensor-parallel shards take their wire bytes (modelled ratio; at most the bytes).
+  const double ratio = cfg.compress && mode == node_mode::tensor_parallel
+                           ? std::min(1.0, cfg.modelled_compression_ratio + 0.01)
+                           : 1.0;
+  plan.host_need = (static_cast<std::size_t>(static_cast<double>(paged_bytes) * ratio) +
+                    N * (std::size_t{256} << 20)) /
+                       cfg.slab_bytes * cfg.slab_bytes +
                    4 * cfg.slab_bytes;
   if (o.host_budget_bytes > 0 && plan.host_need > o.host_budget_bytes) {
     plan.skip = "its host copies need " + std::to_string(plan.host_need / 1000000000) +
@@ -618,6 +627,7 @@ node_config node_config_of(const bench_config& cfg, const node_options& o, const
   nc.gpu.slab_bytes = cfg.slab_bytes;
   nc.gpu.page_bytes = cfg.page_bytes;
   nc.gpu.chunk_bytes = cfg.chunk_bytes;
+  nc.gpu.modelled_compression_ratio = cfg.modelled_compression_ratio;
   nc.gpu.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   nc.gpu.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
   // Two layers ahead (a layer is several tensors, some tiny: a count of 2 would cover a bias and a

@@ -99,6 +99,15 @@ void add_node_options(CLI::App& app, stream_options& o) {
                  "(degraded)");
   app.add_option("--tail-budget-ms", o.tail_budget_ms,
                  "the tail budget the HBM-short run's p99.9 is held against");
+  app.add_flag("--compress", o.compress,
+               "run each single-GPU policy twice side by side, uncompressed and with compressed "
+               "weights (bf16/fp16 only), on Llama-like synthetic weights (docs/codec.md)");
+  app.add_option("--compress-ratio", o.compress_ratio,
+                 "timing-only: the modelled wire / logical ratio of compressed weights")
+      ->capture_default_str();
+  app.add_flag("--host-paging", o.host_paging,
+               "with --case-study: tensor-parallel keeps no layer resident and pages every layer "
+               "from the host tier (348 GB of host copies; with --compress 0.68 of that)");
   app.add_flag("--case-study", o.case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host "
                "RAM, tensor-parallel "
@@ -127,9 +136,10 @@ void apply_case_study(const CLI::App& app, stream_options& o) {
   if (unset("--chunk-mib")) o.chunk_mib = 64;
   if (unset("--sim-time-scale")) o.time_scale = 10;  // docs/case_study.md: the simulation's cost
   // The out-of-memory fallback: 128 MiB left to paging, less than the largest shard (fc1, 151 MB).
-  if (unset("--hbm-squeeze-mib")) o.squeeze_mib = 128;
+  if (unset("--hbm-squeeze-mib")) o.squeeze_mib = o.host_paging ? 0 : 128;
   o.layers = 0;
-  o.device.sim_timing_only = o.node_only = o.resident = true;
+  o.device.sim_timing_only = o.node_only = true;
+  o.resident = !o.host_paging;
 }
 
 }  // namespace

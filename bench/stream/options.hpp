@@ -39,6 +39,14 @@ struct stream_options {
   std::string granularity = "module";
   /// Several models in one run: "name[:layers],..." (empty: --model alone).
   std::string models;
+  /// Run each single-GPU policy twice, uncompressed and with its weights compressed
+  /// (pager::register_tensor with a weight_format), on Llama-like synthetic weights.
+  bool compress = false;
+  /// Timing-only devices encode nothing: the wire size is modelled at this ratio
+  /// (pager_config::modelled_compression_ratio; 0.68, docs/codec.md).
+  double compress_ratio = 0.68;
+  /// --case-study: tensor-parallel pages every layer from the host tier (no resident layers).
+  bool host_paging = false;
 };
 
 /// One model of a --models run: its preset and the layers to run (0: the default for the backend).

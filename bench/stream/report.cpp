@@ -53,6 +53,22 @@ void print_table(const std::vector<policy_result>& results, const std::string& b
       budget_ms);
 }
 
+void print_compression_table(const std::vector<policy_result>& results) {
+  std::printf("\n%-17s %10s %10s %9s %9s %9s %9s %9s %8s\n", "policy", "MB/step", "wire MB",
+              "step p50", "bound", "step/bnd", "decode", "logGB/s", "xMIN");
+  for (const auto& r : results) {
+    if (r.skipped) continue;
+    std::printf("%-17s %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9.2f %8.3f\n", r.name.c_str(),
+                r.bytes_per_step / 1e6, r.wire_bytes_per_step / 1e6, r.step.p50, r.wire_bound_ms,
+                r.wire_bound_ms > 0 ? r.step.p50 / r.wire_bound_ms : 0, r.decode_ms_per_step,
+                r.effective_logical_gbps,
+                r.min_bytes_per_step > 0 ? r.bytes_per_step / r.min_bytes_per_step : 0);
+  }
+  std::printf("(+z: weights stored compressed. MB/step: logical bytes paged in; wire MB: bytes on "
+              "the link; bound: max(compute, MIN's bytes x wire ratio / link peak); decode: device "
+              "time of the decodes per step; logGB/s: decoded bytes / decode-path busy time)\n");
+}
+
 namespace {
 double budget_ms_of(const policy_result& r) { return r.latency_budget_ms; }
 }  // namespace
@@ -92,6 +108,13 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
       {"bound_ms", r.bound_ms},
       {"step_over_bound", r.bound_ms > 0 ? r.step.p50 / r.bound_ms : 0},
       {"bound_lower_ms", r.bound_lower_ms},
+      {"compressed", r.compressed},
+      {"wire_bytes_per_step", r.wire_bytes_per_step},
+      {"wire_ratio", r.wire_ratio},
+      {"wire_bound_ms", r.wire_bound_ms},
+      {"step_over_wire_bound", r.wire_bound_ms > 0 ? r.step.p50 / r.wire_bound_ms : 0},
+      {"decode_ms_per_step", r.decode_ms_per_step},
+      {"effective_logical_gbps", r.effective_logical_gbps},
       {"step_over_lower_bound", r.bound_lower_ms > 0 ? r.step.p50 / r.bound_lower_ms : 0},
       {"granularity", r.granularity},
       {"lookahead", r.lookahead},

@@ -10,6 +10,11 @@
 
 namespace htp::bench {
 
+/// --compress: the raw and compressed runs side by side: logical and wire bytes per step, step
+/// p50 against the bound from wire bytes, decode time and the effective logical rate. Never throws
+/// (printf).
+void print_compression_table(const std::vector<policy_result>& results);
+
 /// The side-by-side table of policies, with speed-ups over `baseline` (by name).
 void print_table(const std::vector<policy_result>& results, const std::string& baseline,
                  double budget_ms);

@@ -4,12 +4,15 @@
 #include "shared/belady_min.hpp"
 #include "shared/htp_layout.hpp"
 
+#include "common/synthetic_weights.hpp"
+
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace htp::bench {
@@ -131,11 +134,13 @@ void undilate(policy_result& r, double scale) {
   shrink(r.stall);
   for (double* x : {&r.fault_wait.p50_ms, &r.fault_wait.p90_ms, &r.fault_wait.p99_ms,
                     &r.fault_wait.max_ms, &r.fault_wait.mean_ms, &r.fault_wait.ms_per_64mib_page,
-                    &r.stall_ms_per_step, &r.bound_ms, &r.compute_ms, &r.transfer_ms}) {
+                    &r.stall_ms_per_step, &r.bound_ms, &r.compute_ms, &r.transfer_ms,
+                    &r.wire_bound_ms, &r.decode_ms_per_step, &r.bound_lower_ms}) {
     *x /= scale;
   }
   r.fault_rate_per_ms *= scale;
   r.h2d_gbps *= scale;
+  r.effective_logical_gbps *= scale;
   r.meets_budget = r.step.p99 <= r.latency_budget_ms;
 }
 
@@ -160,7 +165,13 @@ host_weights::host_weights(device& dev, const bench_config& cfg) : dev_(dev) {
     const std::size_t l = k / per_layer_, i = k % per_layer_;
     const std::uint64_t seed = cfg.seed * 1'000'003 + static_cast<std::uint64_t>(l) * 4096 + i;
     e.data = static_cast<unsigned char*>(block_) + offsets[k];
-    fill_pattern(e.data, e.bytes, seed);
+    if (cfg.synthetic_weights) {
+      const weight_format f = cfg.type == dtype::fp16 ? weight_format::fp16 : weight_format::bf16;
+      const auto w = synthetic::llama_mixture((e.bytes + 1) / 2, f, seed);
+      std::memcpy(e.data, w.data(), e.bytes);
+    } else {
+      fill_pattern(e.data, e.bytes, seed);
+    }
     e.sums = sums_of(e.data, e.bytes);
   }
 }
@@ -204,8 +215,9 @@ pager_config policy_pager_config(const bench_config& cfg, const policy& pol, std
   // The weights live in `weights` (lent to the pager); the host tier holds what the KV cache writes
   // back.
   pc.host_budget_bytes = round_slabs(kv_end * 2 + 4 * slab);
-  if (weights.block() == nullptr)
-    pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only
+  if (weights.block() == nullptr || cfg.compress)
+    pc.host_budget_bytes += round_slabs(rounded_model);  // timing-only, or compressed copies
+  pc.modelled_compression_ratio = cfg.modelled_compression_ratio;
   pc.slab_bytes = slab;
   pc.page_bytes = cfg.page_bytes;
   pc.chunk_bytes = cfg.chunk_bytes;
@@ -240,7 +252,9 @@ model_instance register_model(pager& p, const bench_config& cfg, const host_weig
       const host_weights::entry& w = weights.at(l, i);
       const weight_sums ws = w.sums;
       const std::string name = "L" + std::to_string(l) + "." + t.name;
-      const auto h = w.data != nullptr
+      const weight_format f = cfg.type == dtype::fp16 ? weight_format::fp16 : weight_format::bf16;
+      const auto h = cfg.compress ? p.register_tensor(name, w.bytes, tensor_kind::weight, w.data, f)
+                     : w.data != nullptr
                          ? p.register_tensor_at(name, w.bytes, tensor_kind::weight, w.data)
                          : p.register_tensor(name, w.bytes, tensor_kind::weight, nullptr);
       model_instance::tensor rec{h, t.rows, t.cols, ws.sum, ws.head, ws.tail};
@@ -502,6 +516,19 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
       static_cast<double>(late.max_ns) / 1e6, static_cast<double>(late.mean_ns) / 1e6};
   res.prefetch_lateness_count = late.count;
   res.metrics_json = to_json(m1);
+  res.compressed = cfg.compress;
+  res.wire_bytes_per_step = res.step_ms.empty() ? 0
+                                                : static_cast<double>(d.page_in_wire_bytes) /
+                                                      static_cast<double>(res.step_ms.size());
+  if (m1.compressed_bytes > 0)
+    res.wire_ratio =
+        static_cast<double>(m1.compressed_wire_bytes) / static_cast<double>(m1.compressed_bytes);
+  const auto& z0 = m0.transfers.decode;
+  const auto& z1 = m1.transfers.decode;
+  res.decode_ms_per_step = res.step_ms.empty() ? 0
+                                               : static_cast<double>(z1.decode_ns - z0.decode_ns) /
+                                                     1e6 / static_cast<double>(res.step_ms.size());
+  res.effective_logical_gbps = z1.effective_logical_gbps();
 }
 
 /// Belady's MIN for this budget and the bounds it sets: on the realised access sequence of a step
@@ -534,6 +561,8 @@ void min_reference(const policy_run& r, policy_result& res, std::size_t hbm_budg
   if (res.belady_bytes_per_step >= 0 && peak > 0) {
     res.bound_ms = std::max(res.compute_ms, res.belady_bytes_per_step / peak * 1e3);
     res.bound_lower_ms = std::max(res.compute_ms, res.min_bytes_per_step / peak * 1e3);
+    res.wire_bound_ms =
+        std::max(res.compute_ms, res.min_bytes_per_step * res.wire_ratio / peak * 1e3);
   }
 }
 

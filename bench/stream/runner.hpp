@@ -56,6 +56,13 @@ struct bench_config {
   /// kernel (module granularity, as htp.torch.offload does); true, the layer's weights as ONE
   /// acquire(list) before its first kernel and one release(list) after its last (layer).
   bool layer_lists = false;
+  /// Weights are drawn as the codec bench's Llama-like mixture (bench/common/synthetic_weights.hpp)
+  /// instead of fill patterns, so compression sees a realistic ratio (--compress).
+  bool synthetic_weights = false;
+  /// Register the weights compressed (pager::register_tensor with a weight_format).
+  bool compress = false;
+  /// pager_config::modelled_compression_ratio (timing-only devices).
+  double modelled_compression_ratio = 0.68;
 };
 
 /// "module" or "layer": the granularity cfg acquires weights at.
@@ -102,13 +109,20 @@ struct policy_result {
   std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
                 late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;
-  double h2d_gbps = 0;            ///< bytes moved H2D in the timed steps / their wall time
-  double link_utilization = 0;    ///< h2d_gbps / calibrated link peak
-  double compute_ms = 0;          ///< per step, median
-  double transfer_ms = 0;         ///< per step (H2D busy), median
-  double overlap_efficiency = 0;  ///< max(compute, transfer) / step time, median over steps
-  std::uint64_t mismatches = 0;   ///< weight bytes that failed verification (sim)
-  std::string metrics_json;       ///< the pager's full metrics at the end
+  double h2d_gbps = 0;             ///< bytes moved H2D in the timed steps / their wall time
+  double link_utilization = 0;     ///< h2d_gbps / calibrated link peak
+  double compute_ms = 0;           ///< per step, median
+  double transfer_ms = 0;          ///< per step (H2D busy), median
+  double overlap_efficiency = 0;   ///< max(compute, transfer) / step time, median over steps
+  std::uint64_t mismatches = 0;    ///< weight bytes that failed verification (sim)
+  bool compressed = false;         ///< weights registered compressed (--compress)
+  double wire_bytes_per_step = 0;  ///< bytes on the link per timed step (= bytes_per_step raw)
+  double wire_ratio = 1;           ///< the model's wire / logical bytes as registered
+  /// max(compute, MIN's bytes x wire_ratio / link peak): the bound a compressed run is held to.
+  double wire_bound_ms = 0;
+  double decode_ms_per_step = 0;      ///< device time of the decodes per timed step
+  double effective_logical_gbps = 0;  ///< decoded bytes / decode-path busy time (engine)
+  std::string metrics_json;           ///< the pager's full metrics at the end
 };
 
 /// Progress callback: (policy name, step done, steps total).

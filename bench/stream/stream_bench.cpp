@@ -132,6 +132,8 @@ void configure_steps(stream_options& o, bool want_sim, bench_config& cfg) {
   cfg.kv_block_tokens = o.kv_block;
   cfg.latency_budget = std::chrono::milliseconds(static_cast<long>(o.budget_ms));
   cfg.seed = o.seed;
+  cfg.synthetic_weights = o.compress;
+  cfg.modelled_compression_ratio = o.compress_ratio;
   // A cap is a rate: dilated with the sim's modelled link (time_scale is 1 on cuda).
   if (o.rate_gbps > 0)
     cfg.rate_bytes_per_second = static_cast<std::uint64_t>(o.rate_gbps * 1e9 / o.time_scale);
@@ -270,18 +272,26 @@ std::vector<policy_result> run_policies(const stream_options& o, run_setup& s, s
                                         const host_weights& weights, const progress_fn& progress,
                                         int& exit_code) {
   std::vector<policy_result> results;
+  std::vector<std::pair<const policy*, bool>> runs;  // --compress: each policy raw, then compressed
   for (const auto& pol : s.pols) {
+    runs.emplace_back(&pol, false);
+    if (o.compress) runs.emplace_back(&pol, true);
+  }
+  for (const auto& [pp, z] : runs) {
+    const policy& pol = *pp;
     if (pol.all_resident && bi > 0) continue;  // independent of the budget: run once
     const bool traced =
-        !o.trace_path.empty() && pol.name == o.trace_policy && bi + 1 == s.budgets.size();
+        !o.trace_path.empty() && pol.name == o.trace_policy && bi + 1 == s.budgets.size() && !z;
+    s.cfg.compress = z;
     try {
       results.push_back(run_policy(*s.dev, s.cfg, pol, *s.compute, weights,
                                    traced ? o.trace_path : "", progress));
       undilate(results.back(), o.time_scale);
+      if (z) results.back().name += "+z";
     } catch (const std::exception& e) {
       std::fprintf(stderr, "htp-stream-bench: policy %s failed: %s\n", pol.name.c_str(), e.what());
       policy_result r;
-      r.name = pol.name;
+      r.name = pol.name + (z ? "+z" : "");
       r.skipped = true;
       r.skip_reason = e.what();
       results.push_back(r);
@@ -351,6 +361,8 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
     ~quieter() { set_log_level(was); }
   };
   std::vector<node_result> nrs;
+  bench_config cfg = s.cfg;
+  cfg.compress = o.compress;  // tensor-parallel's paged shards stored compressed
   for (const node_run& run : node_runs_of(o)) {
     const std::string label =
         std::string(to_string(run.mode)) + (run.squeeze_leave_bytes ? " with HBM short" : "");
@@ -358,7 +370,7 @@ nlohmann::json run_node_modes(const stream_options& o, const run_setup& s, int& 
     try {
       std::optional<quieter> q;
       if (run.squeeze_leave_bytes) q.emplace();
-      nrs.push_back(run_node_mode(s.cfg, run.mode, no));
+      nrs.push_back(run_node_mode(cfg, run.mode, no));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "htp-stream-bench: %s on %zu GPUs failed: %s\n", label.c_str(), o.gpus,
                    e.what());
@@ -471,6 +483,7 @@ nlohmann::json run_budgets(const stream_options& o, run_setup& s, const host_wei
       if (!o.node_only) {
         results = run_policies(o, s, bi, *weights, progress, exit_code);
         print_table(results, "on-demand", o.budget_ms);
+        if (o.compress) print_compression_table(results);
       }
       nlohmann::json pj = nlohmann::json::array();
       for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));

@@ -134,6 +134,52 @@ void decode_weights(const void* wire, std::size_t wire_bytes, void* dst, std::si
 /// htp::corrupt_data for a malformed chunk.
 void decode_chunk(const frame_view& frame, std::size_t index, void* dst, std::size_t dst_bytes);
 
+/// One piece of a chunk-frame sequence (split_frame): a whole frame holding one chunk.
+struct coded_piece {
+  std::size_t wire_offset = 0;     ///< where the piece's frame starts in the sequence.
+  std::size_t wire_bytes = 0;      ///< the piece's frame size (header, one entry, coded bytes).
+  std::size_t decoded_offset = 0;  ///< where its decoded bytes go in the weights.
+  std::size_t decoded_bytes = 0;   ///< its decoded size.
+};
+
+/// The layout of a chunk-frame sequence: what a pager needs to copy and decode it piece by piece.
+struct coded_layout {
+  weight_format format = weight_format::bf16;
+  std::size_t decoded_bytes = 0;  ///< sum of the pieces' decoded bytes.
+  std::size_t wire_bytes = 0;     ///< sum of the pieces' frame sizes.
+  std::vector<coded_piece> pieces;
+};
+
+/// Re-lays a frame as a *chunk-frame sequence*: each chunk becomes a frame of its own (a 32-byte
+/// header, one 24-byte directory entry, the chunk's coded bytes as they are), back to back in
+/// chunk order. Each piece decodes alone (decode_weights, device::decode_weights_async) into its
+/// place, so a pager copies piece i + 1 while piece i decodes, with no header to rebuild on the
+/// device. Costs 32 bytes per chunk over the frame (0.002% at 2 MiB chunks). `frame` should come
+/// from verify_frame (the pieces carry its chunk checksums unchanged). Thread-safe.
+/// Throws only std::bad_alloc.
+std::vector<std::uint8_t> split_frame(const frame_view& frame);
+
+/// Parses the chunk-frame sequence in [wire, wire + wire_bytes) piece by piece with verify_frame
+/// (header check and every chunk checksum, no decode) and returns its layout. Every piece must
+/// hold exactly one chunk, share the first piece's format and chunk size, and every piece but the
+/// last must decode to a full chunk; the pieces must fill the range exactly. Thread-safe.
+/// @throws htp::corrupt_data saying which piece and which check failed; htp::invalid_argument
+/// for a null pointer with wire_bytes > 0.
+coded_layout verify_chunk_frames(const void* wire, std::size_t wire_bytes);
+
+/// The codec chunk whose pieces (a chunk and its 56-byte header, stored raw at worst) fit in
+/// `max_piece_bytes`: (max_piece_bytes - 56) rounded down to a multiple of 4, at most 1 GiB; 0
+/// when that is under the codec's 4 KiB minimum. A pager passes its chunk_bytes. Never throws.
+std::size_t piece_chunk_bytes(std::size_t max_piece_bytes) noexcept;
+
+/// The layout a chunk-frame sequence of `bytes` bytes of `format` weights would have if each chunk
+/// (`chunk_bytes` decoded bytes, the last shorter) coded to `ratio` of its size (rounded up, at
+/// most its size) plus its 56-byte header: what a timing-only device, which holds no bytes to
+/// encode, pages in. Never throws but std::bad_alloc (ratio is clamped to (0, 1]; a chunk_bytes of
+/// 0 is taken as the default 4 MiB).
+coded_layout model_chunk_frames(std::size_t bytes, weight_format format, std::size_t chunk_bytes,
+                                double ratio);
+
 /// The histogram of the 8-bit coded symbols of `bytes` bytes of `format` weights (for bf16 and
 /// fp32 the biased exponent; for fp16 the exponent times 8 plus the top three mantissa bits):
 /// what the codec's code tables are built from. Never throws for a valid format and range; an

@@ -55,6 +55,13 @@ enum class counter_kind { level, count, count_ns };
   X(device_resident_bytes, level, "Requested bytes of the device-resident tensors.")             \
   X(file_backed_tensors, level, "Tensors registered with register_file_tensor (no host copy).")  \
   X(file_backed_bytes, level, "Requested bytes of the file-backed tensors.")                     \
+  X(compressed_tensors, level,                                                                   \
+    "Weights stored compressed (register_tensor with a weight_format, "                          \
+    "register_compressed_file_tensor).")                                                         \
+  X(compressed_bytes, level, "Logical (decoded) bytes of the compressed tensors.")               \
+  X(compressed_wire_bytes, level,                                                                \
+    "Wire bytes of the compressed tensors: what their host extents or files hold.")              \
+  X(encode_ns, count_ns, "Host time register_tensor spent encoding weights (caller's thread).")  \
   X(acquires, count,                                                                             \
     "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "        \
     "oom_ladder.thrown.")                                                                        \
@@ -66,7 +73,10 @@ enum class counter_kind { level, count, count_ns };
     "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., "  \
     "wait = true). Near zero when eviction and loads are ordered on the device.")                \
   X(page_ins, count, "Host-to-device loads started (faults and prefetches).")                    \
-  X(page_in_bytes, count, "Bytes of the loads started.")                                         \
+  X(page_in_bytes, count, "Bytes of the loads started (logical: what lands in HBM).")            \
+  X(page_in_wire_bytes, count,                                                                   \
+    "Bytes the loads started move over the link: page_in_bytes, with a compressed tensor "       \
+    "counted at its wire size.")                                                                 \
   X(prefetches, count, "Prefetch loads started.")                                                \
   X(prefetch_hits, count, "First acquires that found their prefetched tensor complete.")         \
   X(late_prefetches, count, "First acquires that found their prefetch still in flight.")         \

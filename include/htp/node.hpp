@@ -150,6 +150,18 @@ class node {
   /// have one positive size per GPU or sources is neither empty nor one per GPU; as above.
   node_tensor register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
                                tensor_kind kind, const std::vector<const void*>& sources = {});
+  /// register_sharded for a weight stored compressed: shard g is encoded as `format` on the
+  /// calling thread into a chunk-frame sequence cut for GPU g's pager (codec.hpp), only those wire
+  /// bytes go into the host tier, and GPU g's pager decodes it on each page-in
+  /// (pager::register_compressed_tensor_at; docs/pager.md, "Compressed weights"). On timing-only
+  /// devices nothing is encoded: the wire size is modelled at the pagers'
+  /// modelled_compression_ratio. Thread-safe.
+  /// @throws as register_sharded, and as pager::register_compressed_tensor_at (a shard too large
+  /// for HBM, the pagers' chunk_bytes too small for a codec chunk).
+  node_tensor register_sharded_compressed(std::string name,
+                                          const std::vector<std::size_t>& shard_bytes,
+                                          weight_format format,
+                                          const std::vector<const void*>& sources = {});
   /// A tensor of GPU g alone (its KV blocks, activations), held in the shared tier.
   /// @throws htp::invalid_argument if g >= gpu_count(); as above.
   node_tensor register_local(std::size_t g, std::string name, std::size_t bytes, tensor_kind kind,

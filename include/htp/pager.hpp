@@ -25,6 +25,7 @@
 // See docs/pager.md.
 #pragma once
 
+#include <htp/codec.hpp>
 #include <htp/device.hpp>
 #include <htp/metrics.hpp>
 #include <htp/tensor_file.hpp>
@@ -162,6 +163,12 @@ struct pager_config {
   /// Checked mode: poison HBM extents when they are freed (0xDB) so a stale read fails its
   /// checksum instead of passing by luck, and audit the allocators after every operation.
   bool checked = false;
+  /// Timing-only devices hold no bytes, so a compressed weight (register_tensor with a
+  /// weight_format) cannot be encoded there: its wire size is modelled as bytes x this ratio (per
+  /// chunk), in (0, 1]. The default, 0.68, is the codec's bf16 ratio on the Llama-like weights
+  /// (0.684, docs/codec.md) and DFloat11's published 0.676-0.695 on Llama 3.x. Unused on a
+  /// device that stores bytes (the real frame's size counts).
+  double modelled_compression_ratio = 0.68;
 };
 
 /// Where a tensor is now.
@@ -202,6 +209,58 @@ class pager {
   /// on_oom != allow_degraded; htp::out_of_memory if the host tier is full (nothing changes).
   tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
                                 const void* source = nullptr);
+  /// Registers a weight stored compressed (docs/pager.md, "Compressed weights"): `source` (`bytes`
+  /// of `format` weights; null = zeros) is encoded on the calling thread (htp::encode_weights, a
+  /// few hundred MB/s per core: call it at set-up; the time is counted in metrics().encode_ns)
+  /// into a chunk-frame sequence (htp::split_frame) with chunks that fit the engine's
+  /// chunk_bytes, and only those wire bytes are kept in the host tier. Each page-in copies them
+  /// piece by piece into an HBM staging ring and decodes each piece into the tensor's extent
+  /// (transfer_engine::submit_decode): the token bucket counts wire bytes, the copy of piece i + 1
+  /// overlaps the decode of piece i, and the tensor is ready only once decoded. Eviction,
+  /// Belady's rule, lookahead and fault priority work as for any tensor; copy_to_host decodes on
+  /// the CPU. If the weights would not shrink (the sequence is not smaller than `bytes`), the
+  /// tensor is stored as is, as register_tensor(name, bytes, kind, source) does (metrics'
+  /// compressed_tensors says which). On a timing-only device nothing is encoded: the wire size is
+  /// modelled (pager_config::modelled_compression_ratio) and the decode time by the device
+  /// (sim_config::decode_bytes_per_second). Not servable in degraded mode (there is no raw host
+  /// copy to map): it must fit in HBM, and when the ladder is exhausted its acquire throws
+  /// out_of_memory even with allow_degraded. Thread-safe. State: host.
+  /// @throws htp::invalid_argument for a mutable tensor (compression is for weights: a tensor the
+  /// kernels write would have to be re-encoded at every write-back), bytes == 0, a tensor larger
+  /// than the largest HBM extent, pager_config::chunk_bytes under 4152 (a chunk must hold a 4 KiB
+  /// codec chunk and its 56-byte header), or no host tier; htp::out_of_memory if the host tier is
+  /// full (nothing changes) or the engine's staging buffers cannot be made.
+  tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
+                                const void* source, weight_format format);
+  /// Registers a compressed weight backed by a companion file (htp-compress writes them): `file`
+  /// at [offset, offset + wire_bytes) holds a chunk-frame sequence (htp::split_frame), which is
+  /// read and verified here (verify_chunk_frames: header checks and every chunk checksum) so a
+  /// corrupt companion is refused before anything is registered. Its decoded size is the tensor's
+  /// size. Page-ins read the pieces through the engine's bounce buffers and decode them as
+  /// register_tensor with a format does; there is no host copy (host memory: the record and the
+  /// layout, 32 bytes per chunk). Not servable in degraded mode (as register_file_tensor). The
+  /// file must not change while registered (page-ins do not re-verify it). Thread-safe.
+  /// @throws htp::corrupt_data naming the failed check (nothing registered); htp::io_error if the
+  /// file cannot be read; htp::invalid_argument for a null file, wire_bytes == 0, a range past the
+  /// end of the file, a piece larger than pager_config::chunk_bytes (write the companion with
+  /// smaller chunks), a tensor that can never fit in HBM, or a timing-only device (it stores no
+  /// bytes to verify: use register_tensor with a format there); htp::out_of_memory if the bounce
+  /// or staging buffers cannot be made.
+  tensor_handle register_compressed_file_tensor(std::string name,
+                                                std::shared_ptr<const tensor_file> file,
+                                                std::uint64_t offset, std::size_t wire_bytes);
+  /// Registers a compressed weight whose chunk-frame sequence (`layout->wire_bytes` at
+  /// `host_ptr`) is caller memory inside a region lent with add_host_region, as register_tensor_at
+  /// does for raw bytes: htp never copies nor frees it. On a device that stores bytes the memory
+  /// is verified against the layout (verify_chunk_frames); on a timing-only device the layout is
+  /// taken as given (model_chunk_frames). Page-ins, refusals and degraded mode as register_tensor
+  /// with a weight_format. For a node's shared host tier (node::register_sharded_compressed).
+  /// Thread-safe. @throws htp::invalid_argument for a null or empty layout, a decoded size larger
+  /// than the largest HBM extent, a piece larger than pager_config::chunk_bytes, memory that does
+  /// not hold what the layout says, or a range outside the lent regions; htp::corrupt_data for a
+  /// corrupt sequence; htp::out_of_memory if the engine's staging buffers cannot be made.
+  tensor_handle register_compressed_tensor_at(std::string name, void* host_ptr,
+                                              std::shared_ptr<const coded_layout> layout);
   /// Registers a tensor whose authoritative host copy is caller memory: `bytes` bytes at
   /// `host_ptr`, inside a region lent with add_host_region. htp never copies nor frees it; a dirty
   /// mutable tensor is written back there. State: host. Host memory htp uses for it: none (the

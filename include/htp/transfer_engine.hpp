@@ -24,6 +24,7 @@
 // See docs/transfer_engine.md for the design note and measured numbers.
 #pragma once
 
+#include <htp/codec.hpp>
 #include <htp/device.hpp>
 #include <htp/latency_histogram.hpp>
 
@@ -161,8 +162,26 @@ struct transfer_class_metrics {
   latency_summary latency;  ///< submission to completion, completed requests only.
 };
 
+/// Counters of the decode requests (submit_decode): what crossed the link against what it became.
+/// Their wire bytes are also in h2d.bytes (the link carries them); their logical bytes are not.
+struct transfer_decode_metrics {
+  std::uint64_t pieces = 0;         ///< pieces copied and decoded (completed).
+  std::uint64_t wire_bytes = 0;     ///< coded bytes of those pieces (what the link carried).
+  std::uint64_t logical_bytes = 0;  ///< decoded bytes they wrote.
+  /// Device time of the decodes alone (sum over pieces, timed events around each decode; on a
+  /// timing-only sim the modelled time).
+  std::uint64_t decode_ns = 0;
+  /// Time with at least one piece copied or decoding (host clock, as busy_ns of a direction).
+  std::uint64_t busy_ns = 0;
+  /// logical_bytes / busy_ns in GB/s (1e9 bytes/s): the page-in rate the decode path delivers.
+  double effective_logical_gbps() const noexcept {
+    return busy_ns ? static_cast<double>(logical_bytes) / static_cast<double>(busy_ns) : 0.0;
+  }
+};
+
 /// A snapshot of the engine's counters.
 struct transfer_metrics {
+  transfer_decode_metrics decode;  ///< submit_decode requests.
   transfer_direction_metrics h2d;
   transfer_direction_metrics d2h;
   transfer_direction_metrics d2d;
@@ -232,6 +251,38 @@ class transfer_engine {
   /// lock held. Call it at set-up (pager::register_file_tensor does). Thread-safe.
   /// @throws htp::out_of_memory if the pinned memory cannot be allocated (nothing is kept).
   void prepare_file_reads();
+
+  /// A host-to-device request that copies a chunk-frame sequence (codec.hpp: split_frame,
+  /// verify_chunk_frames) piece by piece into an HBM staging buffer on the prefetch stream and
+  /// decodes each piece into [dst + piece.decoded_offset, ...) on the engine's decode stream, which
+  /// waits for that piece's copy only: piece i + 1 copies while piece i decodes. The staging ring
+  /// is max_in_flight_chunks device buffers of chunk_bytes (prepare_decode), a buffer reused once
+  /// its decode has completed. Each piece is one chunk of the request: it takes its wire bytes from
+  /// the token bucket, counts in max_in_flight_chunks, and the request completes (its word is
+  /// written, on the decode stream) only after the last decode. Priorities, need times,
+  /// cancellation, wait_on and `after` work as for submit. The wire bytes come from pinned host
+  /// memory `src` (a region the engine knows) of layout->wire_bytes; the layout must describe them
+  /// (verify_chunk_frames on real bytes: the device decode does not verify checksums). A decode
+  /// that fails (a corrupt piece on sim) fails the request. Calls prepare_decode() first.
+  /// @throws htp::invalid_argument for a null pointer or layout, an empty layout, a piece larger
+  /// than chunk_bytes, or ranges outside the engine's regions; htp::out_of_memory if the staging
+  /// buffers cannot be allocated.
+  transfer_ticket submit_decode(void* dst, const void* src,
+                                std::shared_ptr<const coded_layout> layout,
+                                transfer_priority priority, std::vector<event_ref> after = {});
+  /// As submit_decode, with the wire bytes read from `file` at offset (through the bounce buffers
+  /// of submit_from_file, which it prepares). @throws as submit_decode and submit_from_file.
+  transfer_ticket submit_decode_from_file(void* dst, std::shared_ptr<const tensor_file> file,
+                                          std::uint64_t offset,
+                                          std::shared_ptr<const coded_layout> layout,
+                                          transfer_priority priority,
+                                          std::vector<event_ref> after = {});
+  /// Creates the decode stream, its events and the staging ring (max_in_flight_chunks device
+  /// buffers of chunk_bytes, outside any pager budget), once: slow (device allocation), made on
+  /// the caller's thread with no engine lock held. Thread-safe.
+  /// @throws htp::out_of_memory if the device memory is not there (nothing is kept);
+  /// htp::cuda_error if a stream or event cannot be created.
+  void prepare_decode();
 
   /// Cancels a request none of whose chunks has been issued; returns whether it did. Streams
   /// waiting on it (wait_on) are released; nothing was copied.

@@ -82,8 +82,10 @@ struct node::impl {
       hosts[r.tier[i]].alloc->deallocate(r.host[i].ptr, r.host[i].bytes);
   }
   /// Registers `r` (host extents filled) in the pagers of `where` (per extent index) and stores it.
+  /// `coded`, when given, holds each host extent's chunk-frame layout (compressed weights).
   node_tensor commit(record r, const std::vector<std::pair<std::size_t, std::size_t>>& where,
-                     tensor_kind kind);
+                     tensor_kind kind,
+                     const std::vector<std::shared_ptr<const coded_layout>>* coded = nullptr);
   /// Makes the host tier(s) for `devs` per `cfg` and fills `tier_of` (node::node's step).
   void make_host_tiers(std::size_t largest_hbm);
 };
@@ -238,12 +240,16 @@ device& node::device_of(std::size_t g) {
 
 node_tensor node::impl::commit(record r,
                                const std::vector<std::pair<std::size_t, std::size_t>>& where,
-                               tensor_kind kind) {
+                               tensor_kind kind,
+                               const std::vector<std::shared_ptr<const coded_layout>>* coded) {
   // where: (GPU, host extent index). Register in each pager; on failure undo all of it.
   r.handles.assign(pagers.size(), tensor_handle{});
   try {
     for (const auto& [g, e] : where) {
-      r.handles[g] = pagers[g]->register_tensor_at(r.name, r.host[e].bytes, kind, r.host[e].ptr);
+      r.handles[g] =
+          coded != nullptr
+              ? pagers[g]->register_compressed_tensor_at(r.name, r.host[e].ptr, (*coded)[e])
+              : pagers[g]->register_tensor_at(r.name, r.host[e].bytes, kind, r.host[e].ptr);
     }
   } catch (...) {
     for (std::size_t g = 0; g < pagers.size(); ++g) {
@@ -309,6 +315,54 @@ node_tensor node::register_sharded(std::string name, const std::vector<std::size
     throw;
   }
   return p_->commit(std::move(r), where, kind);
+}
+
+node_tensor node::register_sharded_compressed(std::string name,
+                                              const std::vector<std::size_t>& shard_bytes,
+                                              weight_format format,
+                                              const std::vector<const void*>& sources) {
+  const std::size_t n = p_->pagers.size();
+  HTP_EXPECTS(shard_bytes.size() == n && (sources.empty() || sources.size() == n), invalid_argument,
+              "node::register_sharded_compressed('", name, "'): ", shard_bytes.size(),
+              " shard sizes and ", sources.size(), " sources for ", n,
+              " GPUs; give one size per GPU and none or one source per shard");
+  record r;
+  r.name = std::move(name);
+  r.layout = node_layout::sharded;
+  std::vector<std::pair<std::size_t, std::size_t>> where;
+  std::vector<std::shared_ptr<const coded_layout>> layouts;
+  try {
+    for (std::size_t g = 0; g < n; ++g) {
+      HTP_EXPECTS(shard_bytes[g] > 0, invalid_argument, "node::register_sharded_compressed('",
+                  r.name, "'): shard ", g, " has 0 bytes");
+      const pager_config& pc = p_->pagers[g]->config();
+      codec_options o;
+      o.chunk_bytes = piece_chunk_bytes(pc.chunk_bytes);
+      HTP_EXPECTS(o.chunk_bytes > 0, invalid_argument, "node::register_sharded_compressed('",
+                  r.name, "'): the pagers' chunk_bytes (", pc.chunk_bytes,
+                  ") cannot carry a codec chunk; use 4152 or more");
+      std::vector<std::uint8_t> wire;
+      if (p_->devs[g]->properties().timing_only) {
+        layouts.push_back(std::make_shared<const coded_layout>(model_chunk_frames(
+            shard_bytes[g], format, o.chunk_bytes, pc.modelled_compression_ratio)));
+      } else {
+        std::vector<std::uint8_t> zeros;
+        const void* src = sources.empty() ? nullptr : sources[g];
+        if (src == nullptr) zeros.assign(shard_bytes[g], 0);
+        const auto frame =
+            encode_weights(src != nullptr ? src : zeros.data(), shard_bytes[g], format, o);
+        wire = split_frame(parse_frame(frame.data(), frame.size()));
+        layouts.push_back(
+            std::make_shared<const coded_layout>(verify_chunk_frames(wire.data(), wire.size())));
+      }
+      p_->add_host_extent(r, g, layouts.back()->wire_bytes, wire.empty() ? nullptr : wire.data());
+      where.emplace_back(g, g);
+    }
+  } catch (...) {
+    p_->free_host(r);
+    throw;
+  }
+  return p_->commit(std::move(r), where, tensor_kind::weight, &layouts);
 }
 
 node_tensor node::register_local(std::size_t g, std::string name, std::size_t bytes,

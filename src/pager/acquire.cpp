@@ -60,8 +60,8 @@ bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot
     }
     return false;  // state may have changed meanwhile: start over
   }
-  if (config.on_oom == oom_policy::allow_degraded &&
-      !t.file) {  // a file tensor has no host copy to map
+  if (config.on_oom == oom_policy::allow_degraded && !t.file &&
+      !t.coded) {  // a file or compressed tensor has no raw host copy to map
     tensors.pin_degraded(slot);
     outcome = acquire_outcome::degraded_oom;
     detail::logger().warn(

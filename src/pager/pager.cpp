@@ -516,6 +516,8 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
     }
     lock.lock();
     p.unpin(slot);
+  } else if (t.coded) {
+    impl::decode_to_host(t, dst);  // under the lock: weights, so nothing else writes meanwhile
   } else if (t.file) {
     // A weight's file is authoritative; read it without the lock (a read may take milliseconds).
     const std::shared_ptr<const tensor_file> f = t.file;

@@ -239,6 +239,14 @@ struct pager::impl {
   void detached_load_done(const finished_transfer& done, const detached_load& d);
 
   // ---- compaction (compaction.cpp) ----
+  /// Turns the plain record `h` (whose host extent register_tensor filled with a chunk-frame
+  /// sequence) into a compressed weight of `bytes` logical bytes; returns its new handle. Under
+  /// the lock. Never throws.
+  tensor_handle adopt_coded(tensor_handle h, std::size_t bytes,
+                            std::shared_ptr<const coded_layout> layout);
+  /// Decodes a compressed tensor's wire bytes (host extent or file) into `dst` on the CPU.
+  /// @throws htp::io_error if its file cannot be read; htp::corrupt_data for a corrupt piece.
+  static void decode_to_host(const detail::tensor_record& t, void* dst);
   /// Plans and submits compaction moves (for `request_bytes`, or a full pass when 0). Returns the
   /// number of moves started. Moves complete in reap().
   std::size_t start_compaction(std::size_t request_bytes);

@@ -18,6 +18,11 @@ pager_stats::pager_stats(std::size_t trace_capacity) {
 
 void pager_stats::registered(const tensor_record& t) {
   ++counters_.registered_tensors;
+  if (t.coded) {
+    ++counters_.compressed_tensors;
+    counters_.compressed_bytes += t.bytes;
+    counters_.compressed_wire_bytes += t.coded->wire_bytes;
+  }
   if (t.file) {
     ++counters_.file_backed_tensors;
     counters_.file_backed_bytes += t.bytes;
@@ -26,6 +31,11 @@ void pager_stats::registered(const tensor_record& t) {
 
 void pager_stats::unregistered(const tensor_record& t) {
   --counters_.registered_tensors;
+  if (t.coded) {
+    --counters_.compressed_tensors;
+    counters_.compressed_bytes -= t.bytes;
+    counters_.compressed_wire_bytes -= t.coded->wire_bytes;
+  }
   if (t.file) {
     --counters_.file_backed_tensors;
     counters_.file_backed_bytes -= t.bytes;
@@ -44,6 +54,7 @@ void pager_stats::placed_resident(const tensor_record& t) {
 void pager_stats::load_started(const tensor_record& t) {
   ++counters_.page_ins;
   counters_.page_in_bytes += t.bytes;
+  counters_.page_in_wire_bytes += t.coded ? t.coded->wire_bytes : t.bytes;
 }
 
 void pager_stats::write_back_started(const tensor_record& t) {

@@ -77,6 +77,8 @@ class pager_stats {
   void add(std::uint64_t pager_metrics::*counter, std::uint64_t n = 1) { counters_.*counter += n; }
   /// A rung of the out-of-memory ladder was used.
   void rung(std::uint64_t oom_ladder_counts::*r) { ++(counters_.oom.*r); }
+  /// Host time a registration spent encoding a compressed weight.
+  void encoded(std::uint64_t ns) { counters_.encode_ns += ns; }
   /// Adds (sign 1) or takes back (sign -1) an acquire outcome; taking back never wraps.
   void outcome(acquire_outcome o, int sign);
   /// Host time an acquire spent blocked from `from` until now.

@@ -309,10 +309,17 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   for (const auto& r : t.release_events) after.push_back(r.event);
   transfer_ticket ticket;
   try {
-    ticket = t.file ? engine->submit_from_file(where.ptr, t.file, t.file_offset, t.bytes, priority,
-                                               std::move(after))
-                    : engine->submit(where.ptr, t.host.ptr, t.bytes, copy_direction::host_to_device,
-                                     priority, std::move(after));
+    if (t.coded) {  // copied piece by piece into staging and decoded into `where`
+      ticket = t.file ? engine->submit_decode_from_file(where.ptr, t.file, t.file_offset, t.coded,
+                                                        priority, std::move(after))
+                      : engine->submit_decode(where.ptr, t.host.ptr, t.coded, priority,
+                                              std::move(after));
+    } else {
+      ticket = t.file ? engine->submit_from_file(where.ptr, t.file, t.file_offset, t.bytes,
+                                                 priority, std::move(after))
+                      : engine->submit(where.ptr, t.host.ptr, t.bytes,
+                                       copy_direction::host_to_device, priority, std::move(after));
+    }
   } catch (...) {
     free_hbm(where);
     throw;

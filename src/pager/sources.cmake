@@ -11,6 +11,7 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/residency.cpp
   ${CMAKE_CURRENT_LIST_DIR}/resident.cpp
   ${CMAKE_CURRENT_LIST_DIR}/file_backed.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compressed.cpp
   ${CMAKE_CURRENT_LIST_DIR}/completions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compaction.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pager_metrics.cpp

@@ -81,6 +81,7 @@ tensor_handle tensor_table::add(tensor_spec spec) {
   t.device_resident = spec.device_resident;
   t.file = std::move(spec.file);
   t.file_offset = spec.file_offset;
+  t.coded = std::move(spec.coded);
   stats_.registered(t);
   done(slot);
   return handle_of(slot);
@@ -286,8 +287,8 @@ void tensor_table::pin(std::uint32_t slot) {
 
 void tensor_table::pin_degraded(std::uint32_t slot) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file, "pinning '",
-             t.name, "' in mapped host memory");
+  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file && !t.coded,
+             "pinning '", t.name, "' in mapped host memory");
   t.degraded = true;
   ++t.pins;
   done(slot);

@@ -106,6 +106,9 @@ struct tensor_record {
   std::shared_ptr<const tensor_file>
       file;  // register_file_tensor: page-ins read it; no host extent
   std::uint64_t file_offset = 0;
+  // A compressed weight: its host extent (or file range) holds this chunk-frame sequence, and a
+  // page-in copies and decodes it (transfer_engine::submit_decode). Null: stored as is.
+  std::shared_ptr<const coded_layout> coded;
 };
 
 /// What a new registration is: a tensor of the pager's host tier or of caller memory (`external`);
@@ -119,6 +122,7 @@ struct tensor_spec {
   bool device_resident = false;
   std::shared_ptr<const tensor_file> file;
   std::uint64_t file_offset = 0;
+  std::shared_ptr<const coded_layout> coded;  // a compressed weight's layout, or null
 
   static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host,
                              bool external) {

@@ -82,9 +82,9 @@ void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
 void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
                                         std::unique_lock<std::mutex>& lock) {
   const std::size_t k = r->issued;
-  const std::size_t off = k * cfg.chunk_bytes;
-  const std::size_t n = std::min(cfg.chunk_bytes, r->bytes - off);
+  const auto [off, n] = chunk_span(*r, k, cfg.chunk_bytes);
   const bool last = k + 1 == r->chunk_count;
+  int slot = -1;
   char* bounce = nullptr;
   if (r->file && !read_file_chunk(l, r, off, n, bounce, lock)) return;
   const event_ref ev = l.free_events.back();
@@ -93,14 +93,19 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
     if (k == 0) {
       for (event_ref e : r->after) dev.wait(e, l.stream_);
     }
-    dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction,
-                   l.stream_);
-    copy_queued = true;
-    // The word is written before the event is recorded, so when the completer sees the event the
-    // word holds its generation and may be reused (see value_word_pool.hpp).
-    if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
-    dev.record(ev, l.stream_);
+    if (r->coded) {
+      issue_piece(r, k, bounce != nullptr ? bounce : r->src + off, ev, slot);
+    } else {
+      dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction,
+                     l.stream_);
+      copy_queued = true;
+      // The word is written before the event is recorded, so when the completer sees the event
+      // the word holds its generation and may be reused (see value_word_pool.hpp).
+      if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
+      dev.record(ev, l.stream_);
+    }
   } catch (const std::exception& e) {
+    copy_queued = copy_queued || slot >= 0;
     std::string why = detail::concat("chunk ", k, " of request ", r->id, " failed: ", e.what());
     if (copy_queued) {
       // The copy is queued but nothing tracks its completion. Reporting the failure now would let
@@ -109,11 +114,13 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
       lock.unlock();
       try {
         dev.synchronize(l.stream_);
+        if (slot >= 0) decode_stream->synchronize();
       } catch (...) {  // the stream's own failure; the request fails either way
       }
       lock.lock();
     }
     if (bounce != nullptr) l.bounce_free.push_back(bounce);  // no copy reads it any more
+    if (slot >= 0) decode_free.push_back(slot);
     fail_locked(r, std::move(why));
     return;
   }
@@ -121,7 +128,8 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   ++r->issued;
   if (last) remove_from_queue(l, r);
   if (l.in_flight.empty()) l.busy_since = now_ns();
-  l.in_flight.push_back({ev, r, n, bounce});
+  l.in_flight.push_back({ev, r, n, bounce, slot});
+  if (slot >= 0 && decode_in_flight++ == 0) decode_busy_since = now_ns();
   if (cfg.on_chunk_issued) {
     transfer_chunk_info info;
     info.request_id = r->id;
@@ -133,6 +141,43 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
     cfg.on_chunk_issued(info);
   }
   l.complete_cv.notify_one();
+}
+
+void transfer_engine::impl::issue_piece(const request_ptr& r, std::size_t k, const char* from,
+                                        event_ref ev, int& slot) {
+  HTP_ASSERT(!decode_free.empty(), "no staging buffer free for a decode piece");
+  const coded_piece& p = r->coded->pieces[k];
+  const int s = decode_free.back();
+  decode_slot& d = decode_slots[static_cast<std::size_t>(s)];
+  const stream_ref copy_stream = lanes[0]->stream_;
+  dev.copy_async(d.buf, from, p.wire_bytes, copy_direction::host_to_device, copy_stream);
+  decode_free.pop_back();
+  slot = s;  // from here the slot is the in-flight chunk's (or returned on failure)
+  dev.record(d.copied, copy_stream);
+  // The decode stream waits for this piece's copy only: the next piece's copy overlaps it.
+  dev.wait(d.copied, *decode_stream);
+  dev.record(d.t0, *decode_stream);
+  dev.decode_weights_async(d.buf, p.wire_bytes, r->dst + p.decoded_offset, p.decoded_bytes,
+                           *decode_stream);
+  dev.record(d.t1, *decode_stream);
+  if (k + 1 == r->chunk_count)
+    dev.write_value_async(r->word.word, r->word.generation, *decode_stream);
+  dev.record(ev, *decode_stream);
+}
+
+void transfer_engine::impl::retire_piece(const in_flight_chunk& c) {
+  const decode_slot& d = decode_slots[static_cast<std::size_t>(c.staging)];
+  try {
+    if (const auto t = dev.elapsed(d.t0, d.t1)) decode_counts.decode_ns += t->count();
+  } catch (...) {  // a broken context: the time is lost, the chunk's own error is reported
+  }
+  const coded_piece& p = c.req->coded->pieces[c.req->done - 1];
+  ++decode_counts.pieces;
+  decode_counts.wire_bytes += p.wire_bytes;
+  decode_counts.logical_bytes += p.decoded_bytes;
+  decode_free.push_back(c.staging);
+  if (--decode_in_flight == 0)
+    decode_counts.busy_ns += static_cast<std::uint64_t>(now_ns() - decode_busy_since);
 }
 
 bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::size_t off,
@@ -199,8 +244,7 @@ void transfer_engine::impl::dispatch_loop(lane& l) {
       l.dispatch_cv.wait(lock);
       continue;
     }
-    const std::size_t off = next->issued * cfg.chunk_bytes;
-    const std::size_t n = std::min(cfg.chunk_bytes, next->bytes - off);
+    const std::size_t n = chunk_span(*next, next->issued, cfg.chunk_bytes).second;
     if (next->direction == copy_direction::device_to_device) {
       if (l.upstream)
         l.upstream->withdraw(l.upstream_waiter);  // takes no tokens: not waiting on the link
@@ -252,6 +296,7 @@ void transfer_engine::impl::complete_loop(lane& l) {
     }
     const request_ptr& r = c.req;
     ++r->done;
+    if (c.staging >= 0) retire_piece(c);
     const std::size_t d = dir_index(r->direction);
     bytes_done[d] += c.bytes;
     ++chunks_done[d];

@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace htp {
@@ -53,6 +54,7 @@ struct request {
   std::vector<event_ref> after;            // the stream waits on these before the first chunk
   std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
   std::uint64_t file_offset = 0;
+  std::shared_ptr<const coded_layout> coded;  // submit_decode: chunk k is piece k, decoded
 };
 using request_ptr = std::shared_ptr<request>;
 
@@ -67,7 +69,26 @@ struct in_flight_chunk {
   request_ptr req;
   std::size_t bytes = 0;
   char* bounce = nullptr;  // a file chunk's pinned bounce buffer, free again once the copy is done
+  int staging = -1;        // a decoded piece's staging slot, free again once its decode is done
 };
+
+/// One buffer of the decode staging ring: a piece is copied into `buf` (then `copied` is recorded
+/// on the prefetch stream) and decoded from it on the decode stream between `t0` and `t1`.
+struct decode_slot {
+  char* buf = nullptr;
+  event copied;
+  event_ref t0;
+  event_ref t1;
+};
+
+/// The source range and size of chunk `k` of `r`: a piece of a decode request, a fixed-size chunk
+/// otherwise.
+inline std::pair<std::size_t, std::size_t> chunk_span(const request& r, std::size_t k,
+                                                      std::size_t chunk_bytes) {
+  if (r.coded) return {r.coded->pieces[k].wire_offset, r.coded->pieces[k].wire_bytes};
+  const std::size_t off = k * chunk_bytes;
+  return {off, std::min(chunk_bytes, r.bytes - off)};
+}
 
 inline std::size_t dir_index(copy_direction d) {
   switch (d) {
@@ -79,6 +100,8 @@ inline std::size_t dir_index(copy_direction d) {
 
 }  // namespace transfer
 
+using transfer::chunk_span;
+using transfer::decode_slot;
 using transfer::dir_index;
 using transfer::finished_record;
 using transfer::in_flight_chunk;
@@ -183,6 +206,25 @@ struct transfer_engine::impl {
   std::vector<char*> bounce_all;
   /// Reads a file chunk into a bounce buffer with the lock dropped; false when the request was
   /// cancelled or failed meanwhile or the read failed (then the request is failed).
+  /// Queues piece k of decode request `r`: its copy from `from` into a staging slot, the decode
+  /// on the decode stream, the completion word after the last piece, and `ev` behind it. Sets
+  /// `slot` once the copy is queued.
+  void issue_piece(const request_ptr& r, std::size_t k, const char* from, event_ref ev, int& slot);
+  /// Retires a completed decode piece (frees its slot, counts it). Under the lock.
+  void retire_piece(const in_flight_chunk& c);
+  /// Shared by submit_decode and submit_decode_from_file: checks `layout` and fills a request.
+  request_ptr decode_request(void* dst, const std::shared_ptr<const coded_layout>& layout,
+                             transfer_priority priority, std::vector<event_ref> after,
+                             const char* call);
+
+  // The decode path (prepare_decode): made once, under decode_mutex_ (creation only).
+  std::mutex decode_mutex_;
+  std::unique_ptr<stream> decode_stream;
+  std::vector<decode_slot> decode_slots;
+  std::vector<int> decode_free;  // slots not in flight (mutex_)
+  transfer_decode_metrics decode_counts;
+  std::size_t decode_in_flight = 0;
+  std::int64_t decode_busy_since = 0;
   bool read_file_chunk(lane& l, const request_ptr& r, std::size_t off, std::size_t n, char*& bounce,
                        std::unique_lock<std::mutex>& lock);
 };

@@ -1,0 +1,130 @@
+// htp-compress's companion of a safetensors file: written from a tiny safetensors file the test
+// makes, indexed, and paged in through the pager bit for bit (register_compressed_file_tensor).
+#include "pager_fixture.hpp"
+
+#include <htp/tensor_file.hpp>
+
+#include "common/synthetic_weights.hpp"
+#include "compress/companion.hpp"
+
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace htp::test {
+namespace {
+
+struct temp_path {
+  std::string path;
+  temp_path() {
+    char name[] = "/tmp/htp-companion-test-XXXXXX";
+    const int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    path = name;
+  }
+  ~temp_path() { std::remove(path.c_str()); }
+};
+
+/// A safetensors file of the given tensors (name, dtype, bytes), data back to back.
+void write_safetensors(
+    const std::string& path,
+    const std::vector<std::tuple<std::string, std::string, std::vector<std::uint8_t>>>& tensors) {
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  std::size_t at = 0;
+  for (const auto& [name, dtype, bytes] : tensors) {
+    const std::size_t elements = bytes.size() / (dtype == "F32" || dtype == "I32" ? 4 : 2);
+    header += ",\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" +
+              std::to_string(elements) + "],\"data_offsets\":[" + std::to_string(at) + "," +
+              std::to_string(at + bytes.size()) + "]}";
+    at += bytes.size();
+  }
+  header += "}";
+  std::ofstream out(path, std::ios::binary);
+  std::uint8_t len[8];
+  for (int k = 0; k < 8; ++k) len[k] = static_cast<std::uint8_t>(header.size() >> (8 * k));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const auto& t : tensors) {
+    const auto& bytes = std::get<2>(t);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+using companion_test = sim_pager_test;
+
+TEST_F(companion_test, a_safetensors_companion_pages_in_bit_for_bit) {
+  const auto a = synthetic::llama_mixture(40'000, weight_format::bf16, 1);
+  const auto b = synthetic::llama_mixture(9'000, weight_format::fp16, 2);
+  const auto c = synthetic::llama_mixture(5'000, weight_format::fp32, 3);
+  const std::vector<std::uint8_t> ids(4'000, 7);
+  temp_path src;
+  temp_path dst;
+  write_safetensors(src.path,
+                    {{"a", "BF16", a}, {"b", "F16", b}, {"c", "F32", c}, {"ids", "I32", ids}});
+  const pager_config cfg = small_pager_config(4);
+  const auto written =
+      companion::write(src.path, dst.path, companion::codec_chunk_for(cfg.chunk_bytes));
+  const auto idx = companion::read_index(dst.path);
+  ASSERT_EQ(idx.tensors.size(), 3u);
+  ASSERT_EQ(idx.skipped, std::vector<std::string>{"ids"});
+  EXPECT_EQ(idx.chunk_bytes, written.chunk_bytes);
+  EXPECT_EQ(idx.tensors.at("a").bytes, a.size());
+  EXPECT_EQ(idx.tensors.at("a").dtype, "BF16");
+  EXPECT_EQ(idx.tensors.at("b").shape, std::vector<std::int64_t>{9'000});
+  EXPECT_LT(idx.tensors.at("a").wire_bytes, a.size());
+  pager p(*dev, cfg);
+  auto file = tensor_file::open(dst.path);
+  const std::map<std::string, const std::vector<std::uint8_t>*> want = {
+      {"a", &a}, {"b", &b}, {"c", &c}};
+  std::map<std::string, tensor_handle> h;
+  for (const auto& [name, e] : idx.tensors) {
+    EXPECT_EQ(e.offset, written.tensors.at(name).offset);
+    h[name] = p.register_compressed_file_tensor(name, file, e.offset, e.wire_bytes);
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [name, w] : want) {
+      EXPECT_EQ(device_checksum(p, *dev, h[name], compute, slot), checksum(w->data(), w->size()))
+          << name << ", round " << round;
+      p.evict(h[name]);
+    }
+  }
+  EXPECT_EQ(p.metrics().compressed_tensors, 3u);
+}
+
+TEST_F(companion_test, a_companion_cut_for_larger_chunks_is_refused_saying_how_to_fix_it) {
+  const auto a = synthetic::llama_mixture(100'000, weight_format::bf16, 4);
+  temp_path src;
+  temp_path dst;
+  write_safetensors(src.path, {{"a", "BF16", a}});
+  const auto idx = companion::write(src.path, dst.path, companion::codec_chunk_for(64 << 10));
+  pager p(*dev, small_pager_config(4));  // 16 KiB chunks: the 64 KiB pieces cannot be staged
+  const auto& e = idx.tensors.at("a");
+  try {
+    (void)p.register_compressed_file_tensor("a", tensor_file::open(dst.path), e.offset,
+                                            e.wire_bytes);
+    ADD_FAILURE() << "a piece larger than a chunk was accepted";
+  } catch (const invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("htp-compress --pager-chunk-bytes"), std::string::npos)
+        << err.what();
+  }
+  EXPECT_EQ(p.metrics().registered_tensors, 0u);
+}
+
+TEST(companion, a_file_that_is_not_safetensors_is_refused) {
+  temp_path src;
+  {
+    std::ofstream out(src.path, std::ios::binary);
+    out << "not a safetensors file at all";
+  }
+  temp_path dst;
+  EXPECT_THROW((void)companion::write(src.path, dst.path, 16 << 10), invalid_argument);
+  EXPECT_THROW((void)companion::read_index(src.path), invalid_argument);
+}
+
+}  // namespace
+}  // namespace htp::test
