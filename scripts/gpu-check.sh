@@ -61,13 +61,13 @@ declare -A budget=(
   [examples]=20         # 4 examples, each < 64 MiB of paging: ~3 s each
   [bandwidth]=20        # htp-bandwidth: pinned H2D/D2H sweep up to 1 GiB, a few repeats: ~10 s
   [transfer]=20         # htp-transfer-bench: priorities and chunking on 256 MiB: ~8 s
-  [stream-decode]=60    # pins, fills and sums 7 GB once (~12 s), then 5 policies x 6 steps (~3 s each)
-  [stream-prefill]=30   # the same 7 GB again (~12 s), 2 policies x 3 steps of 2048 tokens (~5 s each)
-  [stream-node]=40      # 8 layers, tensor-parallel and swap-and-shard on one GPU: each pins, fills
+  [stream-decode]=50    # pins, fills and sums 7 GB once (~12 s), then 4 policies x 6 steps (~3 s each)
+  [stream-prefill]=25   # the same 7 GB again (~12 s), 2 policies x 3 steps of 2048 tokens (~5 s each)
+  [stream-node]=35      # 8 layers, tensor-parallel and swap-and-shard on one GPU: each pins, fills
                         # and sums 3.5 GB (~6 s) and starts an NCCL communicator (~3 s): ~25 s
-  [stream-compress]=60  # 4 layers drawn Llama-like (1.7 GB, ~15 s), schedule-k2 raw then compressed
-                        # (encoding 1.7 GB on one core ~6 s), 3 steps each: ~30 s
-  [integrity]=20        # 600 tensors, 10,000 checksummed acquires through 1 GiB: ~10 s
+  [stream-compress]=30  # 2 layers drawn Llama-like (0.9 GB, ~8 s), schedule-k2 raw then compressed
+                        # (encoding 0.9 GB on one core ~3 s), 3 steps each: ~15 s
+  [integrity]=15        # 600 tensors, 10,000 checksummed acquires through 1 GiB: ~10 s
   [codec]=25            # 1 GiB of Llama-like bf16 drawn and encoded on 16 cores (~2 s), pinned (~1 s),
                         # decoded by the kernel 3 times and compared bit for bit: ~6 s
   [torch-baseline]=40   # import torch (~8 s), 7 GB drawn on the GPU (~3 s), 3 policies x 6 steps (~15 s);
@@ -323,7 +323,8 @@ run_step transfer "$work/bench.log" htp "$b/htp-transfer-bench" --backend cuda -
 # The streaming benchmark: the policies side by side on Llama-3.1-8B (16 of 32 layers, real shape,
 # 7 GB of weights through a 3.5 GB HBM budget), real cuBLAS GEMMs, every weight read verified.
 run_step stream-decode "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
-  --layers 16 --hbm-budget 0.5 --steps 5 --json "$work/stream.json" --trace "$work/trace.json"
+  --layers 16 --hbm-budget 0.5 --steps 5 --policies all-resident,on-demand,schedule-k2,schedule-auto \
+  --json "$work/stream.json" --trace "$work/trace.json"
 run_step stream-prefill "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda --model llama-3.1-8b \
   --layers 16 --hbm-budget 0.5 --steps 3 --tokens 2048 --policies on-demand,schedule-k2 \
   --json "$work/stream-prefill.json"
@@ -335,7 +336,7 @@ run_step stream-node "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda 
 # Compressed weights (docs/pager.md): the same policy raw and compressed, the decode kernel on every
 # page-in, every weight read verified; wire bytes, decode time and the effective logical GB/s.
 run_step stream-compress "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda \
-  --model llama-3.1-8b --layers 4 --hbm-budget 0.5 --steps 3 --policies schedule-k2 --compress \
+  --model llama-3.1-8b --layers 2 --hbm-budget 0.5 --steps 3 --policies schedule-k2 --compress \
   --json "$work/stream-compress.json"
 # ~3 GiB of tensors through a 1 GiB HBM budget, every acquire checksummed by a CUDA kernel.
 run_step integrity "$work/bench.log" htp "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
