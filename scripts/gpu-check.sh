@@ -65,12 +65,12 @@ declare -A budget=(
   [stream-prefill]=25   # the same 7 GB again (~12 s), 2 policies x 3 steps of 2048 tokens (~5 s each)
   [stream-node]=35      # 8 layers, tensor-parallel and swap-and-shard on one GPU: each pins, fills
                         # and sums 3.5 GB (~6 s) and starts an NCCL communicator (~3 s): ~25 s
-  [stream-compress]=30  # 2 layers drawn Llama-like (0.9 GB, ~8 s), schedule-k2 raw then compressed
-                        # (encoding 0.9 GB on one core ~3 s), 3 steps each: ~15 s
+  [stream-compress]=40  # 4 layers drawn Llama-like (1.7 GB, ~15 s), schedule-k2 raw then compressed
+                        # (encoding 1.7 GB on one core ~6 s), 2 steps each: ~25 s
   [integrity]=15        # 600 tensors, 10,000 checksummed acquires through 1 GiB: ~10 s
   [codec]=25            # 1 GiB of Llama-like bf16 drawn and encoded on 16 cores (~2 s), pinned (~1 s),
                         # decoded by the kernel 3 times and compared bit for bit: ~6 s
-  [torch-baseline]=40   # import torch (~8 s), 7 GB drawn on the GPU (~3 s), 3 policies x 6 steps (~15 s);
+  [torch-baseline]=30   # import torch (~8 s), 7 GB drawn on the GPU (~3 s), 3 policies x 6 steps (~15 s);
                         # exit 77 when torch or its GPU is missing: a SKIP with the reason
   [slab]=15             # Google Benchmark, 0.05 s per case, ~40 cases: ~5 s (10 s on 2 cores)
   [memcheck]=35         # compute-sanitizer on the cuda conformance tests that cannot hang: ~25 s
@@ -336,7 +336,7 @@ run_step stream-node "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda 
 # Compressed weights (docs/pager.md): the same policy raw and compressed, the decode kernel on every
 # page-in, every weight read verified; wire bytes, decode time and the effective logical GB/s.
 run_step stream-compress "$work/bench.log" htp "$b/htp-stream-bench" --backend cuda \
-  --model llama-3.1-8b --layers 2 --hbm-budget 0.5 --steps 3 --policies schedule-k2 --compress \
+  --model llama-3.1-8b --layers 4 --hbm-budget 0.5 --steps 2 --policies schedule-k2 --compress \
   --json "$work/stream-compress.json"
 # ~3 GiB of tensors through a 1 GiB HBM budget, every acquire checksummed by a CUDA kernel.
 run_step integrity "$work/bench.log" htp "$b/htp-integrity" --backend cuda --tensors 600 --min-kib 4 \
