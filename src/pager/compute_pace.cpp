@@ -10,10 +10,6 @@ constexpr std::uint64_t never_measured = std::numeric_limits<std::uint64_t>::max
 constexpr std::size_t dropped = std::numeric_limits<std::size_t>::max();  // a position: discard
 }  // namespace
 
-compute_pace::~compute_pace() {
-  for (event_ref e : all_) dev_.destroy_event(e);
-}
-
 void compute_pace::reset(std::size_t positions) {
   gap_.assign(positions, -1);
   measured_in_.assign(positions, never_measured);
@@ -28,28 +24,13 @@ void compute_pace::reset(std::size_t positions) {
   for (auto& c : closed_) c.first.position = dropped;  // measured against the old schedule
 }
 
-event_ref compute_pace::take_event() {
-  if (!idle_.empty()) {
-    const event_ref e = idle_.back();
-    idle_.pop_back();
-    return e;
-  }
-  const event_ref e = dev_.create_timed_event();
-  all_.push_back(e);
-  return e;
-}
-
-void compute_pace::give_back(event_ref e) {
-  if (e) idle_.push_back(e);
-}
-
 compute_pace::marks compute_pace::plan(std::size_t position, std::size_t count, std::uint64_t cycle,
                                        stream_ref s) {
   marks m;
   if (open_ && open_stream_ == s && position == open_next_) {
     try {
       measurement x = *open_;
-      x.close = take_event();
+      x.close = events_.take();
       m.close = x.close;
       m.close_id = x.id;
       std::lock_guard lock(mutex_);
@@ -67,7 +48,7 @@ compute_pace::marks compute_pace::plan(std::size_t position, std::size_t count, 
   const std::uint64_t last = measured_in_[position];
   if (last != never_measured && gap_[position] >= 0 && cycle < last + resample_cycles) return m;
   try {
-    open_ = measurement{next_id_++, position, take_event(), {}};
+    open_ = measurement{next_id_++, position, events_.take(), {}};
   } catch (...) {
     return m;  // no timed event to be had: this call is not measured
   }

@@ -20,6 +20,8 @@
 
 #include <htp/device.hpp>
 
+#include "pager/event_pool.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -34,9 +36,7 @@ class compute_pace {
   static constexpr std::uint64_t resample_cycles = 4;
   static constexpr std::size_t max_open = 32;
 
-  explicit compute_pace(device& dev) : dev_(dev) {}
-  /// Destroys its events; the caller has synchronised the streams they were recorded on.
-  ~compute_pace();
+  explicit compute_pace(device& dev) : dev_(dev), events_(dev, /*timed=*/true) {}
   compute_pace(const compute_pace&) = delete;
   compute_pace& operator=(const compute_pace&) = delete;
 
@@ -72,11 +72,13 @@ class compute_pace {
     std::size_t position = 0;
     event_ref open, close;
   };
-  event_ref take_event();
-  void give_back(event_ref e);
+  void give_back(event_ref e) {
+    if (e) events_.release(e);
+  }
   void fold(std::size_t position, std::int64_t ns);
 
   device& dev_;
+  event_pool events_;                       // timed; destroyed with the pace
   std::vector<std::int64_t> gap_;           // per position; -1 = unknown
   std::vector<std::uint64_t> measured_in_;  // the cycle each position was last opened in
   std::int64_t known_sum_ = 0;
@@ -87,7 +89,6 @@ class compute_pace {
   stream_ref open_stream_{};
   std::uint64_t next_id_ = 1;
   std::size_t in_flight_ = 0;  // measurements opened and not yet harvested or dropped
-  std::vector<event_ref> idle_, all_;
   // Closed measurements, in order: `ready` once their close mark is recorded.
   std::mutex mutex_;
   std::deque<std::pair<measurement, bool>> closed_;

@@ -13,7 +13,7 @@ event_ref event_pool::take() {
     idle_.pop_back();
   } else {
     all_.reserve(all_.size() + 1);
-    e = dev_.create_event();
+    e = timed_ ? dev_.create_timed_event() : dev_.create_event();
     all_.push_back(e);
   }
   holders_[e.native] = 1;

@@ -15,7 +15,8 @@ namespace htp::detail {
 
 class event_pool {
  public:
-  explicit event_pool(device& dev) : dev_(dev) {}
+  /// `timed`: the events are made by device::create_timed_event (for device::elapsed).
+  explicit event_pool(device& dev, bool timed = false) : dev_(dev), timed_(timed) {}
   /// Destroys every event it created. The caller has synchronised them.
   ~event_pool();
   event_pool(const event_pool&) = delete;
@@ -34,6 +35,7 @@ class event_pool {
 
  private:
   device& dev_;
+  bool timed_ = false;
   std::vector<event_ref> idle_;
   std::vector<event_ref> all_;
   std::unordered_map<void*, std::uint32_t> holders_;

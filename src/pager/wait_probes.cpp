@@ -5,10 +5,6 @@
 
 namespace htp::detail {
 
-wait_probes::~wait_probes() {
-  for (event_ref e : all_) dev_.destroy_event(e);
-}
-
 wait_probes::probe wait_probes::take(std::uint32_t prefetches) {
   probe p;
   {
@@ -16,17 +12,10 @@ wait_probes::probe wait_probes::take(std::uint32_t prefetches) {
     if (prefetches == 0 || queue_.size() >= max_in_flight) return p;
   }
   try {
-    for (event_ref* e : {&p.reach, &p.met}) {
-      if (!idle_.empty()) {
-        *e = idle_.back();
-        idle_.pop_back();
-      } else {
-        *e = dev_.create_timed_event();
-        all_.push_back(*e);
-      }
-    }
+    p.reach = events_.take();
+    p.met = events_.take();
   } catch (...) {  // no timed event to be had: this call is not probed
-    if (p.reach) idle_.push_back(p.reach);
+    if (p.reach) events_.release(p.reach);
     return {};
   }
   p.id = next_id_++;
@@ -65,8 +54,8 @@ void wait_probes::harvest(
         late(p.prefetches, *t);
       }
     }
-    idle_.push_back(p.reach);
-    idle_.push_back(p.met);
+    events_.release(p.reach);
+    events_.release(p.met);
     queue_.pop_front();
   }
 }

@@ -12,6 +12,8 @@
 
 #include <htp/device.hpp>
 
+#include "pager/event_pool.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +30,7 @@ class wait_probes {
   static constexpr std::int64_t on_time_ns = 20'000;
   static constexpr std::size_t max_in_flight = 256;
 
-  explicit wait_probes(device& dev) : dev_(dev) {}
-  /// Destroys its events; the caller has synchronised the streams they were recorded on.
-  ~wait_probes();
+  explicit wait_probes(device& dev) : dev_(dev), events_(dev, /*timed=*/true) {}
   wait_probes(const wait_probes&) = delete;
   wait_probes& operator=(const wait_probes&) = delete;
 
@@ -51,8 +51,8 @@ class wait_probes {
 
  private:
   device& dev_;
+  event_pool events_;  // timed; destroyed with the probes
   std::uint64_t next_id_ = 1;
-  std::vector<event_ref> idle_, all_;
   std::mutex mutex_;
   std::deque<std::pair<probe, int>> queue_;  // 0: recording, 1: recorded, -1: dropped
 };
