@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -154,6 +155,10 @@ struct transfer_engine::impl {
   /// Queues `r` in its class under a key from its submission, need time and class (faults ignore
   /// need times: they are all needed now).
   void push_to_queue(lane& l, const request_ptr& r);
+  /// Takes a request with chunks still to issue out of its queue, applies `change` (which
+  /// returns whether it changed anything) and queues it again under its new key. False for a
+  /// finished, failed or fully issued request, or when `change` declines. Takes the lock.
+  bool requeue(transfer_ticket t, const std::function<bool(request&)>& change);
   /// Queues a filled-in request (ids, completion word, metrics) on its direction's lane.
   transfer_ticket enqueue(request_ptr r, const char* call);
   lane& lane_of(copy_direction d) {

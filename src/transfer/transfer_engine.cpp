@@ -420,37 +420,38 @@ bool transfer_engine::cancel(transfer_ticket t) {
   return true;
 }
 
-bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priority) {
-  std::lock_guard lock(impl_->mutex_);
-  const transfer_status st = impl_->status_locked(t.id);
+bool transfer_engine::impl::requeue(transfer_ticket t,
+                                    const std::function<bool(request&)>& change) {
+  std::lock_guard lock(mutex_);
+  const transfer_status st = status_locked(t.id);
   if (st != transfer_status::queued && st != transfer_status::in_flight) return false;
-  const request_ptr r = impl_->live.at(t.id);
+  const request_ptr r = live.at(t.id);
   // A failed request waits only for its issued chunks; it must not re-enter a queue.
-  if (r->failed || r->issued == r->chunk_count || priority >= r->priority) return false;
-  lane& l = impl_->lane_of(r->direction);
-  impl_->remove_from_queue(l, r);
-  --impl_->classes[static_cast<std::size_t>(r->priority)].submitted;
-  r->priority = priority;
-  ++impl_->classes[static_cast<std::size_t>(priority)].submitted;
-  impl_->push_to_queue(l, r);
-  l.dispatch_cv.notify_one();
-  return true;
+  if (r->failed || r->issued == r->chunk_count) return false;
+  lane& l = lane_of(r->direction);
+  remove_from_queue(l, r);  // O(log n), then back under its new key
+  const bool changed = change(*r);
+  push_to_queue(l, r);
+  if (changed) l.dispatch_cv.notify_one();
+  return changed;
+}
+
+bool transfer_engine::raise_priority(transfer_ticket t, transfer_priority priority) {
+  return impl_->requeue(t, [&](request& r) {
+    if (priority >= r.priority) return false;  // never lowers
+    --impl_->classes[static_cast<std::size_t>(r.priority)].submitted;
+    r.priority = priority;
+    ++impl_->classes[static_cast<std::size_t>(priority)].submitted;
+    return true;
+  });
 }
 
 bool transfer_engine::set_need_time(transfer_ticket t, std::chrono::steady_clock::time_point need) {
-  const std::int64_t need_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(need.time_since_epoch()).count();
-  std::lock_guard lock(impl_->mutex_);
-  const transfer_status st = impl_->status_locked(t.id);
-  if (st != transfer_status::queued && st != transfer_status::in_flight) return false;
-  const request_ptr r = impl_->live.at(t.id);
-  if (r->failed || r->issued == r->chunk_count) return false;
-  lane& l = impl_->lane_of(r->direction);
-  impl_->remove_from_queue(l, r);  // O(log n), then back under its new key
-  r->need_ns = need_ns;
-  impl_->push_to_queue(l, r);
-  l.dispatch_cv.notify_one();
-  return true;
+  return impl_->requeue(t, [&](request& r) {
+    r.need_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(need.time_since_epoch()).count();
+    return true;
+  });
 }
 
 void transfer_engine::wait_on(transfer_ticket t, stream_ref compute) {
