@@ -10,6 +10,7 @@
 #include "sim/sim_link.hpp"
 #include "sim/sim_stream.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -234,7 +235,13 @@ class sim_device final : public device {
     auto& st = get(s);
     auto sig = get(e).current();
     if (!sig) return;  // never recorded: no-op, as in CUDA
-    st.enqueue([sig] { sig->wait(); });
+    st.enqueue([sig] {
+      sig->wait();
+      // On a GPU a satisfied wait costs nothing: the stream goes on at the later of reaching the
+      // wait and the awaited event's modelled time, not when this worker thread got round to it
+      // (which on a loaded host, or under a sanitizer, is many microseconds later).
+      sim::set_current_task_completion(std::max(sim::current_task_ready_time(), *sig->set_at()));
+    });
   }
 
   bool query(event_ref e) override {
