@@ -1,11 +1,13 @@
-// htp-compress's companion of a safetensors file: written from a tiny safetensors file the test
-// makes, indexed, and paged in through the pager bit for bit (register_compressed_file_tensor).
+// Compressed companions of safetensors files (htp/companion.hpp): written from a tiny safetensors
+// file the test makes, indexed, and paged in through the pager bit for bit; register_companion's
+// all-or-nothing registration; malformed files as typed errors.
 #include "pager_fixture.hpp"
 
 #include <htp/tensor_file.hpp>
 
+#include <htp/companion.hpp>
+
 #include "common/synthetic_weights.hpp"
-#include "compress/companion.hpp"
 
 #include <unistd.h>
 #include <cstdio>
@@ -124,6 +126,70 @@ TEST(companion, a_file_that_is_not_safetensors_is_refused) {
   temp_path dst;
   EXPECT_THROW((void)companion::write(src.path, dst.path, 16 << 10), invalid_argument);
   EXPECT_THROW((void)companion::read_index(src.path), invalid_argument);
+}
+
+TEST_F(companion_test, register_companion_registers_by_name_all_or_nothing) {
+  const auto a = synthetic::llama_mixture(20'000, weight_format::bf16, 5);
+  const auto b = synthetic::llama_mixture(20'000, weight_format::bf16, 6);
+  temp_path src;
+  temp_path dst;
+  write_safetensors(src.path, {{"a", "BF16", a}, {"b", "BF16", b}, {"ids", "I32", a}});
+  const pager_config cfg = small_pager_config(4);
+  const auto idx =
+      companion::write(src.path, dst.path, companion::codec_chunk_for(cfg.chunk_bytes));
+  pager p(*dev, cfg);
+  const auto refused = [&](const std::vector<std::string>& names, const char* says) {
+    try {
+      (void)companion::register_companion(p, dst.path, names);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(p.metrics().registered_tensors, 0u) << "nothing left behind";
+  };
+  refused({"a", "nope"}, "holds no tensor 'nope'");
+  refused({"a", "ids"}, "it was skipped");
+  refused({"b", "a", "b"}, "'b' is named twice");
+  {
+    // Corrupt b's sequence: a is registered first, then b's check fails and a is dropped again.
+    std::fstream f(dst.path, std::ios::in | std::ios::out | std::ios::binary);
+    const auto& e = idx.tensors.at("b");
+    f.seekp(static_cast<std::streamoff>(e.offset + e.wire_bytes / 2));
+    f.put('\x5a').put('\xa5');
+  }
+  EXPECT_THROW((void)companion::register_companion(p, dst.path), corrupt_data);
+  EXPECT_EQ(p.metrics().registered_tensors, 0u) << "a was unregistered again";
+  const auto h = companion::register_companion(p, dst.path, {"a"});
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(device_checksum(p, *dev, h.at("a"), compute, slot), checksum(a.data(), a.size()));
+}
+
+TEST(companion, an_index_with_missing_fields_is_invalid_argument_not_a_json_error) {
+  temp_path path;
+  {
+    const std::string text = R"({"format":"htp-companion","version":1,"skipped":[]})";
+    std::ofstream out(path.path, std::ios::binary);
+    std::uint8_t len[8] = {static_cast<std::uint8_t>(text.size())};
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out << text;
+  }
+  try {
+    (void)companion::read_index(path.path);
+    ADD_FAILURE() << "an index without chunk_bytes was read";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a companion"), std::string::npos) << e.what();
+  }
+  temp_path src;
+  {
+    const std::string text = R"({"w":{"dtype":"BF16","shape":[2]}})";  // no data_offsets
+    std::ofstream out(src.path, std::ios::binary);
+    std::uint8_t len[8] = {static_cast<std::uint8_t>(text.size())};
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out << text << "abcd";
+  }
+  EXPECT_THROW((void)companion::write(src.path, path.path, 16 << 10), invalid_argument);
+  write_safetensors(src.path, {{"w", "BF16", std::vector<std::uint8_t>(64, 1)}});
+  EXPECT_THROW((void)companion::write(src.path, "/nonexistent-dir/x.htpz", 16 << 10), io_error);
 }
 
 }  // namespace

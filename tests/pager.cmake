@@ -21,9 +21,6 @@ target_link_libraries(test_observability PRIVATE nlohmann_json::nlohmann_json)
 # benchmarks (bench/common/synthetic_weights.hpp).
 htp_add_test(test_pager_compressed pager_compressed_test.cpp)
 target_include_directories(test_pager_compressed PRIVATE ${PROJECT_SOURCE_DIR}/bench)
-# htp-compress's companions (bench/compress), paged in through the pager.
-if(HTP_BUILD_BENCH)
-  htp_add_test(test_companion companion_test.cpp)
-  target_include_directories(test_companion PRIVATE ${PROJECT_SOURCE_DIR}/bench)
-  target_link_libraries(test_companion PRIVATE htp_companion)
-endif()
+# Compressed companions of safetensors files (htp/companion.hpp), paged in through the pager.
+htp_add_test(test_companion companion_test.cpp)
+target_include_directories(test_companion PRIVATE ${PROJECT_SOURCE_DIR}/bench)

@@ -1,6 +1,6 @@
-// htp-compress: writes the compressed companion of a safetensors file (compress/companion.hpp),
+// htp-compress: writes the compressed companion of a safetensors file (htp/companion.hpp),
 // which pager::register_compressed_file_tensor pages in and decodes. Prints the index's totals.
-#include "compress/companion.hpp"
+#include <htp/companion.hpp>
 
 #include <CLI/CLI.hpp>
 
