@@ -278,6 +278,11 @@ TEST_F(pager_compressed, a_fault_decode_overtakes_queued_prefetch_decodes) {
     eng.drain();
     for (std::size_t i = 0; i <= n; ++i)
       EXPECT_EQ(checksum(hbm + i * w.size(), w.size()), checksum(w.data(), w.size())) << i;
+    const auto m =
+        eng.metrics();  // (before taking `mu`: on_chunk_issued runs under the engine's lock)
+    EXPECT_EQ(m.decode.wire_bytes, (n + 1) * seq.size());
+    EXPECT_EQ(m.decode.logical_bytes, (n + 1) * w.size());
+    EXPECT_EQ(m.h2d.bytes, m.decode.wire_bytes);
     std::lock_guard l(mu);
     ASSERT_EQ(order.size(), (n + 1) * 3);
     std::size_t first_fault = order.size();
@@ -287,10 +292,6 @@ TEST_F(pager_compressed, a_fault_decode_overtakes_queued_prefetch_decodes) {
     EXPECT_LE(first_fault, tc.max_in_flight_chunks) << "behind at most the chunks in flight";
     for (std::size_t i = first_fault; i < first_fault + 3; ++i)
       EXPECT_EQ(order[i].request_id, fault.id) << "the fault's pieces go together";
-    const auto m = eng.metrics();
-    EXPECT_EQ(m.decode.wire_bytes, (n + 1) * seq.size());
-    EXPECT_EQ(m.decode.logical_bytes, (n + 1) * w.size());
-    EXPECT_EQ(m.h2d.bytes, m.decode.wire_bytes);
   }
   dev->deallocate(memory_kind::device, hbm, (n + 1) * w.size());
   dev->deallocate(memory_kind::pinned_host, host, seq.size());

@@ -6,6 +6,7 @@ hands out zero-copy DLPack views. :mod:`htp.torch` pages a whole ``torch.nn.Modu
 docs/python.md.
 """
 from ._htp import (
+    CorruptDataError,
     CudaError,
     Device,
     Error,
@@ -29,12 +30,12 @@ from ._htp import (
     cuda_device_count,
 )
 from ._config import make_device, node_config, pager_config, parse_bytes
-from ._pager import Node, Pager
+from ._pager import Node, Pager, write_companion
 
 __all__ = [
-    "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
+    "CorruptDataError", "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
     "IoError", "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy",
     "OutOfMemoryError", "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind",
     "View", "__version__", "cuda_device_count", "make_device", "node_config", "pager_config",
-    "parse_bytes",
+    "parse_bytes", "write_companion",
 ]

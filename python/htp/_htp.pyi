@@ -5,6 +5,7 @@ from typing import Annotated
 from numpy.typing import NDArray
 
 from htp import (
+    CorruptDataError as CorruptDataError,
     CudaError as CudaError,
     Error as Error,
     InvalidArgumentError as InvalidArgumentError,
@@ -320,6 +321,11 @@ class Tensor:
 
     def __repr__(self) -> str: ...
 
+def write_companion(source: str, out: str, pager_chunk_bytes: int, threads: int) -> dict:
+    """
+    Writes the compressed companion of a safetensors file (htp/companion.hpp).
+    """
+
 class View:
     """
     A zero-copy view of an acquired tensor for any DLPack consumer (torch.from_dlpack, numpy.from_dlpack). Valid until its release.
@@ -361,6 +367,10 @@ class Pager:
     def register_at(self, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind, read_only: bool, lend: bool, keep: object | None) -> Tensor: ...
 
     def register_file(self, name: str, path: str, offset: int, dtype: str, shape: Sequence[int]) -> Tensor: ...
+
+    def register_compressed(self, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind) -> Tensor: ...
+
+    def register_companion(self, path: str, names: Sequence[str]) -> dict: ...
 
     def unregister(self, tensor: Tensor) -> None: ...
 

@@ -84,7 +84,7 @@ class Pager:
 
     # ---- registration ---------------------------------------------------------------------------
     def register(self, name: str, source: Any, kind: str = "weight", copy: bool = True,
-                 read_only: bool | None = None) -> Tensor:
+                 read_only: bool | None = None, compress: bool = False) -> Tensor:
         """Registers a tensor from a CPU torch tensor, numpy array, buffer or DLPack producer,
         keeping its dtype and shape.
 
@@ -94,12 +94,23 @@ class Pager:
         read-only when ``read_only`` or when a numpy array is not writeable, e.g. a memmap opened
         'r'). The pager keeps the source alive until unregister. Several tensors of one buffer:
         ``lend`` it first. ``kind``: 'weight' or 'mutable' (written back when evicted dirty).
+        ``compress=True`` (bfloat16, float16 or float32 weights, with ``copy=True``): the bytes are
+        entropy-coded now (a few hundred MB/s per core) and only the compressed bytes are kept;
+        each page-in copies them and decodes on the GPU (docs/pager.md, "Compressed weights").
 
         Raises InvalidArgumentError (bad dtype, not contiguous, not CPU memory, too large for
-        the HBM budget), OutOfMemoryError (host tier full).
+        the HBM budget, compress with a mutable tensor, another dtype or copy=False),
+        OutOfMemoryError (host tier full).
         """
         src = _exportable(source)
+        if compress and not copy:
+            raise InvalidArgumentError(
+                f"register {name!r}: compress=True keeps a compressed copy; it cannot use the "
+                "source's memory (copy=False). Pass copy=True, or write a companion file "
+                "(htp.write_companion) and use register_companion")
         try:
+            if compress:
+                return self._p.register_compressed(name, src, _kind(kind))
             if copy:
                 return self._p.register_copy(name, src, _kind(kind))
             if read_only is None:
@@ -147,6 +158,16 @@ class Pager:
             if end > begin:
                 out[name] = self._p.register_file(name, path, 8 + n + begin, e["dtype"], e["shape"])
         return out
+
+    def register_companion(self, path: str, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+        """Registers tensors of a compressed companion (``htp.write_companion`` or htp-compress
+        wrote it) as compressed file-backed weights: each is verified now, and each page-in reads
+        its compressed bytes and decodes them on the GPU. ``names``: all when None. All or nothing:
+        on an error none stays registered.
+
+        Raises InvalidArgumentError (not a companion, an unknown name, pieces larger than this
+        pager's chunk_bytes), CorruptDataError (a sequence fails its checks), IoError."""
+        return dict(self._p.register_companion(str(path), [] if names is None else list(names)))
 
     def unregister(self, tensor: Tensor) -> None:
         """Drops a tensor (it must not be acquired). A stale handle raises InvalidArgumentError."""
@@ -239,6 +260,22 @@ class Pager:
     def write_trace(self, path: str) -> None:
         """Writes the Chrome/Perfetto trace (needs ``trace=True``)."""
         self._p.write_trace(path)
+
+
+def write_companion(source: str, out: str, pager_chunk_bytes: int | str | None = None,
+                    threads: int = 1) -> dict[str, Any]:
+    """Writes the compressed companion of the safetensors file ``source`` to ``out``: every
+    bfloat16, float16 and float32 tensor entropy-coded, cut for a pager whose chunk_bytes is
+    ``pager_chunk_bytes`` (default: PagerConfig's). Others are listed as skipped. Returns the
+    totals: tensors, skipped, logical_bytes, wire_bytes, chunk_bytes. Same as
+    ``python -m htp.compress source out``.
+
+    Raises InvalidArgumentError (not a safetensors file), IoError (``out`` cannot be written)."""
+    chunk = _htp.PagerConfig().chunk_bytes if pager_chunk_bytes is None else parse_bytes(
+        pager_chunk_bytes, "pager_chunk_bytes")
+    if threads < 1:
+        raise InvalidArgumentError(f"write_companion: threads must be at least 1, not {threads}")
+    return dict(_htp.write_companion(str(source), str(out), chunk, threads))
 
 
 def _empty_like(tensor: Tensor) -> Any:

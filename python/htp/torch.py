@@ -193,7 +193,11 @@ def _check_units_fit(raw_units, budget: int) -> None:
                 f"({budget}); raise hbm_budget or name it in keep= to hold it resident")
 
 
-def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.Tensor]) -> list[_Unit]:
+_COMPRESSIBLE = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.Tensor],
+                    compress: bool = False) -> list[_Unit]:
     registered: dict[int, Tensor] = {}
     units = []
     for name, module, own in raw_units:
@@ -204,7 +208,8 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
                 src = p.detach()
                 if not copy and pager.device.backend == "cuda" and not src.is_pinned():
                     src = src.pin_memory()
-                registered[id(p)] = pager.register(full, src, copy=copy)
+                registered[id(p)] = pager.register(
+                    full, src, copy=copy, compress=compress and src.dtype in _COMPRESSIBLE)
                 if not copy:
                     hosts[full] = src
             t = registered[id(p)]
@@ -216,7 +221,8 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
 
 
 def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] = (),
-            device: Device | None = None, copy: bool = True, **config: Any) -> Offload:
+            device: Device | None = None, copy: bool = True, compress: bool = False,
+            **config: Any) -> Offload:
     """Pages ``model``'s parameters through a new pager of ``hbm_budget`` bytes of GPU memory.
 
     ``keep``: module names (or fnmatch patterns: ``"*norm"``) whose parameters stay resident on the
@@ -224,9 +230,15 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     ``htp.make_device("auto")``): the model runs on its GPU (``cuda:ordinal``) on cuda and on the
     CPU on sim. ``copy=True``: the parameters are copied into htp's pinned tier and their CPU
     memory is let go; ``copy=False``: their CPU memory (pinned first on cuda) is the host copy,
-    without a second one. ``config``: any PagerConfig field by name (``prefetch_lookahead``,
+    without a second one. ``compress=True`` (with ``copy=True``): bfloat16, float16 and float32
+    parameters are kept entropy-coded and decoded on the GPU at each page-in (about two thirds of
+    the bytes cross the link for bf16); others are kept as they are. ``config``: any PagerConfig
+    field by name (``prefetch_lookahead``,
     ``eviction``, ``checked``, ``host_budget``, ...). Tensors are registered now; hooks do the rest.
     """
+    if compress and not copy:
+        raise InvalidArgumentError("offload: compress=True keeps compressed copies; it needs "
+                                   "copy=True")
     keep = list(keep)
     dev = device if device is not None else make_device("auto")
     raw_units, kept = _units_of(model, keep)
@@ -237,7 +249,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     _check_units_fit(raw_units, budget)
     pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
-    units = _register_units(pager, raw_units, copy, hosts)
+    units = _register_units(pager, raw_units, copy, hosts, compress)
     for unit in units:
         for p in unit.params:
             p.param.data = _placeholder(p.param)

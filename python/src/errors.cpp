@@ -3,6 +3,7 @@
 //   htp::invalid_argument -> htp.InvalidArgumentError(htp.Error, ValueError)
 //   htp::cuda_error       -> htp.CudaError(htp.Error, RuntimeError)
 //   htp::io_error         -> htp.IoError(htp.Error, OSError)
+//   htp::corrupt_data     -> htp.CorruptDataError(htp.Error, ValueError)
 //   htp::logic_error      -> htp.LogicError(htp.Error, RuntimeError)
 #include "bindings.hpp"
 
@@ -16,6 +17,7 @@ PyObject* g_oom = nullptr;
 PyObject* g_invalid = nullptr;
 PyObject* g_cuda = nullptr;
 PyObject* g_io = nullptr;
+PyObject* g_corrupt = nullptr;
 PyObject* g_logic = nullptr;
 
 PyObject* make_error(nb::module_& m, const char* name, PyObject* builtin, const char* doc) {
@@ -43,6 +45,9 @@ void bind_errors(nb::module_& m) {
   g_io = make_error(m, "IoError", PyExc_OSError,
                     "A file or OS call failed (a tensor's file ended early, a trace could not be "
                     "written): path and reason.");
+  g_corrupt = make_error(m, "CorruptDataError", PyExc_ValueError,
+                         "Compressed weights failed a check (a truncated or altered companion "
+                         "file): which check and where. Re-write the companion.");
   g_logic = make_error(m, "LogicError", PyExc_RuntimeError,
                        "An internal invariant failed (a bug in htp: please report it).");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -56,6 +61,8 @@ void bind_errors(nb::module_& m) {
       PyErr_SetString(g_cuda, e.what());
     } catch (const htp::io_error& e) {
       PyErr_SetString(g_io, e.what());
+    } catch (const htp::corrupt_data& e) {
+      PyErr_SetString(g_corrupt, e.what());
     } catch (const htp::logic_error& e) {
       PyErr_SetString(g_logic, e.what());
     }

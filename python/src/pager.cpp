@@ -3,6 +3,7 @@
 #include "bindings.hpp"
 #include "streams.hpp"
 
+#include <htp/companion.hpp>
 #include <htp/error.hpp>
 #include <htp/prometheus.hpp>
 #include <htp/tensor_file.hpp>
@@ -11,6 +12,8 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <map>
 
 namespace htp::python {
 
@@ -119,6 +122,77 @@ py_tensor register_file(pager_state& s, std::string name, const std::string& pat
   return tensor_of(h, std::move(name), a, tensor_kind::weight);
 }
 
+// The codec format of an array's dtype: compression takes bf16, fp16 and fp32 weights.
+weight_format format_of(const host_array& a, const std::string& name) {
+  using code = nb::dlpack::dtype_code;
+  const auto c = static_cast<code>(a.dtype.code);
+  if (c == code::Bfloat && a.dtype.bits == 16) return weight_format::bf16;
+  if (c == code::Float && a.dtype.bits == 16) return weight_format::fp16;
+  if (c == code::Float && a.dtype.bits == 32) return weight_format::fp32;
+  throw htp::invalid_argument("register '" + name + "' with compress=True: the codec takes " +
+                              "bfloat16, float16 or float32 weights, not " + dtype_name(a.dtype) +
+                              "; register it without compress");
+}
+
+py_tensor register_compressed(pager_state& s, std::string name, const nb::ndarray<nb::ro>& src,
+                              tensor_kind kind) {
+  const host_array a = host_array_of(src, name);
+  const weight_format f = format_of(a, name);
+  tensor_handle h;
+  {
+    nb::gil_scoped_release unlocked;  // encodes: a few hundred MB/s per core
+    h = s.pager->register_tensor(name, a.bytes, kind, a.data, f);
+  }
+  return tensor_of(h, std::move(name), a, kind);
+}
+
+// Every tensor of a companion (or those named), by name, all or nothing.
+nb::dict register_companion(pager_state& s, const std::string& path,
+                            const std::vector<std::string>& names) {
+  companion::index idx;
+  std::map<std::string, tensor_handle> hs;
+  {
+    nb::gil_scoped_release unlocked;
+    idx = companion::read_index(path);
+    hs = companion::register_companion(*s.pager, path, names);
+  }
+  nb::dict out;
+  for (const auto& [name, h] : hs) {
+    const companion::entry& e = idx.tensors.at(name);
+    host_array a{nullptr, e.bytes, dtype_from_name(e.dtype), {}};
+    for (std::int64_t d : e.shape) a.shape.push_back(static_cast<std::size_t>(d));
+    out[nb::str(name.c_str())] = tensor_of(h, name, a, tensor_kind::weight);
+  }
+  return out;
+}
+
+nb::dict write_companion(const std::string& in, const std::string& out,
+                         std::size_t pager_chunk_bytes, unsigned threads) {
+  const std::size_t chunk = companion::codec_chunk_for(pager_chunk_bytes);
+  if (chunk == 0) {
+    throw htp::invalid_argument("write_companion: pager_chunk_bytes " +
+                                std::to_string(pager_chunk_bytes) +
+                                " leaves no room for a codec chunk; pass the pager's chunk_bytes");
+  }
+  companion::index idx;
+  {
+    nb::gil_scoped_release unlocked;
+    idx = companion::write(in, out, chunk, threads);
+  }
+  std::size_t logical = 0, wire = 0;
+  for (const auto& [name, e] : idx.tensors) {
+    logical += e.bytes;
+    wire += e.wire_bytes;
+  }
+  nb::dict d;
+  d["tensors"] = idx.tensors.size();
+  d["skipped"] = idx.skipped;
+  d["logical_bytes"] = logical;
+  d["wire_bytes"] = wire;
+  d["chunk_bytes"] = idx.chunk_bytes;
+  return d;
+}
+
 void unregister(pager_state& s, const py_tensor& t) {
   {
     nb::gil_scoped_release unlocked;
@@ -190,6 +264,9 @@ void bind_tensor(nb::module_& m) {
 
 void bind_pager(nb::module_& m) {
   bind_tensor(m);
+  m.def("write_companion", &write_companion, nb::arg("source"), nb::arg("out"),
+        nb::arg("pager_chunk_bytes"), nb::arg("threads"),
+        "Writes the compressed companion of a safetensors file (htp/companion.hpp).");
   bind_view(m);
   using gil_free = nb::call_guard<nb::gil_scoped_release>;
   nb::class_<pager_state>(m, "Pager", "The C++ pager (pager.hpp); use htp.Pager, which wraps it.")
@@ -208,6 +285,9 @@ void bind_pager(nb::module_& m) {
            nb::arg("read_only"), nb::arg("lend"), nb::arg("keep").none())
       .def("register_file", &register_file, nb::arg("name"), nb::arg("path"), nb::arg("offset"),
            nb::arg("dtype"), nb::arg("shape"))
+      .def("register_compressed", &register_compressed, nb::arg("name"), nb::arg("source"),
+           nb::arg("kind"))
+      .def("register_companion", &register_companion, nb::arg("path"), nb::arg("names"))
       .def("unregister", &unregister, nb::arg("tensor"))
       .def("acquire", &acquire_views, nb::arg("tensors"), nb::arg("stream").none(), nb::arg("wait"))
       .def("release", &release_views, nb::arg("tensors"), nb::arg("stream").none(),

@@ -17,6 +17,7 @@ def test_errors_are_typed_and_derive_from_the_builtins():
     assert issubclass(htp.InvalidArgumentError, ValueError)
     assert issubclass(htp.CudaError, RuntimeError)
     assert issubclass(htp.IoError, OSError) and issubclass(htp.IoError, htp.Error)
+    assert issubclass(htp.CorruptDataError, ValueError) and issubclass(htp.CorruptDataError, htp.Error)
     with pytest.raises(htp.InvalidArgumentError, match="backend"):
         htp.make_device("tpu")
 
@@ -245,3 +246,69 @@ def test_a_wrong_size_or_shape_is_refused(pager, tmp_path):
         pager.register_safetensors(str(path))
     with pytest.raises(htp.InvalidArgumentError, match="unknown dtype"):
         pager._p.register_file("x", str(path), 0, "F8_E4M3", [4])
+
+
+def test_compressed_weights_page_in_bit_exact_and_refuse_what_they_cannot_hold(sim):
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="4MiB", slab_bytes="1MiB", page_bytes=4096)
+    w = (np.random.default_rng(3).standard_normal(65536) * 0.02).astype(np.float16)
+    t = p.register("w", w, compress=True)
+    assert (t.dtype, t.shape) == ("float16", (65536,))
+    for _ in range(2):  # a page-in, an eviction, and a second page-in from the compressed bytes
+        with p.acquired(t) as v:
+            assert np.array_equal(np.from_dlpack(v), w)
+        p.evict(t)
+    assert np.array_equal(p.copy_to_host(t), w)
+    m = p.metrics()
+    assert m["compressed_tensors"] == 1 and m["page_ins"] == 2
+    assert m["compressed_wire_bytes"] < m["compressed_bytes"] == w.nbytes
+    assert m["page_in_wire_bytes"] < m["page_in_bytes"]
+    with pytest.raises(htp.InvalidArgumentError, match="bfloat16, float16 or float32"):
+        p.register("ids", np.arange(1024, dtype=np.int32), compress=True)
+    with pytest.raises(htp.InvalidArgumentError, match="mutable"):
+        p.register("kv", w, kind="mutable", compress=True)
+    with pytest.raises(htp.InvalidArgumentError, match="copy=True"):
+        p.register("w2", w, copy=False, compress=True)
+    assert p.metrics()["registered_tensors"] == 1, "refusals register nothing"
+
+
+def test_a_companion_is_written_registered_by_name_and_checked(pager, tmp_path):
+    src, out = tmp_path / "model.safetensors", tmp_path / "model.htpz"
+    w = (np.random.default_rng(4).standard_normal((128, 256)) * 0.02).astype(np.float16)
+    bias = np.arange(32, dtype=np.int64)
+    write_safetensors(src, {"w": ("F16", w), "b": ("I64", bias)})
+    totals = htp.write_companion(src, out, pager.config.chunk_bytes)
+    assert totals["tensors"] == 1 and totals["skipped"] == ["b"]
+    assert totals["wire_bytes"] < totals["logical_bytes"] == w.nbytes
+    with pytest.raises(htp.InvalidArgumentError, match="it was skipped"):
+        pager.register_companion(out, ["w", "b"])
+    assert pager.metrics()["registered_tensors"] == 0, "all or nothing"
+    ts = pager.register_companion(out)
+    assert list(ts) == ["w"] and (ts["w"].dtype, ts["w"].shape) == ("float16", (128, 256))
+    with pager.acquired(ts["w"]) as v:
+        assert np.array_equal(np.from_dlpack(v), w)
+    assert pager.metrics()["compressed_tensors"] == 1
+    pager.unregister(ts["w"])
+    raw = bytearray(out.read_bytes())
+    raw[-100] ^= 0xFF  # inside w's last piece
+    out.write_bytes(bytes(raw))
+    with pytest.raises(htp.CorruptDataError):
+        pager.register_companion(out)
+    assert pager.metrics()["registered_tensors"] == 0
+    with pytest.raises(htp.InvalidArgumentError, match="not a companion"):
+        pager.register_companion(src)
+    with pytest.raises(htp.IoError):
+        htp.write_companion(src, tmp_path / "missing-dir" / "x.htpz")
+
+
+def test_python_m_htp_compress_writes_a_companion(tmp_path):
+    import subprocess
+    import sys
+    src, out = tmp_path / "m.safetensors", tmp_path / "m.htpz"
+    write_safetensors(src, {"w": ("F32", np.random.default_rng(5).standard_normal(4096).astype(np.float32))})
+    r = subprocess.run([sys.executable, "-m", "htp.compress", str(src), str(out)],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "1 tensors compressed (0 skipped)" in r.stdout and out.stat().st_size > 0
+    bad = subprocess.run([sys.executable, "-m", "htp.compress", str(out), str(tmp_path / "x")],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 1 and "htp.compress:" in bad.stderr

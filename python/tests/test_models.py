@@ -181,3 +181,24 @@ def test_offload_refuses_a_budget_no_unit_fits_and_leaves_the_model_alone(clone)
         assert torch.equal(a, b)
     with pytest.raises(htp.InvalidArgumentError, match="no parameters outside"):
         ht.offload(model, hbm_budget="1MiB", keep=["*"], device=htp.make_device("sim"))
+
+
+@pytest.mark.parametrize("kind", ["llama", "mixtral"])
+def test_compressed_offload_gives_identical_logits_with_fewer_bytes_on_the_link(kind, clone):
+    model, keep = build_model(kind, torch.bfloat16)
+    ref = clone(model)
+    ids = prompt()
+    with torch.no_grad():
+        want = ref(ids).logits
+    handle = offload(model, keep, 0.3, compress=True)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(ids).logits, want)
+    m = handle.metrics()
+    assert m["compressed_tensors"] > 0 and m["evictions"] > 0
+    assert m["page_in_wire_bytes"] < m["page_in_bytes"]
+    print(f"{kind} bf16 compressed: {m['compressed_wire_bytes'] / m['compressed_bytes']:.3f} of the "
+          f"bytes on the wire ({m['compressed_tensors']} tensors)")
+    handle.remove()
+    with pytest.raises(htp.InvalidArgumentError, match="copy=True"):
+        ht.offload(model, hbm_budget="1MiB", device=htp.make_device("sim"), copy=False, compress=True)

@@ -126,7 +126,8 @@ std::string index_text(const std::string& in, encoded& r) {
 
 index index_of(const nlohmann::json& j, const std::string& path) {
   HTP_EXPECTS(j.value("format", "") == "htp-companion" && j.value("version", 0) == 1,
-              invalid_argument, "'", path, "' is not an htp companion (format, version 1)");
+              invalid_argument, "'", path,
+              "' is not a companion (its index lacks format \"htp-companion\", version 1)");
   index idx;
   idx.chunk_bytes = j.at("chunk_bytes").get<std::size_t>();
   idx.skipped = j.at("skipped").get<std::vector<std::string>>();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -124,7 +125,10 @@ class sim_device final : public device {
       allocations_.remove(kind, ptr, bytes);
       used_[index(kind)] -= round_up(bytes, alignment);
     }
-    if (kind == memory_kind::pinned_host) sim::portable_pinned::remove(ptr, bytes);
+    if (kind == memory_kind::pinned_host) {
+      sim::portable_pinned::remove(ptr, bytes);
+      forget_writes(ptr, bytes);
+    }
     release_memory(ptr, round_up(bytes, alignment));
   }
 
@@ -324,8 +328,9 @@ class sim_device final : public device {
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
     check_word(word);
     get(s).enqueue([this, word, value] {
-      write_value(word, value);
-      sim::set_current_task_completion(sim::current_task_ready_time());  // instantaneous on a GPU
+      const auto at = sim::current_task_ready_time();  // instantaneous on a GPU
+      store_value(word, value, at);
+      sim::set_current_task_completion(at);
     });
   }
 
@@ -333,18 +338,28 @@ class sim_device final : public device {
     check_word(word);
     get(s).enqueue([this, word, value] {
       std::unique_lock lock(values_mutex_);
-      values_cv_.wait(lock, [&] {
-        return static_cast<std::int32_t>(__atomic_load_n(word, __ATOMIC_ACQUIRE) - value) >= 0;
-      });
+      const auto reached = [&](std::uint32_t v) {
+        return static_cast<std::int32_t>(v - value) >= 0;
+      };
+      values_cv_.wait(lock, [&] { return reached(__atomic_load_n(word, __ATOMIC_ACQUIRE)); });
+      // Like an event wait: the stream goes on at the later of reaching the wait and the modelled
+      // time of the write that satisfied it (the earliest remembered one that does; none: it was
+      // written long before).
+      auto at = sim::current_task_ready_time();
+      if (auto w = writes_.find(word); w != writes_.end()) {
+        for (const auto& [v, t] : w->second) {
+          if (reached(v)) {
+            at = std::max(at, t);
+            break;
+          }
+        }
+      }
+      sim::set_current_task_completion(at);
     });
   }
 
   void write_value(std::uint32_t* word, std::uint32_t value) override {
-    {
-      std::lock_guard lock(values_mutex_);
-      __atomic_store_n(word, value, __ATOMIC_RELEASE);
-    }
-    values_cv_.notify_all();
+    store_value(word, value, std::chrono::steady_clock::now());
   }
 
   void synchronize_all() override {
@@ -406,6 +421,27 @@ class sim_device final : public device {
     HTP_EXPECTS(it != events_.end(), invalid_argument, "event ", e.native,
                 " was not created by this sim device (or was destroyed)");
     return *it->second;
+  }
+
+  // Writes a value word at modelled time `at`, remembering the last few writes' times.
+  void store_value(std::uint32_t* word, std::uint32_t value,
+                   std::chrono::steady_clock::time_point at) {
+    {
+      std::lock_guard lock(values_mutex_);
+      __atomic_store_n(word, value, __ATOMIC_RELEASE);
+      auto& w = writes_[word];
+      w.emplace_back(value, at);
+      if (w.size() > 8) w.pop_front();
+    }
+    values_cv_.notify_all();
+  }
+
+  // Value words inside freed pinned memory are words no more: their writes are forgotten.
+  void forget_writes(const void* ptr, std::size_t bytes) {
+    const auto* lo = static_cast<const std::uint32_t*>(ptr);
+    const auto* hi = reinterpret_cast<const std::uint32_t*>(static_cast<const char*>(ptr) + bytes);
+    std::lock_guard lock(values_mutex_);
+    writes_.erase(writes_.lower_bound(lo), writes_.lower_bound(hi));
   }
 
   void check_word(const std::uint32_t* word) const {
@@ -471,6 +507,11 @@ class sim_device final : public device {
 
   std::mutex values_mutex_;  // guards the wake-up of streams waiting on value words
   std::condition_variable values_cv_;
+  // The last writes of each value word (value, modelled time), oldest first: the time a wait on
+  // the word was satisfied. Words are few and long-lived (a pool's), so the map stays small.
+  std::map<const std::uint32_t*,
+           std::deque<std::pair<std::uint32_t, std::chrono::steady_clock::time_point>>>
+      writes_;
 
   std::mutex objects_mutex_;
   std::map<void*, std::unique_ptr<sim::stream>> streams_;
