@@ -229,7 +229,12 @@ TEST(timing_only, a_node_pages_a_model_larger_than_this_machine) {
     EXPECT_EQ(m.page_in_bytes, 40 * GiB) << "GPU " << g;
     EXPECT_GT(m.evictions, 0u) << "30 GB of HBM cannot hold 40 GB of shards";
   }
-  EXPECT_LT(rss_bytes(), rss0 + 256 * MiB);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr std::size_t slack = GiB;  // the sanitizer's shadow of every allocation counts too
+#else
+  constexpr std::size_t slack = 256 * MiB;
+#endif
+  EXPECT_LT(rss_bytes(), rss0 + slack) << "80 GiB of host copies must not be materialised";
 }
 
 }  // namespace
