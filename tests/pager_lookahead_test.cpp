@@ -97,6 +97,24 @@ TEST_F(pager_lookahead, passing_the_router_guesses_its_most_popular_expert) {
   m.p.synchronize();
 }
 
+TEST_F(pager_lookahead, a_guess_never_evicts_another_expert) {
+  moe_setup m(*dev, eviction_rule::automatic);
+  auto& e = m.experts;
+  for (int x : {3, 3, 3, 0, 1}) touch(m.p, e[x], compute);  // 3 is the favourite
+  m.p.evict(e[3]);
+  touch(m.p, e[2], compute);  // HBM holds the router and experts 0-2: full for an expert
+  m.p.synchronize();
+  ASSERT_TRUE(on_host(m.p, e[3]));
+  ASSERT_FALSE(on_host(m.p, e[0]) || on_host(m.p, e[1]) || on_host(m.p, e[2]));
+  touch(m.p, m.router, compute);  // the walk passes the router again and would guess expert 3
+  EXPECT_TRUE(on_host(m.p, e[3])) << "no guess at the price of a less popular expert";
+  EXPECT_FALSE(on_host(m.p, e[0]) || on_host(m.p, e[1]) || on_host(m.p, e[2]));
+  m.p.expect({e[3]});  // the router's real choice does evict: the least popular
+  EXPECT_FALSE(on_host(m.p, e[3]));
+  EXPECT_TRUE(on_host(m.p, e[0]));
+  m.p.synchronize();
+}
+
 TEST_F(pager_lookahead, routed_groups_refuse_bad_declarations) {
   moe_setup m(*dev, eviction_rule::automatic);
   auto& e = m.experts;

@@ -82,4 +82,13 @@ moe_result run_moe_policy(device& dev, const moe_config& cfg, moe_policy pol,
 std::uint64_t oracle_bytes(const moe_config& cfg, const moe_layout& layout,
                            const routing_trace& trace);
 
+/// The online reference: the best fixed set in hindsight. The tensors with the most accesses per
+/// byte over the whole trace (its realised frequencies) stay resident, as many as fit beside room
+/// for the largest tensor; every other tensor passes through that leftover room, LRU. Counts the
+/// requested bytes of the misses in the timed steps. For independent draws from fixed
+/// popularities no online rule does much better than keeping the most probable set, so the gap
+/// between this and the oracle is what knowing the future is worth.
+std::uint64_t best_fixed_set_bytes(const moe_config& cfg, const moe_layout& layout,
+                                   const routing_trace& trace);
+
 }  // namespace htp::bench

@@ -352,8 +352,9 @@ class pager {
   /// `anchor` (a mixture-of-experts layer's experts after its router), `k` of them each time. The
   /// members stay out of the schedule. The pager ranks them by popularity (how often they were
   /// acquired, with decay; half-life pager_config::popularity_half_life): when the lookahead
-  /// passes `anchor` it prefetches the `k` most popular members (a guess, until expect() tells),
-  /// and among the group evicts the least popular first. Members are evicted before scheduled
+  /// passes `anchor` it prefetches the `k` most popular members into free room (a guess, until
+  /// expect() tells; a guess never evicts a member), and among the group evicts the least
+  /// popular first. Members are evicted before scheduled
   /// tensors, as tensors the schedule never names are. Declaring a group for an anchor again
   /// replaces it; an empty `members` removes it. Thread-safe.
   /// @throws htp::invalid_argument for a stale handle, an anchor that is itself a member of a

@@ -187,7 +187,7 @@ struct pager::impl {
   /// first that cannot be brought in (a later one must not take the room an earlier one needs).
   void prefetch_upcoming();
   /// The victim a prefetch of a routed group member may evict (see residency.cpp).
-  std::optional<std::uint32_t> routed_victim(std::uint32_t for_slot) const;
+  std::optional<std::uint32_t> routed_victim() const;
   /// prefetch_upcoming in lookahead_mode::automatic: ahead in bytes and time (pager.hpp).
   void prefetch_ahead();
   /// The marks this acquire call of `hs` records for the compute pace (automatic lookahead).
