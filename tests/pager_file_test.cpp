@@ -4,6 +4,7 @@
 #include "pager_fixture.hpp"
 
 #include <htp/tensor_file.hpp>
+#include <htp/transfer_engine.hpp>
 
 #include <unistd.h>
 #include <cstdio>
@@ -181,6 +182,33 @@ TEST_F(pager_file, degraded_mode_cannot_serve_a_file_tensor_so_its_acquire_throw
   compute.synchronize();
   EXPECT_EQ(device_checksum(p, *dev, f, compute, slot), checksum(parts[0].data(), parts[0].size()))
       << "room again: read from the file";
+}
+
+TEST_F(pager_file, the_engine_reports_a_failed_read_as_an_io_error_naming_the_file) {
+  const std::vector<std::vector<unsigned char>> parts = {payload(64 << 10, 11)};
+  temp_file tf(parts);
+  auto file = tensor_file::open(tf.path);
+  void* hbm = dev->allocate(memory_kind::device, 64 << 10);
+  {
+    transfer_config tc;
+    tc.chunk_bytes = 16 << 10;
+    tc.h2d.link_bytes_per_second = 10'000'000'000;
+    tc.h2d.unlimited = true;
+    tc.d2h = tc.h2d;
+    tc.device_memory = {{hbm, 64 << 10}};
+    transfer_engine eng(*dev, tc);
+    ASSERT_EQ(truncate(tf.path.c_str(), 20 << 10), 0);  // chunk 1 ends early
+    const auto t = eng.submit_from_file(hbm, file, 0, 64 << 10, transfer_priority::fault);
+    try {
+      eng.wait(t);
+      ADD_FAILURE() << "a read past the end succeeded";
+    } catch (const io_error& e) {
+      EXPECT_EQ(e.path(), tf.path);
+      EXPECT_NE(std::string(e.what()).find("chunk 1 of request"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(eng.status(t), transfer_status::failed);
+  }
+  dev->deallocate(memory_kind::device, hbm, 64 << 10);
 }
 
 }  // namespace

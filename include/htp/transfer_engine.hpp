@@ -310,8 +310,9 @@ class transfer_engine {
   void wait_on(transfer_ticket t, stream_ref compute);
 
   /// Blocks the calling host thread until the request has finished.
-  /// @throws htp::invalid_argument for an unknown ticket; htp::logic_error if it failed (the
-  /// message says why).
+  /// @throws htp::invalid_argument for an unknown ticket; htp::io_error if reading its file
+  /// failed (submit_from_file, submit_decode_from_file: the file's path and the read's errno);
+  /// htp::logic_error if it failed otherwise (the message says why).
   void wait(transfer_ticket t);
 
   /// Blocks until every request submitted so far has finished.

@@ -14,13 +14,15 @@ using detail::acquire_outcome;
 using detail::pending_kind;
 using detail::tensor_record;
 
-void pager::impl::throw_transfer_failed(const std::string& what, const std::string& why,
-                                        const std::string& path) {
-  if (why.find("reading the file failed") != std::string::npos) {
-    throw io_error(detail::concat(what, ": a page-in could not read the tensor's file: ", why),
-                   path);
+void pager::impl::throw_transfer_failed(const std::string& what, std::exception_ptr cause) {
+  try {
+    std::rethrow_exception(cause);
+  } catch (const io_error& e) {
+    throw io_error(detail::concat(what, ": a page-in could not read the tensor's file: ", e.what()),
+                   e.path(), e.error_number());
+  } catch (const std::exception& e) {
+    throw_copy_failed(what, e.what());
   }
-  throw_copy_failed(what, why);
 }
 
 void pager::impl::check_list(const tensor_handle* hs, std::size_t n, const char* what,
@@ -52,11 +54,11 @@ bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot
     // persistent device fault cannot spin here. Nothing changed for the tensor.
     const std::string name = t.name;
     const auto blocked_from = std::chrono::steady_clock::now();
-    const std::string failed = wait_for(lock, waits);
+    const std::exception_ptr failed = wait_for(lock, waits);
     stats.blocked_since(blocked_from);
-    if (!failed.empty() && !waits.only_moves) {
+    if (failed && !waits.only_moves) {
       reap();
-      throw_transfer_failed(detail::concat("acquire('", name, "')"), failed, std::string());
+      throw_transfer_failed(detail::concat("acquire('", name, "')"), failed);
     }
     return false;  // state may have changed meanwhile: start over
   }
@@ -248,9 +250,10 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
         if (pending[at]) engine->wait(pending[at]);
       }
     }
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     // The bytes never arrived (or the stream could not be told to wait): undo the pins (nothing
     // was queued on `compute` after the acquire but waits) and report it.
+    const std::exception_ptr cause = std::current_exception();
     lock.lock();
     pace.recorded(marks, false);
     probes.recorded(probe, false);
@@ -264,7 +267,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     const tensor_record& failed = tensors[hs[std::min(at, n - 1)].index];
     throw_transfer_failed(detail::concat("acquire('", failed.name, "'", n > 1 ? " and others" : "",
                                          wait ? ", wait)" : ")"),
-                          e.what(), failed.file ? failed.file->name() : std::string());
+                          cause);
   }
   if (!wait && writes.empty()) return;
   lock.lock();

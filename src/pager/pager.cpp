@@ -465,10 +465,10 @@ void pager::evict(tensor_handle h) {
       w.tickets.push_back(p.tensors[slot].ticket);
       mine = true;
     }
-    const std::string failed = p.wait_for(lock, w);
-    if (mine && !failed.empty()) {  // the tensor stays resident and dirty; nothing is lost
+    const std::exception_ptr failed = p.wait_for(lock, w);
+    if (mine && failed) {  // the tensor stays resident and dirty; nothing is lost
       p.reap();
-      impl::throw_copy_failed(detail::concat("evict('", p.tensors.get(h).name, "')"), failed);
+      impl::throw_transfer_failed(detail::concat("evict('", p.tensors.get(h).name, "')"), failed);
     }
   }
 }

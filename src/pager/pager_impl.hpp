@@ -199,8 +199,9 @@ struct pager::impl {
   bool prefetch_slot(std::uint32_t slot,
                      std::optional<std::chrono::steady_clock::time_point> need = std::nullopt);
   /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
-  /// copy in `w` that failed (empty when none did); reap() accounts the failure.
-  std::string wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
+  /// copy in `w` that failed (io_error for a file read, logic_error otherwise; null when none
+  /// did); reap() accounts the failure.
+  std::exception_ptr wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
   /// Blocks (the lock dropped while waiting) until `h` has no copy in flight and every release
   /// event has completed; `check` runs on each look and may throw to refuse. Returns the slot.
   std::uint32_t quiesce(std::unique_lock<std::mutex>& lock, tensor_handle h,
@@ -222,12 +223,10 @@ struct pager::impl {
   void drop_fences();
   /// Throws htp::cuda_error for a copy the transfer engine reported failed.
   [[noreturn]] static void throw_copy_failed(const std::string& what, const std::string& why);
-  /// As throw_copy_failed, except for a failure that reading a tensor's file caused (the transfer
-  /// engine's reason says "reading the file failed", as its dispatcher words it): that throws
-  /// htp::io_error naming `path` (the file of the tensor concerned, "" if none), the type
-  /// copy_to_host throws for the same fault.
-  [[noreturn]] static void throw_transfer_failed(const std::string& what, const std::string& why,
-                                                 const std::string& path);
+  /// Reports the failure `cause` of a transfer `what` waited for: a file read that failed (the
+  /// engine's io_error) as htp::io_error with its path and errno, the type copy_to_host throws
+  /// for the same fault; anything else as throw_copy_failed does.
+  [[noreturn]] static void throw_transfer_failed(const std::string& what, std::exception_ptr cause);
 
   // ---- completions (completions.cpp) ----
   /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit. Looks

@@ -473,8 +473,9 @@ std::uint32_t pager::impl::quiesce(std::unique_lock<std::mutex>& lock, tensor_ha
   }
 }
 
-std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w) {
-  std::string error;
+std::exception_ptr pager::impl::wait_for(std::unique_lock<std::mutex>& lock,
+                                         const detail::wait_set& w) {
+  std::exception_ptr error;
   // The events stay held by their owners while the lock is dropped: hold them here too, so none
   // is recycled (and re-recorded) while this thread waits on it.
   for (auto e : w.events) events.retain(e);
@@ -483,9 +484,11 @@ std::string pager::impl::wait_for(std::unique_lock<std::mutex>& lock, const deta
     for (auto t : w.tickets) {
       try {
         engine->wait(t);
-      } catch (const logic_error& e) {
+      } catch (const logic_error&) {
         // a failed copy: reap() accounts it; the caller decides whether to retry or report it
-        if (error.empty()) error = e.what();
+        if (!error) error = std::current_exception();
+      } catch (const io_error&) {  // a failed file read, likewise
+        if (!error) error = std::current_exception();
       }
     }
     for (auto e : w.events) dev.synchronize(e);

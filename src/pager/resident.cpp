@@ -23,10 +23,11 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
       throw detail::ladder_exhausted(
           oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
     }
-    const std::string failed = wait_for(lock, waits);
-    if (!failed.empty() && !waits.only_moves) {
+    const std::exception_ptr failed = wait_for(lock, waits);
+    if (failed && !waits.only_moves) {
       reap();
-      throw_copy_failed(detail::concat("register_resident('", tensors[slot].name, "')"), failed);
+      throw_transfer_failed(detail::concat("register_resident('", tensors[slot].name, "')"),
+                            failed);
     }
   }
 }

@@ -49,6 +49,7 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
   rec.status = st;
   rec.latency_ns = now_ns() - r->submit_ns;
   rec.error = r->error;
+  rec.read_error = r->read_error;
   switch (st) {
     case transfer_status::complete:
       ++classes[p].completed;
@@ -66,11 +67,13 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
   finished_cv.notify_all();
 }
 
-void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why) {
+void transfer_engine::impl::fail_locked(const request_ptr& r, std::string why,
+                                        std::exception_ptr read_error) {
   if (live.count(r->id) == 0) return;  // already finished (e.g. by the completer meanwhile)
   if (!r->failed) {
     r->failed = true;
     r->error = std::move(why);
+    r->read_error = std::move(read_error);
     remove_from_queue(lane_of(r->direction), r);
   }
   if (r->done == r->issued) {
@@ -188,9 +191,13 @@ bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::
   bounce = l.bounce_free.back();
   l.bounce_free.pop_back();
   std::string error;
+  std::exception_ptr read_error;
   lock.unlock();  // a read can take milliseconds: submitters, cancels and the completer go on
   try {
     r->file->read(bounce, n, r->file_offset + off);
+  } catch (const io_error& e) {
+    error = e.what();
+    read_error = std::current_exception();
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -199,8 +206,10 @@ bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::
     l.bounce_free.push_back(bounce);
     bounce = nullptr;
     if (!error.empty())
-      fail_locked(r, detail::concat("chunk ", off / cfg.chunk_bytes, " of request ", r->id,
-                                    ": reading the file failed: ", error));
+      fail_locked(r,
+                  detail::concat("chunk ", off / cfg.chunk_bytes, " of request ", r->id,
+                                 ": reading the file failed: ", error),
+                  std::move(read_error));
     return false;
   }
   return true;
@@ -304,7 +313,7 @@ void transfer_engine::impl::complete_loop(lane& l) {
     if (!error.empty()) {
       fail_locked(r, "device error while copying request " + std::to_string(r->id) + ": " + error);
     } else if (r->failed) {
-      fail_locked(r, r->error);
+      fail_locked(r, r->error, r->read_error);
     } else if (r->done == r->chunk_count) {
       finish_locked(r, transfer_status::complete);
     }

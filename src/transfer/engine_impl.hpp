@@ -48,6 +48,7 @@ struct request {
   std::size_t done = 0;    // chunks completed
   bool failed = false;
   std::string error;
+  std::exception_ptr read_error;  // the io_error of a failed file read (null for device errors)
   transfer::value_word word;
   std::int64_t submit_ns = 0;
   std::int64_t need_ns = detail::no_need;  // set_need_time; no_need when not said
@@ -63,6 +64,7 @@ struct finished_record {
   transfer_status status = transfer_status::complete;
   std::int64_t latency_ns = 0;
   std::string error;
+  std::exception_ptr read_error;  // as request::read_error
 };
 
 struct in_flight_chunk {
@@ -149,7 +151,9 @@ struct transfer_engine::impl {
   void complete_loop(lane& l);
   request* pick(lane& l);
   void issue_chunk(lane& l, const request_ptr& r, std::unique_lock<std::mutex>& lock);
-  void fail_locked(const request_ptr& r, std::string why);
+  /// Fails the request with `why`; `read_error`: the io_error of a failed file read, if that was
+  /// the cause (wait() then throws an io_error with its path and errno).
+  void fail_locked(const request_ptr& r, std::string why, std::exception_ptr read_error = nullptr);
   void finish_locked(const request_ptr& r, transfer_status st);
   void remove_from_queue(lane& l, const request_ptr& r);
   /// Queues `r` in its class under a key from its submission, need time and class (faults ignore

@@ -515,10 +515,18 @@ void transfer_engine::wait(transfer_ticket t) {
   std::unique_lock lock(impl_->mutex_);
   impl_->status_locked(t.id);
   impl_->finished_cv.wait(lock, [&] { return impl_->live.count(t.id) == 0; });
-  if (auto it = impl_->history.find(t.id);
-      it != impl_->history.end() && it->second.status == transfer_status::failed)
-    throw logic_error("transfer_engine: request " + std::to_string(t.id) +
-                      " failed: " + it->second.error);
+  auto it = impl_->history.find(t.id);
+  if (it == impl_->history.end() || it->second.status != transfer_status::failed) return;
+  const std::string why =
+      detail::concat("transfer_engine: request ", t.id, " failed: ", it->second.error);
+  if (it->second.read_error) {
+    try {
+      std::rethrow_exception(it->second.read_error);
+    } catch (const io_error& e) {
+      throw io_error(why, e.path(), e.error_number());
+    }
+  }
+  throw logic_error(why);
 }
 
 void transfer_engine::drain() {
