@@ -107,6 +107,32 @@ TEST(node, compressed_shards_take_their_wire_bytes_in_the_host_tier_and_page_in_
   EXPECT_EQ(n.metrics().host_used_bytes, 0u);
 }
 
+TEST(node, a_compressed_replicated_weight_keeps_one_wire_copy_that_every_gpu_decodes) {
+  sim_node sn(2);
+  node& n = *sn.n;
+  std::vector<unsigned char> w(700 * KiB + 6);
+  for (std::size_t i = 0; i + 1 < w.size(); i += 2) {
+    w[i] = static_cast<unsigned char>(i * 2654435761u >> 9);
+    w[i + 1] = static_cast<unsigned char>(0x3c + (i / 2) % 3);
+  }
+  const node_tensor t =
+      n.register_replicated_compressed("w", w.size(), weight_format::bf16, w.data());
+  const node_metrics m = n.metrics();
+  EXPECT_LT(m.host_used_bytes, w.size()) << "one copy, smaller than the weight";
+  EXPECT_EQ(m.replicated_bytes, m.host_used_bytes);
+  for (std::size_t g = 0; g < 2; ++g) {
+    EXPECT_EQ(n.gpu(g).metrics().compressed_tensors, 1u);
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(read_on(n, g, n.on(t, g), *sn.devs[g]), w) << "GPU " << g;
+      n.gpu(g).evict(n.on(t, g));
+    }
+  }
+  EXPECT_THROW((void)n.register_replicated_compressed("z", 0, weight_format::bf16),
+               invalid_argument);
+  n.unregister(t);
+  EXPECT_EQ(n.metrics().host_used_bytes, 0u);
+}
+
 TEST(node, gpus_on_two_numa_nodes_get_a_host_tier_each_and_their_shards_live_in_their_own) {
   sim_node sn(4, sim_node::config(), {0, 0, 1, 1});
   node& n = *sn.n;

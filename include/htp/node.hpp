@@ -145,6 +145,16 @@ class node {
   /// htp::out_of_memory if the host tier is full. Nothing is left behind on failure.
   node_tensor register_replicated(std::string name, std::size_t bytes,
                                   const void* source = nullptr);
+  /// register_replicated for a weight stored compressed: encoded once as `format` on the calling
+  /// thread into a chunk-frame sequence whose pieces fit every GPU's pager (the smallest
+  /// chunk_bytes decides), one copy of the wire bytes in the host tier (GPU 0's NUMA node), which
+  /// every GPU's pager decodes on its page-ins (pager::register_compressed_tensor_at). On
+  /// timing-only devices nothing is encoded: the wire size is modelled at GPU 0's pager's
+  /// modelled_compression_ratio. Thread-safe.
+  /// @throws as register_replicated, and as pager::register_compressed_tensor_at (a tensor too
+  /// large for some GPU's HBM, a pager's chunk_bytes too small for a codec chunk).
+  node_tensor register_replicated_compressed(std::string name, std::size_t bytes,
+                                             weight_format format, const void* source = nullptr);
   /// A tensor split into one shard per GPU: shard g (`shard_bytes[g]` bytes, from `sources[g]`
   /// when given) is paged only into GPU g. @throws htp::invalid_argument if shard_bytes does not
   /// have one positive size per GPU or sources is neither empty nor one per GPU; as above.

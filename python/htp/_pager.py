@@ -306,13 +306,16 @@ class Node:
         """GPU g's pager: acquire, release, schedules, metrics as for one GPU."""
         return Pager._of(self._n.gpu(g))
 
-    def register_replicated(self, name: str, source: Any) -> _htp.NodeTensor:
-        """A weight any GPU may page in, with one host copy."""
-        return self._n.register_replicated(name, _exportable(source))
+    def register_replicated(self, name: str, source: Any, compress: bool = False) -> _htp.NodeTensor:
+        """A weight any GPU may page in, with one host copy (``compress=True``: one compressed
+        copy that every GPU decodes; bfloat16, float16 or float32)."""
+        return self._n.register_replicated(name, _exportable(source), compress)
 
-    def register_sharded(self, name: str, shards: Sequence[Any], kind: str = "weight") -> _htp.NodeTensor:
-        """One shard per GPU (shard g pages into GPU g only)."""
-        return self._n.register_sharded(name, [_exportable(s) for s in shards], _kind(kind))
+    def register_sharded(self, name: str, shards: Sequence[Any], kind: str = "weight",
+                         compress: bool = False) -> _htp.NodeTensor:
+        """One shard per GPU (shard g pages into GPU g only); ``compress=True`` keeps each
+        weight shard compressed, as ``Pager.register`` does."""
+        return self._n.register_sharded(name, [_exportable(s) for s in shards], _kind(kind), compress)
 
     def register_local(self, g: int, name: str, source: Any, kind: str = "mutable") -> _htp.NodeTensor:
         """A tensor of GPU g alone (its KV blocks), held in the shared tier."""

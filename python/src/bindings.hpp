@@ -91,6 +91,9 @@ inline std::vector<htp::tensor_handle> handles_of(const std::vector<py_tensor>& 
 std::string dtype_name(nb::dlpack::dtype d);
 /// The DLPack dtype for a name above, or for a safetensors name ("BF16", "F32", ...).
 nb::dlpack::dtype dtype_from_name(const std::string& name);
+/// The codec format of a registered array's dtype (bf16, fp16 or fp32).
+/// @throws htp::invalid_argument for another dtype, naming `name` and saying what to do.
+weight_format weight_format_of(const host_array& a, const std::string& name);
 
 // The bind functions, one per file.
 void bind_errors(nb::module_& m);

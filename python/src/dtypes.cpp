@@ -61,4 +61,16 @@ nb::dlpack::dtype dtype_from_name(const std::string& name) {
                               "uint8..uint64, bool (or the safetensors names F32, BF16, ...)");
 }
 
+// The codec format of an array's dtype: compression takes bf16, fp16 and fp32 weights.
+weight_format weight_format_of(const host_array& a, const std::string& name) {
+  using code = nb::dlpack::dtype_code;
+  const auto c = static_cast<code>(a.dtype.code);
+  if (c == code::Bfloat && a.dtype.bits == 16) return weight_format::bf16;
+  if (c == code::Float && a.dtype.bits == 16) return weight_format::fp16;
+  if (c == code::Float && a.dtype.bits == 32) return weight_format::fp32;
+  throw htp::invalid_argument("register '" + name + "' with compress=True: the codec takes " +
+                              "bfloat16, float16 or float32 weights, not " + dtype_name(a.dtype) +
+                              "; register it without compress");
+}
+
 }  // namespace htp::python

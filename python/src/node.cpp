@@ -99,31 +99,45 @@ void bind_node(nb::module_& m) {
       .def("gpu", &gpu_of, nb::arg("g"), "GPU g's pager (the C++ object; htp.Node wraps it).")
       .def(
           "register_replicated",
-          [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a) {
+          [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a, bool compress) {
             const shard_source s = source_of(a, name, tensor_kind::weight);
+            const host_array h = host_array_of(a, name);
+            const weight_format f = compress ? weight_format_of(h, name) : weight_format::bf16;
             nb::gil_scoped_release unlocked;
             return py_node_tensor{
-                n.node->register_replicated(name, s.meta.nbytes, s.data), {s.meta}, 0};
+                compress ? n.node->register_replicated_compressed(name, s.meta.nbytes, f, s.data)
+                         : n.node->register_replicated(name, s.meta.nbytes, s.data),
+                {s.meta},
+                0};
           },
-          nb::arg("name"), nb::arg("source"))
+          nb::arg("name"), nb::arg("source"), nb::arg("compress"))
       .def(
           "register_sharded",
           [](py_node& n, std::string name, const std::vector<nb::ndarray<nb::ro>>& parts,
-             tensor_kind kind) {
+             tensor_kind kind, bool compress) {
             py_node_tensor out;
             std::vector<std::size_t> bytes;
             std::vector<const void*> sources;
+            weight_format f = weight_format::bf16;
             for (const auto& a : parts) {
               const shard_source s = source_of(a, name, kind);
+              if (compress) f = weight_format_of(host_array_of(a, name), name);
               out.shards.push_back(s.meta);
               bytes.push_back(s.meta.nbytes);
               sources.push_back(s.data);
             }
+            if (compress && kind != tensor_kind::weight) {
+              throw htp::invalid_argument("register_sharded '" + name +
+                                          "' with compress=True: only weights are compressed "
+                                          "(a mutable tensor would be re-encoded at every "
+                                          "write-back); pass kind='weight' or compress=False");
+            }
             nb::gil_scoped_release unlocked;
-            out.t = n.node->register_sharded(name, bytes, kind, sources);
+            out.t = compress ? n.node->register_sharded_compressed(name, bytes, f, sources)
+                             : n.node->register_sharded(name, bytes, kind, sources);
             return out;
           },
-          nb::arg("name"), nb::arg("shards"), nb::arg("kind"))
+          nb::arg("name"), nb::arg("shards"), nb::arg("kind"), nb::arg("compress"))
       .def(
           "register_local",
           [](py_node& n, std::size_t g, std::string name, const nb::ndarray<nb::ro>& a,

@@ -122,22 +122,10 @@ py_tensor register_file(pager_state& s, std::string name, const std::string& pat
   return tensor_of(h, std::move(name), a, tensor_kind::weight);
 }
 
-// The codec format of an array's dtype: compression takes bf16, fp16 and fp32 weights.
-weight_format format_of(const host_array& a, const std::string& name) {
-  using code = nb::dlpack::dtype_code;
-  const auto c = static_cast<code>(a.dtype.code);
-  if (c == code::Bfloat && a.dtype.bits == 16) return weight_format::bf16;
-  if (c == code::Float && a.dtype.bits == 16) return weight_format::fp16;
-  if (c == code::Float && a.dtype.bits == 32) return weight_format::fp32;
-  throw htp::invalid_argument("register '" + name + "' with compress=True: the codec takes " +
-                              "bfloat16, float16 or float32 weights, not " + dtype_name(a.dtype) +
-                              "; register it without compress");
-}
-
 py_tensor register_compressed(pager_state& s, std::string name, const nb::ndarray<nb::ro>& src,
                               tensor_kind kind) {
   const host_array a = host_array_of(src, name);
-  const weight_format f = format_of(a, name);
+  const weight_format f = weight_format_of(a, name);
   tensor_handle h;
   {
     nb::gil_scoped_release unlocked;  // encodes: a few hundred MB/s per core

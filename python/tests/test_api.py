@@ -219,6 +219,29 @@ def test_node_shares_one_host_copy(sim):
         n.register_replicated("strided", np.zeros((8, 8), dtype=np.float32)[:, ::2])
 
 
+def test_node_keeps_compressed_weights_replicated_and_sharded(sim):
+    devices = [htp.make_device("sim") for _ in range(2)]
+    n = htp.Node(devices, host_budget="4MiB", host_slab_bytes="1MiB",
+                 gpu=dict(hbm_budget="1MiB", slab_bytes="1MiB", page_bytes=4096))
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal(65536) * 0.02).astype(np.float16)
+    shards = [(rng.standard_normal(32768) * 0.02).astype(np.float16) for _ in range(2)]
+    r = n.register_replicated("w", w, compress=True)
+    s = n.register_sharded("s", shards, compress=True)
+    for g in range(n.gpu_count):
+        pg = n.gpu(g)
+        with pg.acquired([n.on(r, g), n.on(s, g)]) as (vr, vs):
+            assert np.array_equal(np.from_dlpack(vr), w)
+            assert np.array_equal(np.from_dlpack(vs), shards[g])
+        assert pg.metrics()["compressed_tensors"] == 2
+    with pytest.raises(htp.InvalidArgumentError, match="bfloat16, float16 or float32"):
+        n.register_replicated("ids", np.arange(64, dtype=np.int64), compress=True)
+    with pytest.raises(htp.InvalidArgumentError, match="only weights"):
+        n.register_sharded("kv", shards, kind="mutable", compress=True)
+    n.unregister(r)
+    n.unregister(s)
+
+
 def test_import_htp_works_without_torch(tmp_path):
     import subprocess
     import sys

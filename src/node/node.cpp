@@ -8,6 +8,7 @@
 #include "node/links.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -288,6 +289,54 @@ node_tensor node::register_replicated(std::string name, std::size_t bytes, const
   return p_->commit(std::move(r), where, tensor_kind::weight);
 }
 
+namespace {
+
+/// `bytes` of `format` weights from `src` (null: zeros) as a chunk-frame sequence of codec chunks
+/// of `chunk` bytes: its layout, and its wire bytes (none on a timing-only device, where the
+/// layout is modelled at `ratio`).
+std::shared_ptr<const coded_layout> encode_sequence(const char* what, const std::string& name,
+                                                    std::size_t bytes, weight_format format,
+                                                    const void* src, std::size_t chunk,
+                                                    bool timing_only, double ratio,
+                                                    std::vector<std::uint8_t>& wire) {
+  HTP_EXPECTS(chunk > 0, invalid_argument, what, "('", name,
+              "'): the pagers' chunk_bytes cannot carry a codec chunk; use 4152 or more");
+  codec_options o;
+  o.chunk_bytes = chunk;
+  if (timing_only) {
+    wire.clear();
+    return std::make_shared<const coded_layout>(model_chunk_frames(bytes, format, chunk, ratio));
+  }
+  std::vector<std::uint8_t> zeros;
+  if (src == nullptr) zeros.assign(bytes, 0);
+  const auto frame = encode_weights(src != nullptr ? src : zeros.data(), bytes, format, o);
+  wire = split_frame(parse_frame(frame.data(), frame.size()));
+  return std::make_shared<const coded_layout>(verify_chunk_frames(wire.data(), wire.size()));
+}
+
+}  // namespace
+
+node_tensor node::register_replicated_compressed(std::string name, std::size_t bytes,
+                                                 weight_format format, const void* source) {
+  HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_replicated_compressed('", name,
+              "', 0 bytes): a tensor needs a byte");
+  std::size_t chunk = SIZE_MAX;
+  for (const auto& p : p_->pagers)
+    chunk = std::min(chunk, piece_chunk_bytes(p->config().chunk_bytes));
+  record r;
+  r.name = std::move(name);
+  r.layout = node_layout::replicated;
+  std::vector<std::uint8_t> wire;
+  const std::vector<std::shared_ptr<const coded_layout>> layouts = {
+      encode_sequence("node::register_replicated_compressed", r.name, bytes, format, source, chunk,
+                      p_->devs[0]->properties().timing_only,
+                      p_->pagers[0]->config().modelled_compression_ratio, wire)};
+  p_->add_host_extent(r, 0, layouts[0]->wire_bytes, wire.empty() ? nullptr : wire.data());
+  std::vector<std::pair<std::size_t, std::size_t>> where;
+  for (std::size_t g = 0; g < p_->pagers.size(); ++g) where.emplace_back(g, 0);
+  return p_->commit(std::move(r), where, tensor_kind::weight, &layouts);
+}
+
 node_tensor node::register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
                                    tensor_kind kind, const std::vector<const void*>& sources) {
   const std::size_t n = p_->pagers.size();
@@ -336,25 +385,11 @@ node_tensor node::register_sharded_compressed(std::string name,
       HTP_EXPECTS(shard_bytes[g] > 0, invalid_argument, "node::register_sharded_compressed('",
                   r.name, "'): shard ", g, " has 0 bytes");
       const pager_config& pc = p_->pagers[g]->config();
-      codec_options o;
-      o.chunk_bytes = piece_chunk_bytes(pc.chunk_bytes);
-      HTP_EXPECTS(o.chunk_bytes > 0, invalid_argument, "node::register_sharded_compressed('",
-                  r.name, "'): the pagers' chunk_bytes (", pc.chunk_bytes,
-                  ") cannot carry a codec chunk; use 4152 or more");
       std::vector<std::uint8_t> wire;
-      if (p_->devs[g]->properties().timing_only) {
-        layouts.push_back(std::make_shared<const coded_layout>(model_chunk_frames(
-            shard_bytes[g], format, o.chunk_bytes, pc.modelled_compression_ratio)));
-      } else {
-        std::vector<std::uint8_t> zeros;
-        const void* src = sources.empty() ? nullptr : sources[g];
-        if (src == nullptr) zeros.assign(shard_bytes[g], 0);
-        const auto frame =
-            encode_weights(src != nullptr ? src : zeros.data(), shard_bytes[g], format, o);
-        wire = split_frame(parse_frame(frame.data(), frame.size()));
-        layouts.push_back(
-            std::make_shared<const coded_layout>(verify_chunk_frames(wire.data(), wire.size())));
-      }
+      layouts.push_back(encode_sequence(
+          "node::register_sharded_compressed", r.name, shard_bytes[g], format,
+          sources.empty() ? nullptr : sources[g], piece_chunk_bytes(pc.chunk_bytes),
+          p_->devs[g]->properties().timing_only, pc.modelled_compression_ratio, wire));
       p_->add_host_extent(r, g, layouts.back()->wire_bytes, wire.empty() ? nullptr : wire.data());
       where.emplace_back(g, g);
     }
