@@ -77,7 +77,8 @@ declare -A budget=(
   # the python set
   [python-tests]=80     # pip install of the wheel (~3 s), pytest: ~40 tests on sim (~25 s), 4 on cuda
   [hf-offload]=300      # Llama-3.1-8B bf16 drawn on the GPU, 16 GB pinned (~20 s); 32 tokens at batch 1
-                        # and 16: resident, naive (~25 s), htp at 30% and 50% (~40 s), accelerate (~30 s)
+                        # and 16: resident, naive (~25 s), htp at 30% and 50% (~40 s), htp-compress at
+                        # 30% (16 GB encoded on 16 cores ~10 s, ~20 s), accelerate (~30 s)
 )
 case $set_name in
   core) order=(facts tests pager-tests interop-tests nccl-tests examples bandwidth transfer stream-decode

@@ -151,6 +151,8 @@ TEST(codec, threads_and_the_callers_buffer_give_the_same_frame) {
   const bytes_t one = encode_weights(raw.data(), raw.size(), weight_format::fp16, o);
   o.threads = 4;
   EXPECT_TRUE(encode_weights(raw.data(), raw.size(), weight_format::fp16, o) == one);
+  o.threads = 0;  // automatic: 12 chunks, up to 3 threads
+  EXPECT_TRUE(encode_weights(raw.data(), raw.size(), weight_format::fp16, o) == one);
   bytes_t buf(max_encoded_bytes(raw.size(), o));
   const std::size_t n =
       encode_weights(raw.data(), raw.size(), weight_format::fp16, buf.data(), buf.size(), o);

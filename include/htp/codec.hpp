@@ -38,8 +38,9 @@ struct codec_options {
   /// Elements per block: from 64 to 65536. Smaller blocks give a GPU more threads and cost 4 bytes
   /// of offset each.
   std::size_t block_elements = 4096;
-  /// Threads that encode chunks concurrently (1 = the calling thread only). The frame is the same
-  /// whatever the count.
+  /// Threads that encode chunks concurrently (1 = the calling thread only; 0 = automatic: up to
+  /// the machine's cores, at least 4 chunks each, so a small input stays on the calling thread).
+  /// The frame is the same whatever the count.
   unsigned threads = 1;
 };
 

@@ -145,12 +145,12 @@ class node {
   /// htp::out_of_memory if the host tier is full. Nothing is left behind on failure.
   node_tensor register_replicated(std::string name, std::size_t bytes,
                                   const void* source = nullptr);
-  /// register_replicated for a weight stored compressed: encoded once as `format` on the calling
-  /// thread into a chunk-frame sequence whose pieces fit every GPU's pager (the smallest
-  /// chunk_bytes decides), one copy of the wire bytes in the host tier (GPU 0's NUMA node), which
-  /// every GPU's pager decodes on its page-ins (pager::register_compressed_tensor_at). On
-  /// timing-only devices nothing is encoded: the wire size is modelled at GPU 0's pager's
-  /// modelled_compression_ratio. Thread-safe.
+  /// register_replicated for a weight stored compressed: encoded once as `format` (as
+  /// register_sharded_compressed does) into a chunk-frame sequence whose pieces fit every GPU's
+  /// pager (the smallest chunk_bytes decides), one copy of the wire bytes in the host tier (GPU 0's
+  /// NUMA node), which every GPU's pager decodes on its page-ins
+  /// (pager::register_compressed_tensor_at). On timing-only devices nothing is encoded: the wire
+  /// size is modelled at GPU 0's pager's modelled_compression_ratio. Thread-safe.
   /// @throws as register_replicated, and as pager::register_compressed_tensor_at (a tensor too
   /// large for some GPU's HBM, a pager's chunk_bytes too small for a codec chunk).
   node_tensor register_replicated_compressed(std::string name, std::size_t bytes,
@@ -160,12 +160,12 @@ class node {
   /// have one positive size per GPU or sources is neither empty nor one per GPU; as above.
   node_tensor register_sharded(std::string name, const std::vector<std::size_t>& shard_bytes,
                                tensor_kind kind, const std::vector<const void*>& sources = {});
-  /// register_sharded for a weight stored compressed: shard g is encoded as `format` on the
-  /// calling thread into a chunk-frame sequence cut for GPU g's pager (codec.hpp), only those wire
-  /// bytes go into the host tier, and GPU g's pager decodes it on each page-in
-  /// (pager::register_compressed_tensor_at; docs/pager.md, "Compressed weights"). On timing-only
-  /// devices nothing is encoded: the wire size is modelled at the pagers'
-  /// modelled_compression_ratio. Thread-safe.
+  /// register_sharded for a weight stored compressed: shard g is encoded as `format` (the calling
+  /// thread, and helpers for a large shard: codec_options::threads = 0) into a chunk-frame sequence
+  /// cut for GPU g's pager (codec.hpp), only those wire bytes go into the host tier, and GPU g's
+  /// pager decodes it on each page-in (pager::register_compressed_tensor_at; docs/pager.md,
+  /// "Compressed weights"). On timing-only devices nothing is encoded: the wire size is modelled at
+  /// the pagers' modelled_compression_ratio. Thread-safe.
   /// @throws as register_sharded, and as pager::register_compressed_tensor_at (a shard too large
   /// for HBM, the pagers' chunk_bytes too small for a codec chunk).
   node_tensor register_sharded_compressed(std::string name,

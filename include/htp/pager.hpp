@@ -210,8 +210,9 @@ class pager {
   tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
                                 const void* source = nullptr);
   /// Registers a weight stored compressed (docs/pager.md, "Compressed weights"): `source` (`bytes`
-  /// of `format` weights; null = zeros) is encoded on the calling thread (htp::encode_weights, a
-  /// few hundred MB/s per core: call it at set-up; the time is counted in metrics().encode_ns)
+  /// of `format` weights; null = zeros) is encoded by the calling thread, with helper threads up
+  /// to the machine's cores for a large weight (htp::encode_weights with threads = 0, a few
+  /// hundred MB/s per core: call it at set-up; the time is counted in metrics().encode_ns)
   /// into a chunk-frame sequence (htp::split_frame) with chunks that fit the engine's
   /// chunk_bytes, and only those wire bytes are kept in the host tier. Each page-in copies them
   /// piece by piece into an HBM staging ring and decodes each piece into the tensor's extent

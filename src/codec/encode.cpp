@@ -173,7 +173,11 @@ std::vector<coded_chunk> encode_chunks(const std::uint8_t* src, std::size_t byte
     }
   };
   std::vector<std::thread> helpers;
-  const std::size_t extra = std::min<std::size_t>(o.threads > 1 ? o.threads - 1 : 0, count);
+  const std::size_t threads =
+      o.threads != 0 ? o.threads
+                     : std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                             std::max<std::size_t>(1, count / 4));
+  const std::size_t extra = std::min<std::size_t>(threads - 1, count);
   for (std::size_t t = 0; t < extra; ++t) helpers.emplace_back(work);
   work();
   for (auto& t : helpers) t.join();

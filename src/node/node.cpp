@@ -303,6 +303,7 @@ std::shared_ptr<const coded_layout> encode_sequence(const char* what, const std:
               "'): the pagers' chunk_bytes cannot carry a codec chunk; use 4152 or more");
   codec_options o;
   o.chunk_bytes = chunk;
+  o.threads = 0;  // automatic: every core for a large weight
   if (timing_only) {
     wire.clear();
     return std::make_shared<const coded_layout>(model_chunk_frames(bytes, format, chunk, ratio));

@@ -58,6 +58,7 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
     if (source == nullptr) zeros.assign(bytes, 0);
     codec_options o;
     o.chunk_bytes = chunk;
+    o.threads = 0;  // a large weight on every core: a model is registered at start-up
     const auto frame = encode_weights(source != nullptr ? source : zeros.data(), bytes, format, o);
     wire = split_frame(parse_frame(frame.data(), frame.size()));
     layout = verify_chunk_frames(wire.data(), wire.size());
