@@ -144,14 +144,19 @@ nlohmann::json to_json(const moe_result& r, std::uint64_t oracle, int steps) {
 
 /// The table of one budget: each policy's bytes against the oracle's.
 void print_budget(const moe_setup& s, double fraction, std::uint64_t oracle,
-                  std::uint64_t fixed_set, const std::vector<moe_result>& results) {
+                  std::uint64_t fixed_set, std::uint64_t lfu,
+                  const std::vector<moe_result>& results) {
   const double steps = s.cfg.steps;
+  const auto over = [&](std::uint64_t b) {
+    return oracle > 0 ? static_cast<double>(b) / static_cast<double>(oracle) : 0.0;
+  };
   std::printf("\nHBM budget %.2f GiB (%.0f%% of %d layers' weights); oracle (Belady on the "
-              "realised trace) %.1f MB/step; best fixed set %.1f MB/step (%.3fx)\n",
+              "realised trace) %.1f MB/step; best fixed set %.1f MB/step (%.3fx); LFU %.1f "
+              "MB/step (%.3fx)\n",
               static_cast<double>(s.cfg.hbm_budget_bytes) / 1073741824.0, 100 * fraction,
               s.cfg.layers, static_cast<double>(oracle) / steps / 1e6,
-              static_cast<double>(fixed_set) / steps / 1e6,
-              oracle > 0 ? static_cast<double>(fixed_set) / static_cast<double>(oracle) : 0);
+              static_cast<double>(fixed_set) / steps / 1e6, over(fixed_set),
+              static_cast<double>(lfu) / steps / 1e6, over(lfu));
   std::printf("%-11s %9s %8s %7s %8s %8s %9s %7s %9s %9s\n", "policy", "MB/step", "x oracle",
               "faults", "late", "wasted", "step p50", "timely", "late p50", "late p99");
   for (const auto& r : results) {
@@ -179,6 +184,7 @@ nlohmann::json run_sweep(moe_setup& s, int& exit_code) {
     s.cfg.hbm_budget_bytes = budget / s.cfg.page_bytes * s.cfg.page_bytes;
     const std::uint64_t oracle = oracle_bytes(s.cfg, layout, s.trace);
     const std::uint64_t fixed_set = best_fixed_set_bytes(s.cfg, layout, s.trace);
+    const std::uint64_t lfu = lfu_bytes(s.cfg, layout, s.trace);
     std::vector<moe_result> results;
     for (moe_policy pol : s.pols) {
       try {
@@ -193,7 +199,7 @@ nlohmann::json run_sweep(moe_setup& s, int& exit_code) {
         exit_code = 1;
       }
     }
-    print_budget(s, f, oracle, fixed_set, results);
+    print_budget(s, f, oracle, fixed_set, lfu, results);
     nlohmann::json pj = nlohmann::json::array();
     for (const auto& r : results) pj.push_back(to_json(r, oracle, s.cfg.steps));
     sweep.push_back(
@@ -208,6 +214,11 @@ nlohmann::json run_sweep(moe_setup& s, int& exit_code) {
            {"bytes_per_step", static_cast<double>(fixed_set) / s.cfg.steps},
            {"over_oracle",
             oracle > 0 ? static_cast<double>(fixed_set) / static_cast<double>(oracle) : 0}}},
+         {"lfu",
+          {{"page_in_bytes", lfu},
+           {"bytes_per_step", static_cast<double>(lfu) / s.cfg.steps},
+           {"over_oracle",
+            oracle > 0 ? static_cast<double>(lfu) / static_cast<double>(oracle) : 0}}},
          {"policies", pj}});
   }
   return sweep;

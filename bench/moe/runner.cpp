@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <list>
+#include <set>
+#include <tuple>
 
 namespace htp::bench {
 namespace {
@@ -157,6 +159,39 @@ std::uint64_t best_fixed_set_bytes(const moe_config& cfg, const moe_layout& layo
     }
     lru.push_front(t);
     where[t] = lru.begin();
+  }
+  return missed;
+}
+
+std::uint64_t lfu_bytes(const moe_config& cfg, const moe_layout& layout,
+                        const routing_trace& trace) {
+  const std::size_t n = layout.bytes.size();
+  std::vector<std::uint64_t> footprint(n), count(n, 0), last(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    footprint[i] = htp_tensor_bytes(layout.bytes[i], cfg.page_bytes);
+  std::size_t timed_from = 0;
+  const auto seq = all_accesses(cfg, layout, trace, timed_from);
+  std::set<std::tuple<std::uint64_t, std::uint64_t, std::size_t>> resident;  // (count, last, i)
+  std::vector<bool> in(n, false);
+  std::uint64_t used = 0, missed = 0;
+  for (std::size_t k = 0; k < seq.size(); ++k) {
+    const std::size_t t = seq[k];
+    if (in[t]) {
+      resident.erase({count[t], last[t], t});
+    } else {
+      if (k >= timed_from) missed += layout.bytes[t];
+      while (used + footprint[t] > cfg.hbm_budget_bytes && !resident.empty()) {
+        const std::size_t v = std::get<2>(*resident.begin());
+        resident.erase(resident.begin());
+        in[v] = false;
+        used -= footprint[v];
+      }
+      in[t] = true;
+      used += footprint[t];
+    }
+    ++count[t];
+    last[t] = k;
+    resident.insert({count[t], last[t], t});
   }
   return missed;
 }

@@ -91,4 +91,11 @@ std::uint64_t oracle_bytes(const moe_config& cfg, const moe_layout& layout,
 std::uint64_t best_fixed_set_bytes(const moe_config& cfg, const moe_layout& layout,
                                    const routing_trace& trace);
 
+/// The online counting reference: least frequently used, offline on the same accesses at the
+/// pager's capacity. Counts are of accesses so far (no hindsight, no decay); a miss evicts the
+/// resident tensors with the fewest (ties: least recent) until it fits. What learning the
+/// popularity from the trace itself can reach, with room for nothing but the tensor coming in.
+std::uint64_t lfu_bytes(const moe_config& cfg, const moe_layout& layout,
+                        const routing_trace& trace);
+
 }  // namespace htp::bench
