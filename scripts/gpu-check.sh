@@ -75,7 +75,7 @@ declare -A budget=(
   [slab]=15             # Google Benchmark, 0.05 s per case, ~40 cases: ~5 s (10 s on 2 cores)
   [memcheck]=35         # compute-sanitizer on the cuda conformance tests that cannot hang: ~25 s
   # the python set
-  [python-tests]=80     # pip install of the wheel (~3 s), pytest: ~40 tests on sim (~25 s), 4 on cuda
+  [python-tests]=80     # pip install of the wheel (~3 s), pytest: ~50 tests on sim (~30 s), 6 on cuda
   [hf-offload]=300      # Llama-3.1-8B bf16 drawn on the GPU, 16 GB pinned (~20 s); 32 tokens at batch 1
                         # and 16: resident, naive (~25 s), htp at 30% and 50% (~40 s), htp-compress at
                         # 30% (16 GB encoded on 16 cores ~10 s, ~20 s), accelerate (~30 s)

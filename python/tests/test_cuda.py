@@ -1,5 +1,6 @@
 """The Python API on a real GPU (skipped without one): views on torch's streams, the legacy default
-stream bridged, a model offloaded on cuda giving the resident model's logits and tokens."""
+stream bridged, a model offloaded on cuda giving the resident model's logits and tokens, and
+compressed weights decoded bit-exact by the GPU's decode kernel (alone and in an offloaded model)."""
 from __future__ import annotations
 
 import pytest
@@ -76,4 +77,43 @@ def test_offloaded_llama_matches_the_resident_one_on_cuda(gpu):
         assert torch.equal(model.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0),
                            want_tokens)
     assert handle.metrics()["evictions"] > 0
+    handle.remove()
+
+
+def test_compressed_weights_are_decoded_bit_exact_by_the_gpu(gpu):
+    p = small_pager(gpu)
+    g = torch.Generator().manual_seed(11)
+    w = (torch.randn(3 << 20, generator=g) * 0.02).to(torch.bfloat16)  # 6 MiB: several pieces
+    t = p.register("w", w, compress=True)
+    for _ in range(2):  # a decode on the GPU, an eviction, and another
+        with p.acquired(t) as v:
+            got = torch.from_dlpack(v)
+            assert got.device.type == "cuda"
+            assert torch.equal(got.view(torch.int16).cpu(), w.view(torch.int16))
+        p.evict(t)
+    m = p.metrics()
+    assert m["compressed_tensors"] == 1 and m["page_ins"] == 2
+    assert m["page_in_wire_bytes"] < 0.75 * m["page_in_bytes"]
+
+
+def test_a_compressed_offload_gives_the_resident_logits_on_cuda(gpu):
+    import copy
+
+    from conftest import build_model
+    import htp.torch as ht
+
+    model, keep = build_model("mixtral", torch.bfloat16)
+    ref = copy.deepcopy(model).cuda()
+    ids = torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = ref(ids.cuda()).logits
+    paged = sum(p.numel() * 2 for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    handle = ht.offload(model, hbm_budget=max(paged * 3 // 10, 1 << 20), keep=keep, device=gpu,
+                        compress=True)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(model(ids).logits, want)
+    m = handle.metrics()
+    assert m["compressed_tensors"] > 0 and m["evictions"] > 0
+    assert m["page_in_wire_bytes"] < m["page_in_bytes"]
     handle.remove()
