@@ -1,5 +1,6 @@
-// The pager's public API: handle table, register/unregister, acquire/release, prefetch, schedule,
-// explicit eviction and compaction. See include/htp/pager.hpp and docs/pager.md.
+// The pager's public API: handle table, register/unregister, acquire/release, explicit eviction
+// and compaction, copies and reports (the hints are in hints.cpp). See include/htp/pager.hpp and
+// docs/pager.md.
 #include "pager/pager_impl.hpp"
 
 #include <algorithm>
@@ -369,74 +370,6 @@ void pager::release(tensor_handle h, stream_ref compute, bool dirty) {
 
 void pager::release(const std::vector<tensor_handle>& hs, stream_ref compute, bool dirty) {
   impl_->release_n(hs.data(), hs.size(), compute, dirty);
-}
-
-void pager::prefetch(tensor_handle h) {
-  auto& p = *impl_;
-  std::lock_guard lock(p.mutex);
-  p.reap();
-  p.prefetch_slot(p.slot_of(h));
-}
-
-void pager::expect(const std::vector<tensor_handle>& hs) {
-  auto& p = *impl_;
-  std::lock_guard lock(p.mutex);
-  std::vector<std::uint32_t> slots;
-  slots.reserve(hs.size());
-  for (tensor_handle h : hs) slots.push_back(p.slot_of(h));
-  p.reap();
-  p.expected = slots;  // what their room may not evict (impl::routed_victim)
-  struct clear_expected {
-    std::vector<std::uint32_t>& v;
-    ~clear_expected() { v.clear(); }
-  } clear{p.expected};
-  const auto now = std::chrono::steady_clock::now();
-  for (std::uint32_t slot : slots) p.prefetch_slot(slot, now);
-}
-
-void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
-                             unsigned k) {
-  auto& p = *impl_;
-  std::lock_guard lock(p.mutex);
-  const std::uint32_t a = p.slot_of(anchor);
-  const std::string& name = p.tensors[a].name;
-  HTP_EXPECTS(p.groups.anchor_of(a) < 0, invalid_argument, "set_routed_group('", name,
-              "'): the anchor is itself a member of a routed group");
-  HTP_EXPECTS(members.empty() || (k >= 1 && k <= members.size()), invalid_argument,
-              "set_routed_group('", name, "'): k is ", k, " for a group of ", members.size(),
-              " members; it must be in [1, ", members.size(), "]");
-  std::vector<std::uint32_t> slots;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    const std::uint32_t s = p.slot_of(members[i]);
-    const std::int64_t other = p.groups.anchor_of(s);
-    HTP_EXPECTS(s != a && (other < 0 || other == a) && !p.groups.is_anchor(s) &&
-                    std::find(slots.begin(), slots.end(), s) == slots.end(),
-                invalid_argument, "set_routed_group('", name, "'): member ", i, " ('",
-                p.tensors[s].name,
-                "') is the anchor, an anchor of its own, repeated, or in another group");
-    slots.push_back(s);
-  }
-  for (std::uint32_t s : p.groups.set(a, std::move(slots), k)) p.tensors.reindex(s);
-}
-
-void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic) {
-  auto& p = *impl_;
-  std::lock_guard lock(p.mutex);
-  std::vector<std::uint32_t> slots;
-  slots.reserve(sequence.size());
-  for (std::size_t i = 0; i < sequence.size(); ++i) {
-    try {
-      (void)p.tensors.get(sequence[i]);
-    } catch (const invalid_argument& e) {
-      throw invalid_argument(detail::concat("set_schedule: entry ", i, ": ", e.what()));
-    }
-    slots.push_back(sequence[i].index);
-  }
-  p.schedule.set(std::move(slots), cyclic);
-  p.pace.reset(p.schedule.size());
-  p.tensors.reindex_all();  // next uses changed: re-key (O(n log n))
-  p.reap();
-  p.prefetch_upcoming();
 }
 
 void pager::evict(tensor_handle h) {

@@ -1,6 +1,7 @@
 # Sources of the pager.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pager.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/hints.cpp
   ${CMAKE_CURRENT_LIST_DIR}/acquire.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compute_pace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/routed_groups.cpp

@@ -7,6 +7,7 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/link_checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/file_checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transfer_engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/file_and_decode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dispatcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tensor_file.cpp
 )
