@@ -51,6 +51,13 @@ def build_model(kind: str, dtype):
     return model, keep
 
 
+def check_compressed_paging(m: dict) -> None:
+    """A model offloaded with compress=True paged compressed tensors, evicting, with fewer bytes on
+    the link than it delivered."""
+    assert m["compressed_tensors"] > 0 and m["evictions"] > 0
+    assert m["page_in_wire_bytes"] < m["page_in_bytes"]
+
+
 @pytest.fixture
 def clone():
     return copy.deepcopy
