@@ -26,7 +26,7 @@ int parse_moe_options(int argc, char** argv, moe_options& o) {
                  "every N steps two neighbouring popularity ranks swap in each layer (0 = never)");
   app.add_option("--seed", o.seed, "routing seed");
   app.add_option("--half-life", o.half_life,
-                 "popularity: pager_config::popularity_half_life, in acquires of the group");
+                 "popularity: pager_config::popularity_half_life, in acquires of any member");
   add_backend_option(app, o.device.backend);
   add_sim_link_options(app, o.device, "sim: modelled host link, GB/s each way",
                        "sim: modelled per-copy latency");

@@ -3,6 +3,8 @@
 
 #include "common/bench_device.hpp"
 
+#include <htp/pager.hpp>
+
 #include <cstdint>
 #include <string>
 
@@ -27,7 +29,7 @@ struct moe_options {
   double zipf_s = 1.1;
   int drift_every = 0;
   std::uint64_t seed = 1;
-  double half_life = 64;
+  double half_life = pager_config{}.popularity_half_life;
   double slab_mib = 64, page_kib = 64, chunk_mib = 2, sim_compute_gbps = 0;
 };
 

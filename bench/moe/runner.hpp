@@ -24,7 +24,7 @@ struct moe_config {
   std::size_t slab_bytes = std::size_t{64} << 20, page_bytes = std::size_t{64} << 10;
   std::size_t chunk_bytes = std::size_t{2} << 20;
   std::uint64_t link_peak_bytes_per_second = 0;
-  double popularity_half_life = 64;
+  double popularity_half_life = pager_config{}.popularity_half_life;
 };
 
 /// The model's tensors, numbered layer by layer in layer_tensors order: per layer, the shared ones

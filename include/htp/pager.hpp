@@ -147,9 +147,13 @@ struct pager_config {
   unsigned prefetch_lookahead = 2;
   /// `automatic` mode: the most schedule positions one call examines (its cost bound); 1 to 4096.
   unsigned lookahead_max_tensors = 256;
-  /// Routed groups (set_routed_group): the half-life of a member's popularity, in acquires of the
-  /// group; popularity ranks which members are guessed ahead of the router and which are evicted.
-  double popularity_half_life = 64;
+  /// Routed groups (set_routed_group): the half-life of a member's popularity, in acquires of any
+  /// member of any group (one clock, so scores compare across groups); popularity ranks which
+  /// members are guessed ahead of the router and which are evicted. A decode step of a
+  /// mixture-of-experts model makes layers x top-k x matrices-per-expert such acquires (Mixtral,
+  /// 32 layers: 192), so 4096 is about 21 steps there. Shorter follows drifting routing faster and
+  /// ranks stationary routing worse (htp-moe-bench, docs/benchmarks.md: 64 paged 29% more at 50%).
+  double popularity_half_life = 4096;
   eviction_rule eviction = eviction_rule::automatic;
   prefetch_mode prefetch = prefetch_mode::min_page_ins;
   double compaction_threshold = 0.15;  ///< HBM fragmentation that triggers compaction.

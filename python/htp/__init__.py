@@ -16,6 +16,7 @@ from ._htp import (
     IoError,
     LinkConfig,
     LogicError,
+    LookaheadMode,
     NodeConfig,
     NodeTensor,
     OomPolicy,
@@ -33,9 +34,9 @@ from ._config import make_device, node_config, pager_config, parse_bytes
 from ._pager import Node, Pager, write_companion
 
 __all__ = [
-    "CorruptDataError", "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind", "InvalidArgumentError",
-    "IoError", "LinkConfig", "LogicError", "Node", "NodeConfig", "NodeTensor", "OomPolicy",
-    "OutOfMemoryError", "Pager", "PagerConfig", "PrefetchMode", "SimConfig", "Tensor", "TensorKind",
-    "View", "__version__", "cuda_device_count", "make_device", "node_config", "pager_config",
-    "parse_bytes", "write_companion",
+    "CorruptDataError", "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind",
+    "InvalidArgumentError", "IoError", "LinkConfig", "LogicError", "LookaheadMode", "Node",
+    "NodeConfig", "NodeTensor", "OomPolicy", "OutOfMemoryError", "Pager", "PagerConfig",
+    "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "View", "__version__", "cuda_device_count",
+    "make_device", "node_config", "pager_config", "parse_bytes", "write_companion",
 ]

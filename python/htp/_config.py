@@ -34,7 +34,8 @@ def parse_bytes(value: int | float | str, what: str = "size") -> int:
     return value
 
 
-_ENUMS = {"eviction": _htp.EvictionRule, "prefetch": _htp.PrefetchMode, "on_oom": _htp.OomPolicy}
+_ENUMS = {"eviction": _htp.EvictionRule, "prefetch": _htp.PrefetchMode, "on_oom": _htp.OomPolicy,
+          "lookahead": _htp.LookaheadMode}
 _ALIASES = {"hbm_budget": "hbm_budget_bytes", "host_budget": "host_budget_bytes"}
 
 

@@ -131,6 +131,13 @@ class PrefetchMode(enum.Enum):
 
     min_page_ins = 1
 
+class LookaheadMode(enum.Enum):
+    count = 0
+    """The next prefetch_lookahead tensors."""
+
+    automatic = 1
+    """Ahead in bytes and time, by the compute measured on the device."""
+
 class OomPolicy(enum.Enum):
     throw_error = 0
 
@@ -231,10 +238,28 @@ class PagerConfig:
     def d2h(self, arg: LinkConfig, /) -> None: ...
 
     @property
+    def lookahead(self) -> LookaheadMode: ...
+
+    @lookahead.setter
+    def lookahead(self, arg: LookaheadMode, /) -> None: ...
+
+    @property
     def prefetch_lookahead(self) -> int: ...
 
     @prefetch_lookahead.setter
     def prefetch_lookahead(self, arg: int, /) -> None: ...
+
+    @property
+    def lookahead_max_tensors(self) -> int: ...
+
+    @lookahead_max_tensors.setter
+    def lookahead_max_tensors(self, arg: int, /) -> None: ...
+
+    @property
+    def popularity_half_life(self) -> float: ...
+
+    @popularity_half_life.setter
+    def popularity_half_life(self, arg: float, /) -> None: ...
 
     @property
     def eviction(self) -> EvictionRule: ...
@@ -289,6 +314,12 @@ class PagerConfig:
 
     @checked.setter
     def checked(self, arg: bool, /) -> None: ...
+
+    @property
+    def modelled_compression_ratio(self) -> float: ...
+
+    @modelled_compression_ratio.setter
+    def modelled_compression_ratio(self, arg: float, /) -> None: ...
 
 class Tensor:
     """A registered tensor: the pager's handle, name, dtype, shape."""
@@ -383,6 +414,10 @@ class Pager:
     def unlend(self, ptr: int) -> None: ...
 
     def prefetch(self, tensor: Tensor) -> None: ...
+
+    def set_routed_group(self, anchor: Tensor, members: Sequence[Tensor], k: int) -> None: ...
+
+    def expect(self, tensors: Sequence[Tensor]) -> None: ...
 
     def set_schedule(self, tensors: Sequence[Tensor], cyclic: bool) -> None: ...
 

@@ -220,6 +220,21 @@ class Pager:
         """Declares the access order (Belady's rule, prefetch); ``cyclic`` for decode steps."""
         self._p.set_schedule(list(tensors), cyclic)
 
+    def set_routed_group(self, anchor: Tensor, members: Sequence[Tensor], k: int) -> None:
+        """Declares tensors used in a data-dependent way after ``anchor`` (a mixture-of-experts
+        layer's expert weights after its router, ``k`` chosen each time), kept out of the
+        schedule: htp ranks them by popularity, guesses the ``k`` most popular ahead of the
+        router (into free room only) and evicts the least popular first. An empty ``members``
+        removes the group. Raises InvalidArgumentError for a member in two groups, an anchor
+        that is a member, or k outside [1, len(members)]."""
+        self._p.set_routed_group(anchor, list(members), k)
+
+    def expect(self, tensors: Tensor | Sequence[Tensor]) -> None:
+        """The router chose ``tensors`` (members of a routed group): load them now, ahead of
+        their acquire, evicting the least popular other members if room is short."""
+        ts, _ = _as_list(tensors)
+        self._p.expect(ts)
+
     def evict(self, tensor: Tensor) -> None:
         """Evicts an unpinned tensor now (writing it back if dirty), blocking."""
         self._p.evict(tensor)

@@ -296,6 +296,23 @@ void bind_pager(nb::module_& m) {
           "prefetch", [](pager_state& s, const py_tensor& t) { s.pager->prefetch(t.handle); },
           gil_free(), nb::arg("tensor"))
       .def(
+          "set_routed_group",
+          [](pager_state& s, const py_tensor& anchor, const std::vector<py_tensor>& members,
+             unsigned k) {
+            const std::vector<tensor_handle> hs = handles_of(members);
+            nb::gil_scoped_release unlocked;
+            s.pager->set_routed_group(anchor.handle, hs, k);
+          },
+          nb::arg("anchor"), nb::arg("members"), nb::arg("k"))
+      .def(
+          "expect",
+          [](pager_state& s, const std::vector<py_tensor>& ts) {
+            const std::vector<tensor_handle> hs = handles_of(ts);
+            nb::gil_scoped_release unlocked;
+            s.pager->expect(hs);
+          },
+          nb::arg("tensors"))
+      .def(
           "set_schedule",
           [](pager_state& s, const std::vector<py_tensor>& ts, bool cyclic) {
             const std::vector<tensor_handle> hs = handles_of(ts);

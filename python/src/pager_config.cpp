@@ -16,6 +16,10 @@ void bind_pager_config(nb::module_& m) {
   nb::enum_<prefetch_mode>(m, "PrefetchMode")
       .value("pipeline", prefetch_mode::pipeline)
       .value("min_page_ins", prefetch_mode::min_page_ins);
+  nb::enum_<lookahead_mode>(m, "LookaheadMode")
+      .value("count", lookahead_mode::count, "The next prefetch_lookahead tensors.")
+      .value("automatic", lookahead_mode::automatic,
+             "Ahead in bytes and time, by the compute measured on the device.");
   nb::enum_<oom_policy>(m, "OomPolicy")
       .value("throw_error", oom_policy::throw_error)
       .value("allow_degraded", oom_policy::allow_degraded);
@@ -46,7 +50,10 @@ void bind_pager_config(nb::module_& m) {
       .def_rw("max_in_flight_chunks", &pager_config::max_in_flight_chunks)
       .def_rw("h2d", &pager_config::h2d)
       .def_rw("d2h", &pager_config::d2h)
+      .def_rw("lookahead", &pager_config::lookahead)
       .def_rw("prefetch_lookahead", &pager_config::prefetch_lookahead)
+      .def_rw("lookahead_max_tensors", &pager_config::lookahead_max_tensors)
+      .def_rw("popularity_half_life", &pager_config::popularity_half_life)
       .def_rw("eviction", &pager_config::eviction)
       .def_rw("prefetch", &pager_config::prefetch)
       .def_rw("compaction_threshold", &pager_config::compaction_threshold)
@@ -59,7 +66,8 @@ void bind_pager_config(nb::module_& m) {
           })
       .def_rw("trace", &pager_config::trace)
       .def_rw("trace_capacity", &pager_config::trace_capacity)
-      .def_rw("checked", &pager_config::checked);
+      .def_rw("checked", &pager_config::checked)
+      .def_rw("modelled_compression_ratio", &pager_config::modelled_compression_ratio);
 }
 
 }  // namespace htp::python

@@ -335,3 +335,26 @@ def test_python_m_htp_compress_writes_a_companion(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "htp.compress", str(out), str(tmp_path / "x")],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "htp.compress:" in bad.stderr
+
+
+def test_routed_groups_rank_experts_by_popularity_from_python(sim):
+    # Four 256 KiB experts after a router, in 1 MiB of HBM with the router: room for three.
+    p = htp.Pager(sim, hbm_budget="1MiB", host_budget="4MiB", slab_bytes="1MiB", page_bytes=4096,
+                  lookahead="automatic", popularity_half_life=1000)
+    assert p.config.lookahead == htp.LookaheadMode.automatic and p.config.popularity_half_life == 1000
+    router = p.register("router", np.zeros(1024, dtype=np.uint8))
+    experts = [p.register(f"e{i}", np.full(256 << 10, i, dtype=np.uint8)) for i in range(4)]
+    p.set_schedule([router], cyclic=True)
+    p.set_routed_group(router, experts, 1)
+    for i in (1, 2, 2, 1, 2, 0):  # expert 0 least popular, though most recent
+        with p.acquired(experts[i]):
+            pass
+    p.synchronize()
+    p.expect([experts[3]])  # the router chose 3: room is made from the least popular
+    p.synchronize()
+    where = [p.info(e)["where"] for e in experts]
+    assert where[0] == "host" and where[1] != "host" and where[2] != "host" and where[3] != "host"
+    with pytest.raises(htp.InvalidArgumentError, match="k is 5"):
+        p.set_routed_group(router, experts, 5)
+    with pytest.raises(htp.InvalidArgumentError, match="none of"):
+        htp.pager_config(lookahead="eager")
