@@ -96,12 +96,18 @@ std::vector<std::size_t> all_accesses(const moe_config& cfg, const moe_layout& l
   return seq;
 }
 
+/// The bytes each tensor takes in the pager (page-rounded as htp stores it), by layout index.
+std::vector<std::uint64_t> footprints(const moe_config& cfg, const moe_layout& layout) {
+  std::vector<std::uint64_t> footprint;
+  for (auto b : layout.bytes) footprint.push_back(htp_tensor_bytes(b, cfg.page_bytes));
+  return footprint;
+}
+
 }  // namespace
 
 std::uint64_t oracle_bytes(const moe_config& cfg, const moe_layout& layout,
                            const routing_trace& trace) {
-  std::vector<std::uint64_t> footprint;
-  for (auto b : layout.bytes) footprint.push_back(htp_tensor_bytes(b, cfg.page_bytes));
+  const auto footprint = footprints(cfg, layout);
   std::size_t timed_from = 0;
   const auto seq = all_accesses(cfg, layout, trace, timed_from);
   return belady_trace_bytes(footprint, layout.bytes, seq, cfg.hbm_budget_bytes, timed_from);
@@ -110,9 +116,7 @@ std::uint64_t oracle_bytes(const moe_config& cfg, const moe_layout& layout,
 std::uint64_t best_fixed_set_bytes(const moe_config& cfg, const moe_layout& layout,
                                    const routing_trace& trace) {
   const std::size_t n = layout.bytes.size();
-  std::vector<std::uint64_t> footprint(n);
-  for (std::size_t i = 0; i < n; ++i)
-    footprint[i] = htp_tensor_bytes(layout.bytes[i], cfg.page_bytes);
+  const auto footprint = footprints(cfg, layout);
   std::size_t timed_from = 0;
   const auto seq = all_accesses(cfg, layout, trace, timed_from);
   std::vector<std::uint64_t> count(n, 0);
@@ -166,9 +170,8 @@ std::uint64_t best_fixed_set_bytes(const moe_config& cfg, const moe_layout& layo
 std::uint64_t lfu_bytes(const moe_config& cfg, const moe_layout& layout,
                         const routing_trace& trace) {
   const std::size_t n = layout.bytes.size();
-  std::vector<std::uint64_t> footprint(n), count(n, 0), last(n, 0);
-  for (std::size_t i = 0; i < n; ++i)
-    footprint[i] = htp_tensor_bytes(layout.bytes[i], cfg.page_bytes);
+  const auto footprint = footprints(cfg, layout);
+  std::vector<std::uint64_t> count(n, 0), last(n, 0);
   std::size_t timed_from = 0;
   const auto seq = all_accesses(cfg, layout, trace, timed_from);
   std::set<std::tuple<std::uint64_t, std::uint64_t, std::size_t>> resident;  // (count, last, i)
@@ -203,7 +206,7 @@ namespace {
 pager_config moe_pager_config(const moe_config& cfg, moe_policy pol, const moe_layout& layout) {
   const std::uint64_t slab = cfg.slab_bytes;
   std::uint64_t host = 0;
-  for (auto b : layout.bytes) host += htp_tensor_bytes(b, cfg.page_bytes);
+  for (auto b : footprints(cfg, layout)) host += b;
   pager_config pc;
   pc.hbm_budget_bytes = cfg.hbm_budget_bytes;
   pc.host_budget_bytes = (host + 4 * slab + slab - 1) / slab * slab;

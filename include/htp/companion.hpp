@@ -65,5 +65,10 @@ index read_index(const std::string& path);
 /// htp::out_of_memory if the engine's buffers cannot be made.
 std::map<std::string, tensor_handle> register_companion(pager& p, const std::string& path,
                                                         const std::vector<std::string>& names = {});
+/// The same with the companion's index already read (read_index(path)), for a caller that needs
+/// the entries too (dtype, shape): the index is not read again. Throws as above.
+std::map<std::string, tensor_handle> register_companion(pager& p, const std::string& path,
+                                                        const index& idx,
+                                                        const std::vector<std::string>& names = {});
 
 }  // namespace htp::companion

@@ -93,7 +93,7 @@ std::string dtype_name(nb::dlpack::dtype d);
 nb::dlpack::dtype dtype_from_name(const std::string& name);
 /// The codec format of a registered array's dtype (bf16, fp16 or fp32).
 /// @throws htp::invalid_argument for another dtype, naming `name` and saying what to do.
-weight_format weight_format_of(const host_array& a, const std::string& name);
+weight_format weight_format_of(nb::dlpack::dtype d, const std::string& name);
 
 // The bind functions, one per file.
 void bind_errors(nb::module_& m);

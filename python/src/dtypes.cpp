@@ -62,14 +62,14 @@ nb::dlpack::dtype dtype_from_name(const std::string& name) {
 }
 
 // The codec format of an array's dtype: compression takes bf16, fp16 and fp32 weights.
-weight_format weight_format_of(const host_array& a, const std::string& name) {
+weight_format weight_format_of(nb::dlpack::dtype d, const std::string& name) {
   using code = nb::dlpack::dtype_code;
-  const auto c = static_cast<code>(a.dtype.code);
-  if (c == code::Bfloat && a.dtype.bits == 16) return weight_format::bf16;
-  if (c == code::Float && a.dtype.bits == 16) return weight_format::fp16;
-  if (c == code::Float && a.dtype.bits == 32) return weight_format::fp32;
+  const auto c = static_cast<code>(d.code);
+  if (c == code::Bfloat && d.bits == 16) return weight_format::bf16;
+  if (c == code::Float && d.bits == 16) return weight_format::fp16;
+  if (c == code::Float && d.bits == 32) return weight_format::fp32;
   throw htp::invalid_argument("register '" + name + "' with compress=True: the codec takes " +
-                              "bfloat16, float16 or float32 weights, not " + dtype_name(a.dtype) +
+                              "bfloat16, float16 or float32 weights, not " + dtype_name(d) +
                               "; register it without compress");
 }
 

@@ -101,8 +101,8 @@ void bind_node(nb::module_& m) {
           "register_replicated",
           [](py_node& n, std::string name, const nb::ndarray<nb::ro>& a, bool compress) {
             const shard_source s = source_of(a, name, tensor_kind::weight);
-            const host_array h = host_array_of(a, name);
-            const weight_format f = compress ? weight_format_of(h, name) : weight_format::bf16;
+            const weight_format f =
+                compress ? weight_format_of(s.meta.dtype, name) : weight_format::bf16;
             nb::gil_scoped_release unlocked;
             return py_node_tensor{
                 compress ? n.node->register_replicated_compressed(name, s.meta.nbytes, f, s.data)
@@ -121,7 +121,7 @@ void bind_node(nb::module_& m) {
             weight_format f = weight_format::bf16;
             for (const auto& a : parts) {
               const shard_source s = source_of(a, name, kind);
-              if (compress) f = weight_format_of(host_array_of(a, name), name);
+              if (compress) f = weight_format_of(s.meta.dtype, name);
               out.shards.push_back(s.meta);
               bytes.push_back(s.meta.nbytes);
               sources.push_back(s.data);

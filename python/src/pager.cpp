@@ -125,7 +125,7 @@ py_tensor register_file(pager_state& s, std::string name, const std::string& pat
 py_tensor register_compressed(pager_state& s, std::string name, const nb::ndarray<nb::ro>& src,
                               tensor_kind kind) {
   const host_array a = host_array_of(src, name);
-  const weight_format f = weight_format_of(a, name);
+  const weight_format f = weight_format_of(a.dtype, name);
   tensor_handle h;
   {
     nb::gil_scoped_release unlocked;  // encodes: a few hundred MB/s per core
@@ -142,7 +142,7 @@ nb::dict register_companion(pager_state& s, const std::string& path,
   {
     nb::gil_scoped_release unlocked;
     idx = companion::read_index(path);
-    hs = companion::register_companion(*s.pager, path, names);
+    hs = companion::register_companion(*s.pager, path, idx, names);
   }
   nb::dict out;
   for (const auto& [name, h] : hs) {

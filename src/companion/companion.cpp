@@ -200,7 +200,12 @@ index read_index(const std::string& path) {
 
 std::map<std::string, tensor_handle> register_companion(pager& p, const std::string& path,
                                                         const std::vector<std::string>& names) {
-  const index idx = read_index(path);
+  return register_companion(p, path, read_index(path), names);
+}
+
+std::map<std::string, tensor_handle> register_companion(pager& p, const std::string& path,
+                                                        const index& idx,
+                                                        const std::vector<std::string>& names) {
   std::vector<std::string> wanted = names;
   if (wanted.empty()) {
     for (const auto& [name, e] : idx.tensors) wanted.push_back(name);

@@ -292,15 +292,16 @@ node_tensor node::register_replicated(std::string name, std::size_t bytes, const
 namespace {
 
 /// `bytes` of `format` weights from `src` (null: zeros) as a chunk-frame sequence of codec chunks
-/// of `chunk` bytes: its layout, and its wire bytes (none on a timing-only device, where the
-/// layout is modelled at `ratio`).
+/// whose pieces fit a pager's `pager_chunk_bytes`: its layout, and its wire bytes (none on a
+/// timing-only device, where the layout is modelled at `ratio`).
 std::shared_ptr<const coded_layout> encode_sequence(const char* what, const std::string& name,
                                                     std::size_t bytes, weight_format format,
-                                                    const void* src, std::size_t chunk,
+                                                    const void* src, std::size_t pager_chunk_bytes,
                                                     bool timing_only, double ratio,
                                                     std::vector<std::uint8_t>& wire) {
-  HTP_EXPECTS(chunk > 0, invalid_argument, what, "('", name,
-              "'): the pagers' chunk_bytes cannot carry a codec chunk; use 4152 or more");
+  const std::size_t chunk = piece_chunk_bytes(pager_chunk_bytes);
+  HTP_EXPECTS(chunk > 0, invalid_argument, what, "('", name, "'): the pagers' chunk_bytes (",
+              pager_chunk_bytes, ") cannot carry a codec chunk; use 4152 or more");
   codec_options o;
   o.chunk_bytes = chunk;
   o.threads = 0;  // automatic: every core for a large weight
@@ -321,9 +322,8 @@ node_tensor node::register_replicated_compressed(std::string name, std::size_t b
                                                  weight_format format, const void* source) {
   HTP_EXPECTS(bytes > 0, invalid_argument, "node::register_replicated_compressed('", name,
               "', 0 bytes): a tensor needs a byte");
-  std::size_t chunk = SIZE_MAX;
-  for (const auto& p : p_->pagers)
-    chunk = std::min(chunk, piece_chunk_bytes(p->config().chunk_bytes));
+  std::size_t chunk = SIZE_MAX;  // the smallest pager chunk: its pieces fit every pager
+  for (const auto& p : p_->pagers) chunk = std::min(chunk, p->config().chunk_bytes);
   record r;
   r.name = std::move(name);
   r.layout = node_layout::replicated;
@@ -387,10 +387,10 @@ node_tensor node::register_sharded_compressed(std::string name,
                   r.name, "'): shard ", g, " has 0 bytes");
       const pager_config& pc = p_->pagers[g]->config();
       std::vector<std::uint8_t> wire;
-      layouts.push_back(encode_sequence(
-          "node::register_sharded_compressed", r.name, shard_bytes[g], format,
-          sources.empty() ? nullptr : sources[g], piece_chunk_bytes(pc.chunk_bytes),
-          p_->devs[g]->properties().timing_only, pc.modelled_compression_ratio, wire));
+      layouts.push_back(encode_sequence("node::register_sharded_compressed", r.name, shard_bytes[g],
+                                        format, sources.empty() ? nullptr : sources[g],
+                                        pc.chunk_bytes, p_->devs[g]->properties().timing_only,
+                                        pc.modelled_compression_ratio, wire));
       p_->add_host_extent(r, g, layouts.back()->wire_bytes, wire.empty() ? nullptr : wire.data());
       where.emplace_back(g, g);
     }
