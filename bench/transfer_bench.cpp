@@ -1,9 +1,12 @@
 // htp-transfer-bench: rate accuracy of the token bucket, head-of-line blocking of an urgent fault
-// (engine versus one big copy per page), and page-in throughput against the raw copy peak.
+// (engine versus one big copy per page), page-in throughput against the raw copy peak, and the
+// cost of verified page-ins from a file (chunk checksums on the device) against unverified ones.
 // On sim the host link is modelled (4 GB/s each way, 5 us per copy) and the output says so.
+#include <htp/checksum.hpp>
 #include <htp/device.hpp>
 #include <htp/latency_histogram.hpp>
 #include <htp/sim_device.hpp>
+#include <htp/tensor_file.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include "common/bench_device.hpp"
@@ -12,11 +15,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -195,6 +201,89 @@ json throughput(htp::device& dev, const buffers& b, std::uint64_t link, std::siz
   return {{"raw_sweep", sweep}, {"raw_peak_gbps", peak / 1e9}, {"engine", engine_runs}};
 }
 
+/// A temporary file of `bytes` pattern bytes (page cache warm once written); removed on
+/// destruction.
+struct temp_file {
+  std::string path;
+  explicit temp_file(std::size_t bytes) {
+    char name[] = "/tmp/htp-transfer-bench-XXXXXX";
+    const int fd = mkstemp(name);
+    if (fd < 0) throw std::runtime_error("htp-transfer-bench: cannot create a file in /tmp");
+    close(fd);
+    path = name;
+    std::vector<char> data(bytes);
+    htp::fill_pattern(data.data(), bytes, 77);
+    std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(bytes));
+  }
+  ~temp_file() { std::remove(path.c_str()); }
+};
+
+/// Median of `v` (not empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Page-ins of a 64 MiB file range (2 MiB chunks, 3 in flight, no cap), unverified and verified
+/// (submit_from_file with the chunks' checksums: a device checksum per chunk in HBM), alternating,
+/// `reps` of each; and the device checksum alone over 64 MiB of HBM against the raw H2D copy of the
+/// same bytes.
+json verified_page_ins(htp::device& dev, const buffers& b, std::uint64_t link, int reps) {
+  const std::size_t bytes = 64 * mib;
+  temp_file tf(bytes);
+  auto file = htp::tensor_file::open(tf.path);
+  auto c = engine_config(b, link);
+  c.h2d.unlimited = true;
+  htp::transfer_engine eng(dev, c);
+  auto sums = std::make_shared<std::vector<std::uint64_t>>();
+  {
+    std::vector<char> chunk(c.chunk_bytes);
+    for (std::size_t at = 0; at < bytes; at += c.chunk_bytes) {
+      file->read(chunk.data(), c.chunk_bytes, at);
+      sums->push_back(htp::checksum(chunk.data(), c.chunk_bytes));
+    }
+  }
+  std::vector<double> plain_s, verified_s;
+  for (int r = 0; r < reps + 1; ++r) {  // the first of each is a warm-up
+    for (bool verify : {false, true}) {
+      const auto t0 = clock_type::now();
+      eng.wait(eng.submit_from_file(b.d(), file, 0, bytes, htp::transfer_priority::prefetch, {},
+                                    verify ? sums : nullptr));
+      if (r > 0) (verify ? verified_s : plain_s).push_back(seconds_since(t0));
+    }
+  }
+  // The checksum alone, on a stream of its own, and the raw copy of the same bytes.
+  htp::stream s(dev);
+  auto* word = static_cast<std::uint64_t*>(dev.allocate(htp::memory_kind::pinned_host, 64));
+  std::vector<double> sum_s;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = clock_type::now();
+    dev.checksum_async(b.d(), bytes, word, s);
+    s.synchronize();
+    if (r > 0) sum_s.push_back(seconds_since(t0));
+  }
+  dev.deallocate(htp::memory_kind::pinned_host, word, 64);
+  const auto copy_bps = static_cast<double>(
+      htp::measure_copy_bandwidth(dev, htp::copy_direction::host_to_device, bytes, reps));
+  const double plain = static_cast<double>(bytes) / median(plain_s);
+  const double verified = static_cast<double>(bytes) / median(verified_s);
+  const double sum_bps = static_cast<double>(bytes) / median(sum_s);
+  fmt::print("  file page-in of 64 MiB, 2 MiB chunks: unverified {:7.3f} GB/s, verified {:7.3f} "
+             "GB/s ({:+.1f}% time)\n",
+             plain / 1e9, verified / 1e9, 100 * (plain / verified - 1));
+  fmt::print("  device checksum of 64 MiB: {:7.3f} GB/s = {:.1f}% of the raw H2D copy's time "
+             "({:.3f} GB/s)\n",
+             sum_bps / 1e9, 100 * copy_bps / sum_bps, copy_bps / 1e9);
+  return {{"bytes", bytes},
+          {"chunk_bytes", c.chunk_bytes},
+          {"unverified_gbps", plain / 1e9},
+          {"verified_gbps", verified / 1e9},
+          {"verified_extra_time_fraction", plain / verified - 1},
+          {"device_checksum_gbps", sum_bps / 1e9},
+          {"raw_h2d_copy_gbps", copy_bps / 1e9},
+          {"checksum_time_vs_copy_time", copy_bps / sum_bps}};
+}
+
 }  // namespace
 
 namespace {
@@ -262,6 +351,8 @@ int run(int argc, char** argv) {
   out["head_of_line"] = head_of_line(*dev, b, link, reps, 4);
   fmt::print("page-in throughput:\n");
   out["throughput"] = throughput(*dev, b, link, want_sim ? 1024 * mib : 8192 * mib);
+  fmt::print("verified page-ins (pager_config::verify_page_ins):\n");
+  out["verified_page_ins"] = verified_page_ins(*dev, b, link, std::max(reps, 3));
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     f << out.dump(2) << "\n";

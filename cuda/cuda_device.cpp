@@ -347,13 +347,23 @@ class cuda_device final : public device {
     HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
   }
 
+  using device::decode_weights_async;
   void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
-                            std::size_t dst_bytes, stream_ref s) override {
+                            std::size_t dst_bytes, std::uint32_t* status, stream_ref s) override {
     HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
                 invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
                 dst_bytes, "): pointers must be non-null and sizes positive");
+    // A verified decode: the verify kernel stores the status (0 or the first failed check)
+    // through the word's device address, then the decode adds any failure of its own.
+    std::uint32_t* status_device =
+        status != nullptr ? static_cast<std::uint32_t*>(mapped_device_pointer(status)) : nullptr;
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cuda::launch_decode_weights(wire, wire_bytes, dst, dst_bytes, native(s)));
+    if (status_device != nullptr) {
+      HTP_CUDA_TRY(cuda::launch_verify_frame(
+          wire, wire_bytes, dst_bytes, scratch_.slot_for(native(s)), status_device, native(s)));
+    }
+    HTP_CUDA_TRY(
+        cuda::launch_decode_weights(wire, wire_bytes, dst, dst_bytes, status_device, native(s)));
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {

@@ -8,12 +8,13 @@
 
 namespace htp::cuda {
 
-/// Device scratch of one checksum in flight on one stream: the blocks' running sum and how many
-/// blocks have added theirs. Zero between checksums (the last block resets it).
+/// Device scratch of one checksum (or frame verify, codec_kernels.hpp) in flight on one stream:
+/// the blocks' running sum, how many blocks have added theirs, and a verify's first failed check
+/// (a codec::status; a plain checksum leaves it 0). Zero between uses (the last block resets it).
 struct checksum_slot {
   unsigned long long sum;
   unsigned int blocks_done;
-  unsigned int unused;
+  unsigned int status;
 };
 
 /// Launches the checksum of [ptr, ptr + bytes) on `s`, reducing in `slot` (device memory, zero,

@@ -24,3 +24,7 @@ target_include_directories(test_pager_compressed PRIVATE ${PROJECT_SOURCE_DIR}/b
 # Compressed companions of safetensors files (htp/companion.hpp), paged in through the pager.
 htp_add_test(test_companion companion_test.cpp)
 target_include_directories(test_companion PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+# Verified page-ins: a file or companion changed after registration fails that acquire with
+# htp::corrupt_data and nothing else (synthetic weights from bench/common).
+htp_add_test(test_pager_verify pager_verify_test.cpp)
+target_include_directories(test_pager_verify PRIVATE ${PROJECT_SOURCE_DIR}/bench)

@@ -114,8 +114,9 @@ frame_view parse_frame(const void* wire, std::size_t wire_bytes);
 
 /// Checks the frame in [wire, wire + wire_bytes) without decoding it: parse_frame's checks plus
 /// every chunk's checksum, at checksum speed (GB/s). A frame that passes is byte for byte what
-/// encode_weights wrote; do this before handing a frame from storage to a device decode, which
-/// does not verify checksums (device::decode_weights_async). Returns the parsed view. Thread-safe.
+/// encode_weights wrote; do this before handing a frame from storage to a device decode without
+/// a status word, which does not verify checksums (device::decode_weights_async; with one the
+/// device checks them itself). Returns the parsed view. Thread-safe.
 /// @throws htp::corrupt_data saying which check failed.
 frame_view verify_frame(const void* wire, std::size_t wire_bytes);
 

@@ -217,14 +217,28 @@ class device {
   /// decoded size. A kernel on cuda (one thread per codec block, the frame's tables read from
   /// device memory); on sim the CPU reference decoder on the stream's worker, or, on a
   /// timing-only sim, no bytes and dst_bytes / sim_config::decode_bytes_per_second of modelled
-  /// time. A corrupt frame never makes the decode read or write outside the two ranges; on sim it
-  /// fails the stream's work (the next synchronize throws htp::logic_error quoting the
-  /// htp::corrupt_data), on cuda the destination bytes are then undefined (the kernel does not
-  /// verify the frame's checksums): check frames from storage on the host first
-  /// (htp::verify_frame) or checksum the result (checksum_async).
-  /// @throws htp::invalid_argument on a null pointer or zero bytes.
+  /// time. A corrupt frame never makes the decode read or write outside the two ranges.
+  ///
+  /// `status` (null, or a 32-bit word of pinned host memory of this device, as write_value_async's
+  /// words) asks for a verified decode: the work first checks the header, its check word and
+  /// every chunk's checksum (on cuda a verify kernel ahead of the decode, the checksums reduced in
+  /// parallel on the GPU), then decodes, and stores 0 at `*status` when the frame is intact or a
+  /// nonzero htp::codec::status (src/codec/format.hpp: which check failed) when it is not. It is
+  /// there once the stream passes this point (synchronize or an event). A corrupt frame then never
+  /// fails the stream, and the destination bytes are undefined. On a timing-only sim it stores 0.
+  /// Without `status` nothing is verified: on sim a corrupt frame fails the stream's work (the
+  /// next synchronize throws htp::logic_error quoting the htp::corrupt_data, a sticky error), on
+  /// cuda the destination bytes are undefined.
+  /// @throws htp::invalid_argument on a null pointer, zero bytes, or (sim) a status word outside
+  /// this device's pinned memory; (cuda) htp::invalid_argument for a status word that is not
+  /// mapped pinned memory, htp::cuda_error if the launch fails.
   virtual void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
-                                    std::size_t dst_bytes, stream_ref s) = 0;
+                                    std::size_t dst_bytes, std::uint32_t* status, stream_ref s) = 0;
+  /// decode_weights_async without a status word: unverified (see above).
+  void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
+                            std::size_t dst_bytes, stream_ref s) {
+    decode_weights_async(wire, wire_bytes, dst, dst_bytes, nullptr, s);
+  }
   // ---- stream memory operations -----------------------------------------------------------
   // A 32-bit word of pinned host memory (from allocate(pinned_host, ...)) that streams write and
   // wait on, so a stream can depend on work that has not been issued yet (an event cannot: waiting

@@ -121,8 +121,9 @@ class fault_injecting_device final : public device {
   void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
                       stream_ref s) override;
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override;
+  using device::decode_weights_async;
   void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
-                            std::size_t dst_bytes, stream_ref s) override;
+                            std::size_t dst_bytes, std::uint32_t* status, stream_ref s) override;
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void write_value(std::uint32_t* word, std::uint32_t value) override;

@@ -173,6 +173,17 @@ struct pager_config {
   /// (0.684, docs/codec.md) and DFloat11's published 0.676-0.695 on Llama 3.x. Unused on a
   /// device that stores bytes (the real frame's size counts).
   double modelled_compression_ratio = 0.68;
+  /// Verify page-ins from files and of compressed weights on the device (transfer_config::
+  /// verify_page_ins): register_file_tensor reads the tensor once to take htp::checksum of each
+  /// chunk_bytes chunk, and each page-in checksums the chunks in HBM after their copies (on a
+  /// stream of their own); a compressed weight's pieces are checked (header, check word, chunk
+  /// checksums) by the device decode. A mismatch fails that acquire with htp::corrupt_data naming
+  /// the tensor and the file; the tensor stays on its source and the pager and device work on.
+  /// Costs: one read of each file-backed tensor at registration, and a checksum kernel per chunk
+  /// (docs/benchmarks.md, "Verified page-ins"). Off: the file is trusted (a compressed piece that
+  /// changed fails the decode stream for good on sim, and decodes to undefined bytes on cuda).
+  /// Nothing is verified on a timing-only device (no bytes).
+  bool verify_page_ins = true;
 };
 
 /// Where a tensor is now.
@@ -293,10 +304,15 @@ class pager {
   /// and under the link caps; eviction just drops the HBM copy. copy_to_host reads the file. Not
   /// servable in degraded mode (there is no host copy to map): when the ladder is exhausted its
   /// acquire throws out_of_memory even with allow_degraded. The file must outlive the tensor (the
-  /// record holds it). State: host. Thread-safe; the first one made allocates the bounce buffers.
+  /// record holds it). With pager_config::verify_page_ins (the default) it reads the range once
+  /// here, chunk by chunk through one chunk_bytes buffer (pread, no lock held), to take each
+  /// chunk's htp::checksum (8 bytes of host memory per chunk); each page-in is checked against
+  /// them on the device, and a file that changed fails it with htp::corrupt_data. State: host.
+  /// Thread-safe; the first one made allocates the bounce buffers.
   /// @throws htp::invalid_argument for a null file, bytes == 0, a range past the end of the file,
   /// a tensor that can never fit in HBM, a real file on a timing-only device or a modelled one on
-  /// a device that stores bytes; htp::out_of_memory if the engine's bounce buffers cannot be made.
+  /// a device that stores bytes; htp::io_error if the file cannot be read for the checksums;
+  /// htp::out_of_memory if the engine's bounce buffers cannot be made.
   tensor_handle register_file_tensor(std::string name, std::size_t bytes,
                                      std::shared_ptr<const tensor_file> file, std::uint64_t offset);
   /// Lends caller memory [ptr, ptr + bytes) to the pager for register_tensor_at: an mmap'd file,
@@ -322,7 +338,13 @@ class pager {
   /// several streams); each acquire needs its release.
   /// @throws htp::invalid_argument for a stale handle; htp::out_of_memory when the ladder is
   /// exhausted (the message has the diagnostic); htp::io_error if the page-in of a file-backed
-  /// tensor could not read its file; htp::cuda_error if a copy failed on the device.
+  /// tensor could not read its file; htp::corrupt_data if its page-in failed its verification
+  /// (pager_config::verify_page_ins: the bytes of its file, or a compressed tensor's pieces,
+  /// changed after registration; the message names the tensor, the file and the chunk; the tensor
+  /// is back in `host` state and a later acquire tries again); htp::cuda_error if a copy failed
+  /// on the device. A page-in that fails after an acquire without `wait` returned is reported by
+  /// the release instead (htp::cuda_error: the kernels read undefined bytes), and by the next
+  /// acquire of it while the source stays bad.
   device_span acquire(tensor_handle h, stream_ref compute, bool wait = false);
   /// Unpins one acquire. Records an event on `compute`: the memory is not evicted, moved or reused
   /// until the stream passes this point. `dirty` = the kernels wrote it (mutable tensors only).

@@ -108,6 +108,15 @@ struct transfer_config {
   /// Keep a queue of finished requests for take_finished(), so an owner learns of completions in
   /// O(finished) instead of asking about everything in flight. Off: nothing is kept.
   bool finished_queue = false;
+  /// Verify page-ins on the device: each piece of a decode request is decoded with a status word
+  /// (device::decode_weights_async: header, check word and chunk checksums checked first), and
+  /// each chunk of a submit_from_file request given chunk checksums is checksummed in HBM after
+  /// its copy (device::checksum_async, on a verify stream of its own, so copies stay back to
+  /// back). A mismatch fails the request with htp::corrupt_data naming the file (or the host
+  /// copy), the offset and the chunk; the device and every other request go on. Off: no check
+  /// (a corrupt decode piece then fails the decode stream for good on sim, and is undefined bytes
+  /// on cuda). Timing-only devices hold no bytes: nothing is checked there.
+  bool verify_page_ins = true;
 };
 
 /// A request's handle: a value, never reused by one engine. Default-constructed tickets are null.
@@ -237,18 +246,25 @@ class transfer_engine {
   /// submit, with one limit: while the dispatcher reads a chunk, no other host-to-device chunk is
   /// issued (a fault waits for at most one chunk's read). A read error fails the request with the
   /// system's message. The file must be modelled exactly when the device is timing-only. Calls
-  /// prepare_file_reads() first (a no-op once done).
+  /// prepare_file_reads() first (a no-op once done). `chunk_checksums`, when given (and
+  /// transfer_config::verify_page_ins is on, on a device that stores bytes), holds htp::checksum
+  /// of each chunk of the range as the engine cuts it (chunk k: bytes [k * chunk_bytes, ...) of
+  /// the range): each chunk is checksummed in HBM after its copy and a mismatch fails the request
+  /// with htp::corrupt_data (wait() rethrows it) naming the file, the offset and the chunk.
   /// @throws htp::invalid_argument for a null file or destination, zero bytes, a range past the
   /// end of the file, a real file on a timing-only device or a modelled one on a device that
-  /// stores bytes, or a destination outside the engine's regions; htp::out_of_memory if the bounce
-  /// buffers cannot be allocated.
-  transfer_ticket submit_from_file(void* dst, std::shared_ptr<const tensor_file> file,
-                                   std::uint64_t offset, std::size_t bytes,
-                                   transfer_priority priority, std::vector<event_ref> after = {});
+  /// stores bytes, a destination outside the engine's regions, or chunk_checksums of another
+  /// count than the request's chunks; htp::out_of_memory if the bounce buffers cannot be
+  /// allocated.
+  transfer_ticket submit_from_file(
+      void* dst, std::shared_ptr<const tensor_file> file, std::uint64_t offset, std::size_t bytes,
+      transfer_priority priority, std::vector<event_ref> after = {},
+      std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums = nullptr);
 
   /// Allocates the bounce buffers file requests use (max_in_flight_chunks pinned buffers of
-  /// chunk_bytes), once: a slow call (pinned memory), made on the caller's thread with no engine
-  /// lock held. Call it at set-up (pager::register_file_tensor does). Thread-safe.
+  /// chunk_bytes, each with a pinned checksum word behind it) and the verify stream, once: a slow
+  /// call (pinned memory), made on the caller's thread with no engine lock held. Call it at set-up
+  /// (pager::register_file_tensor does). Thread-safe.
   /// @throws htp::out_of_memory if the pinned memory cannot be allocated (nothing is kept).
   void prepare_file_reads();
 
@@ -262,8 +278,11 @@ class transfer_engine {
   /// written, on the decode stream) only after the last decode. Priorities, need times,
   /// cancellation, wait_on and `after` work as for submit. The wire bytes come from pinned host
   /// memory `src` (a region the engine knows) of layout->wire_bytes; the layout must describe them
-  /// (verify_chunk_frames on real bytes: the device decode does not verify checksums). A decode
-  /// that fails (a corrupt piece on sim) fails the request. Calls prepare_decode() first.
+  /// (verify_chunk_frames on real bytes). With transfer_config::verify_page_ins each piece's
+  /// decode verifies it on the device first (a status word per staging buffer): a corrupt piece
+  /// fails the request with htp::corrupt_data naming the piece, its offset and the file (or the
+  /// host copy), and nothing else. Without it a decode that fails (a corrupt piece on sim) fails
+  /// the request and the decode stream. Calls prepare_decode() first.
   /// @throws htp::invalid_argument for a null pointer or layout, an empty layout, a piece larger
   /// than chunk_bytes, or ranges outside the engine's regions; htp::out_of_memory if the staging
   /// buffers cannot be allocated.
@@ -278,8 +297,8 @@ class transfer_engine {
                                           transfer_priority priority,
                                           std::vector<event_ref> after = {});
   /// Creates the decode stream, its events and the staging ring (max_in_flight_chunks device
-  /// buffers of chunk_bytes, outside any pager budget), once: slow (device allocation), made on
-  /// the caller's thread with no engine lock held. Thread-safe.
+  /// buffers of chunk_bytes, outside any pager budget, and a pinned status word for each), once:
+  /// slow (device allocation), made on the caller's thread with no engine lock held. Thread-safe.
   /// @throws htp::out_of_memory if the device memory is not there (nothing is kept);
   /// htp::cuda_error if a stream or event cannot be created.
   void prepare_decode();
@@ -312,7 +331,9 @@ class transfer_engine {
   /// Blocks the calling host thread until the request has finished.
   /// @throws htp::invalid_argument for an unknown ticket; htp::io_error if reading its file
   /// failed (submit_from_file, submit_decode_from_file: the file's path and the read's errno);
-  /// htp::logic_error if it failed otherwise (the message says why).
+  /// htp::corrupt_data if a chunk failed its verification (transfer_config::verify_page_ins: the
+  /// file or host copy, the offset and the chunk); htp::logic_error if it failed otherwise (the
+  /// message says why).
   void wait(transfer_ticket t);
 
   /// Blocks until every request submitted so far has finished.

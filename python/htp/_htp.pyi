@@ -321,6 +321,12 @@ class PagerConfig:
     @modelled_compression_ratio.setter
     def modelled_compression_ratio(self, arg: float, /) -> None: ...
 
+    @property
+    def verify_page_ins(self) -> bool: ...
+
+    @verify_page_ins.setter
+    def verify_page_ins(self, arg: bool, /) -> None: ...
+
 class Tensor:
     """A registered tensor: the pager's handle, name, dtype, shape."""
 

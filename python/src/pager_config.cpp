@@ -67,7 +67,8 @@ void bind_pager_config(nb::module_& m) {
       .def_rw("trace", &pager_config::trace)
       .def_rw("trace_capacity", &pager_config::trace_capacity)
       .def_rw("checked", &pager_config::checked)
-      .def_rw("modelled_compression_ratio", &pager_config::modelled_compression_ratio);
+      .def_rw("modelled_compression_ratio", &pager_config::modelled_compression_ratio)
+      .def_rw("verify_page_ins", &pager_config::verify_page_ins);
 }
 
 }  // namespace htp::python

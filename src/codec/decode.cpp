@@ -10,9 +10,8 @@
 #include <cstring>
 
 namespace htp {
-namespace {
 
-const char* describe(codec::status s) noexcept {
+const char* codec::describe(codec::status s) noexcept {
   using codec::status;
   switch (s) {
     case status::ok: return "no error";
@@ -36,13 +35,25 @@ const char* describe(codec::status s) noexcept {
     case status::bad_code: return "the bits hold a code that is not in the chunk's table";
     case status::bits_overrun: return "a block's codes run past the end of its bytes";
     case status::trailing_bytes: return "a block has whole bytes its codes do not use";
+    case status::wrong_decoded_size:
+      return "the frame decodes to another size than its destination holds";
   }
   return "unknown error";
 }
 
+namespace {
+
+/// The header check word of a frame whose header parsed (32 bits of two checksums).
+std::uint32_t header_check(const std::uint8_t* w, std::uint32_t chunk_count) {
+  const std::uint64_t sum =
+      checksum(w, 28) ^ checksum(w + codec::header_bytes, codec::entry_bytes * chunk_count) * 3;
+  return static_cast<std::uint32_t>(sum ^ (sum >> 32));
+}
+
 [[noreturn]] void fail(codec::status s, const char* where, std::size_t index) {
-  throw corrupt_data(detail::concat("htp codec: corrupt stream (", where, " ", index, "): ",
-                                    describe(s), ". Re-read the source or re-encode the weights."));
+  throw corrupt_data(detail::concat("htp codec: corrupt stream (", where, " ", index,
+                                    "): ", codec::describe(s),
+                                    ". Re-read the source or re-encode the weights."));
 }
 
 void check(codec::status s, const char* where, std::size_t index) {
@@ -107,9 +118,7 @@ frame_view parse_frame(const void* wire, std::size_t wire_bytes) {
   const auto* w = static_cast<const std::uint8_t*>(wire);
   codec::frame_header h{};
   check(codec::parse_header(w, wire_bytes, &h), "header", 0);
-  const std::uint64_t sum =
-      checksum(w, 28) ^ checksum(w + codec::header_bytes, codec::entry_bytes * h.chunk_count) * 3;
-  if (codec::load_u32(w + 28) != static_cast<std::uint32_t>(sum ^ (sum >> 32))) {
+  if (codec::load_u32(w + 28) != header_check(w, h.chunk_count)) {
     fail(codec::status::bad_header_checksum, "header", 0);
   }
   frame_view f;
@@ -179,6 +188,22 @@ void decode_weights(const void* wire, std::size_t wire_bytes, void* dst, std::si
   for (std::size_t i = 0; i < f.chunk_count(); ++i) {
     decode_chunk(f, i, out + f.chunk(i).decoded_offset, f.chunk(i).decoded_bytes);
   }
+}
+
+codec::status codec::check_frame(const std::uint8_t* wire, std::uint64_t wire_bytes,
+                                 std::uint64_t dst_bytes) noexcept {
+  frame_header h{};
+  if (const status s = parse_header(wire, wire_bytes, &h); s != status::ok) return s;
+  if (h.decoded_bytes != dst_bytes) return status::wrong_decoded_size;
+  if (load_u32(wire + 28) != header_check(wire, h.chunk_count)) return status::bad_header_checksum;
+  for (std::uint32_t i = 0; i < h.chunk_count; ++i) {
+    chunk_entry e{};
+    if (const status s = read_entry(wire, wire_bytes, h, i, &e); s != status::ok) return s;
+    if (htp::checksum(wire + e.wire_offset, e.wire_bytes) != e.checksum) {
+      return status::bad_chunk_checksum;
+    }
+  }
+  return status::ok;
 }
 
 }  // namespace htp

@@ -52,7 +52,20 @@ enum class status : int {
   bad_code,
   bits_overrun,
   trailing_bytes,
+  wrong_decoded_size,  // the frame decodes to another size than the destination's
 };
+
+#ifndef __CUDA_ARCH__
+/// One sentence saying which check `s` is (src/codec/decode.cpp). Host only.
+const char* describe(status s) noexcept;
+
+/// The checks of a verified decode (device::decode_weights_async with a status word), on the
+/// host: the header, its check word, every directory entry and every chunk's checksum, and that
+/// the frame decodes to `dst_bytes`. Returns the first failed check, or ok. Reads only
+/// [wire, wire + wire_bytes). Host only (the cuda backend runs the same checks as a kernel).
+status check_frame(const std::uint8_t* wire, std::uint64_t wire_bytes,
+                   std::uint64_t dst_bytes) noexcept;
+#endif
 
 /// The frame header's fields (after the magic and version checks).
 struct frame_header {

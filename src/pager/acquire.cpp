@@ -20,6 +20,12 @@ void pager::impl::throw_transfer_failed(const std::string& what, std::exception_
   } catch (const io_error& e) {
     throw io_error(detail::concat(what, ": a page-in could not read the tensor's file: ", e.what()),
                    e.path(), e.error_number());
+  } catch (const corrupt_data& e) {
+    throw corrupt_data(detail::concat(
+        what,
+        ": a page-in failed its checksum on the device (the tensor is back on its source, "
+        "nothing else is affected; restore the bytes and acquire again): ",
+        e.what()));
   } catch (const std::exception& e) {
     throw_copy_failed(what, e.what());
   }

@@ -145,6 +145,7 @@ pager::impl::impl(device& d, pager_config c)
   tc.h2d = config.h2d;
   tc.d2h = config.d2h;
   tc.finished_queue = true;  // reap() learns of completions from the engine's queue
+  tc.verify_page_ins = config.verify_page_ins;
   tc.device_memory = regions_of(*hbm);
   if (host) tc.host_memory = regions_of(*host);
   engine = std::make_unique<transfer_engine>(dev, tc);
@@ -334,7 +335,8 @@ void pager::unregister_tensor(tensor_handle h) {
   });
   const tensor_record& t = p.tensors[slot];
   if (t.external) {
-    if (auto* r = p.region_of(t.host.ptr, t.bytes)) --r->tensors;
+    // The host extent's size: a compressed tensor's bytes are its decoded size, not what it holds.
+    if (auto* r = p.region_of(t.host.ptr, t.host.bytes)) --r->tensors;
   } else if (!t.device_resident && !t.file) {
     p.host->deallocate(t.host.ptr, t.host.bytes);
   }

@@ -199,8 +199,8 @@ struct pager::impl {
   bool prefetch_slot(std::uint32_t slot,
                      std::optional<std::chrono::steady_clock::time_point> need = std::nullopt);
   /// Blocks (lock dropped) until everything in `w` completed. Returns the error of the first
-  /// copy in `w` that failed (io_error for a file read, logic_error otherwise; null when none
-  /// did); reap() accounts the failure.
+  /// copy in `w` that failed (io_error for a file read, corrupt_data for a page-in that failed
+  /// its verification, logic_error otherwise; null when none did); reap() accounts the failure.
   std::exception_ptr wait_for(std::unique_lock<std::mutex>& lock, const detail::wait_set& w);
   /// Blocks (the lock dropped while waiting) until `h` has no copy in flight and every release
   /// event has completed; `check` runs on each look and may throw to refuse. Returns the slot.
@@ -225,7 +225,9 @@ struct pager::impl {
   [[noreturn]] static void throw_copy_failed(const std::string& what, const std::string& why);
   /// Reports the failure `cause` of a transfer `what` waited for: a file read that failed (the
   /// engine's io_error) as htp::io_error with its path and errno, the type copy_to_host throws
-  /// for the same fault; anything else as throw_copy_failed does.
+  /// for the same fault; a page-in that failed its verification (the engine's corrupt_data) as
+  /// htp::corrupt_data with the engine's message (file or host copy, offset, chunk); anything
+  /// else as throw_copy_failed does.
   [[noreturn]] static void throw_transfer_failed(const std::string& what, std::exception_ptr cause);
 
   // ---- completions (completions.cpp) ----

@@ -311,7 +311,7 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
                                               std::move(after));
     } else {
       ticket = t.file ? engine->submit_from_file(where.ptr, t.file, t.file_offset, t.bytes,
-                                                 priority, std::move(after))
+                                                 priority, std::move(after), t.chunk_checksums)
                       : engine->submit(where.ptr, t.host.ptr, t.bytes,
                                        copy_direction::host_to_device, priority, std::move(after));
     }
@@ -488,6 +488,8 @@ std::exception_ptr pager::impl::wait_for(std::unique_lock<std::mutex>& lock,
         // a failed copy: reap() accounts it; the caller decides whether to retry or report it
         if (!error) error = std::current_exception();
       } catch (const io_error&) {  // a failed file read, likewise
+        if (!error) error = std::current_exception();
+      } catch (const corrupt_data&) {  // a page-in that failed its checksum, likewise
         if (!error) error = std::current_exception();
       }
     }

@@ -82,6 +82,7 @@ tensor_handle tensor_table::add(tensor_spec spec) {
   t.file = std::move(spec.file);
   t.file_offset = spec.file_offset;
   t.coded = std::move(spec.coded);
+  t.chunk_checksums = std::move(spec.chunk_checksums);
   stats_.registered(t);
   done(slot);
   return handle_of(slot);

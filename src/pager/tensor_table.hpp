@@ -109,6 +109,9 @@ struct tensor_record {
   // A compressed weight: its host extent (or file range) holds this chunk-frame sequence, and a
   // page-in copies and decodes it (transfer_engine::submit_decode). Null: stored as is.
   std::shared_ptr<const coded_layout> coded;
+  // A verified file-backed tensor: htp::checksum of each engine chunk of its bytes, taken at
+  // registration (transfer_engine::submit_from_file compares them in HBM). Null: unverified.
+  std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums;
 };
 
 /// What a new registration is: a tensor of the pager's host tier or of caller memory (`external`);
@@ -123,6 +126,7 @@ struct tensor_spec {
   std::shared_ptr<const tensor_file> file;
   std::uint64_t file_offset = 0;
   std::shared_ptr<const coded_layout> coded;  // a compressed weight's layout, or null
+  std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums;  // see tensor_record
 
   static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host,
                              bool external) {

@@ -6,6 +6,7 @@
 #include <htp/detail/check.hpp>
 #include <htp/sim_device.hpp>
 
+#include "codec/format.hpp"
 #include "sim/portable_pinned.hpp"
 #include "sim/sim_link.hpp"
 #include "sim/sim_stream.hpp"
@@ -29,6 +30,22 @@ namespace {
 constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 using allocation = detail::allocation_registry::entry;
+
+/// decode_weights_async with a status word: codec::check_frame first, then the CPU decoder; a
+/// failure is the status (never a throw on the worker). A decode that fails after every check
+/// passed (a frame whose checksums match corrupt codes: an encoder bug) reads as bad_code.
+codec::status verified_decode(const void* wire, std::size_t wire_bytes, void* dst,
+                              std::size_t dst_bytes) noexcept {
+  const codec::status s =
+      codec::check_frame(static_cast<const std::uint8_t*>(wire), wire_bytes, dst_bytes);
+  if (s != codec::status::ok) return s;
+  try {
+    decode_weights(wire, wire_bytes, dst, dst_bytes);
+  } catch (...) {
+    return codec::status::bad_code;
+  }
+  return codec::status::ok;
+}
 
 class sim_device final : public device {
  public:
@@ -304,24 +321,33 @@ class sim_device final : public device {
     get(s).enqueue([ptr, bytes, seed] { fill_pattern(ptr, bytes, seed); });
   }
 
+  using device::decode_weights_async;
   void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
-                            std::size_t dst_bytes, stream_ref s) override {
+                            std::size_t dst_bytes, std::uint32_t* status, stream_ref s) override {
     HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
                 invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
                 dst_bytes, "): pointers must be non-null and sizes positive");
-    if (!config_.timing_only) {
+    if (status != nullptr) check_word(status);
+    if (!config_.timing_only && status == nullptr) {
       // A corrupt frame throws htp::corrupt_data on the worker: the stream's sticky error.
       get(s).enqueue(
           [wire, wire_bytes, dst, dst_bytes] { decode_weights(wire, wire_bytes, dst, dst_bytes); });
       return;
     }
+    if (!config_.timing_only) {
+      get(s).enqueue([wire, wire_bytes, dst, dst_bytes, status] {
+        *status = static_cast<std::uint32_t>(verified_decode(wire, wire_bytes, dst, dst_bytes));
+      });
+      return;
+    }
     const auto rate = config_.decode_bytes_per_second;
-    get(s).enqueue([dst_bytes, rate] {
+    get(s).enqueue([dst_bytes, rate, status] {
       const auto ns = static_cast<std::int64_t>(static_cast<double>(dst_bytes) * 1e9 /
                                                 static_cast<double>(rate));
       const auto done = sim::current_task_ready_time() + std::chrono::nanoseconds(ns);
       std::this_thread::sleep_until(done);  // the modelled kernel's duration
       sim::set_current_task_completion(done);
+      if (status != nullptr) *status = 0;  // no bytes to verify
     });
   }
 

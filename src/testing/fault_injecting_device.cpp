@@ -198,9 +198,10 @@ void fault_injecting_device::fill_pattern_async(void* ptr, std::size_t bytes, st
 }
 
 void fault_injecting_device::decode_weights_async(const void* wire, std::size_t wire_bytes,
-                                                  void* dst, std::size_t dst_bytes, stream_ref s) {
+                                                  void* dst, std::size_t dst_bytes,
+                                                  std::uint32_t* status, stream_ref s) {
   intercept(fault_kind::kernel, "decode_weights_async", dst_bytes);
-  inner_.decode_weights_async(wire, wire_bytes, dst, dst_bytes, s);
+  inner_.decode_weights_async(wire, wire_bytes, dst, dst_bytes, status, s);
 }
 
 void fault_injecting_device::write_value_async(std::uint32_t* word, std::uint32_t value,

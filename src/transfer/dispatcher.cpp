@@ -3,7 +3,21 @@
 // order. See Note [Transfer engine] in include/htp/transfer_engine.hpp.
 #include "transfer/engine_impl.hpp"
 
+#include "codec/format.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+
 namespace htp {
+namespace {
+
+std::string hex64(std::uint64_t v) {
+  char out[19];
+  std::snprintf(out, sizeof(out), "0x%016" PRIx64, v);
+  return out;
+}
+
+}  // namespace
 
 request* transfer_engine::impl::pick(lane& l) {
   // The oldest queued request is issued even if its fences have not completed (the deadlock-free
@@ -92,6 +106,8 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   if (r->file && !read_file_chunk(l, r, off, n, bounce, lock)) return;
   const event_ref ev = l.free_events.back();
   bool copy_queued = false;
+  const std::uint64_t* sum = nullptr;
+  const bool verify = bounce != nullptr && r->chunk_checksums != nullptr && !r->coded;
   try {
     if (k == 0) {
       for (event_ref e : r->after) dev.wait(e, l.stream_);
@@ -102,10 +118,13 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
       dev.copy_async(r->dst + off, bounce != nullptr ? bounce : r->src + off, n, r->direction,
                      l.stream_);
       copy_queued = true;
+      // A verified chunk completes on the verify stream, after its checksum.
+      const stream_ref done_on = verify ? verify_stream->ref() : l.stream_.ref();
+      if (verify) sum = queue_chunk_checksum(l, bounce, r->dst + off, n);
       // The word is written before the event is recorded, so when the completer sees the event
       // the word holds its generation and may be reused (see value_word_pool.hpp).
-      if (last) dev.write_value_async(r->word.word, r->word.generation, l.stream_);
-      dev.record(ev, l.stream_);
+      if (last) dev.write_value_async(r->word.word, r->word.generation, done_on);
+      dev.record(ev, done_on);
     }
   } catch (const std::exception& e) {
     copy_queued = copy_queued || slot >= 0;
@@ -118,6 +137,7 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
       try {
         dev.synchronize(l.stream_);
         if (slot >= 0) decode_stream->synchronize();
+        if (verify) verify_stream->synchronize();
       } catch (...) {  // the stream's own failure; the request fails either way
       }
       lock.lock();
@@ -131,7 +151,7 @@ void transfer_engine::impl::issue_chunk(lane& l, const request_ptr& r,
   ++r->issued;
   if (last) remove_from_queue(l, r);
   if (l.in_flight.empty()) l.busy_since = now_ns();
-  l.in_flight.push_back({ev, r, n, bounce, slot});
+  l.in_flight.push_back({ev, r, n, bounce, slot, k, sum});
   if (slot >= 0 && decode_in_flight++ == 0) decode_busy_since = now_ns();
   if (cfg.on_chunk_issued) {
     transfer_chunk_info info;
@@ -152,6 +172,7 @@ void transfer_engine::impl::issue_piece(const request_ptr& r, std::size_t k, con
   const coded_piece& p = r->coded->pieces[k];
   const int s = decode_free.back();
   decode_slot& d = decode_slots[static_cast<std::size_t>(s)];
+  *d.status = 0;  // a free slot: no device work uses its word (a timing-only sim never writes it)
   const stream_ref copy_stream = lanes[0]->stream_;
   dev.copy_async(d.buf, from, p.wire_bytes, copy_direction::host_to_device, copy_stream);
   decode_free.pop_back();
@@ -160,8 +181,10 @@ void transfer_engine::impl::issue_piece(const request_ptr& r, std::size_t k, con
   // The decode stream waits for this piece's copy only: the next piece's copy overlaps it.
   dev.wait(d.copied, *decode_stream);
   dev.record(d.t0, *decode_stream);
+  // Verified: the device stores the piece's codec status in the slot's word (never failing the
+  // stream); the completer reads it before the slot is reused.
   dev.decode_weights_async(d.buf, p.wire_bytes, r->dst + p.decoded_offset, p.decoded_bytes,
-                           *decode_stream);
+                           cfg.verify_page_ins ? d.status : nullptr, *decode_stream);
   dev.record(d.t1, *decode_stream);
   if (k + 1 == r->chunk_count)
     dev.write_value_async(r->word.word, r->word.generation, *decode_stream);
@@ -174,13 +197,52 @@ void transfer_engine::impl::retire_piece(const in_flight_chunk& c) {
     if (const auto t = dev.elapsed(d.t0, d.t1)) decode_counts.decode_ns += t->count();
   } catch (...) {  // a broken context: the time is lost, the chunk's own error is reported
   }
-  const coded_piece& p = c.req->coded->pieces[c.req->done - 1];
+  const coded_piece& p = c.req->coded->pieces[c.index];
   ++decode_counts.pieces;
   decode_counts.wire_bytes += p.wire_bytes;
   decode_counts.logical_bytes += p.decoded_bytes;
   decode_free.push_back(c.staging);
   if (--decode_in_flight == 0)
     decode_counts.busy_ns += static_cast<std::uint64_t>(now_ns() - decode_busy_since);
+}
+
+const std::uint64_t* transfer_engine::impl::queue_chunk_checksum(lane& l, char* bounce,
+                                                                 const char* dst, std::size_t n) {
+  const event& copied = bounce_copied.at(bounce);
+  dev.record(copied, l.stream_);
+  dev.wait(copied, *verify_stream);  // the next chunk's copy runs while this one is summed
+  auto* sum = reinterpret_cast<std::uint64_t*>(bounce + bounce_sum_offset());
+  dev.checksum_async(dst, n, sum, *verify_stream);
+  return sum;
+}
+
+std::exception_ptr transfer_engine::impl::verification_failure(const in_flight_chunk& c,
+                                                               std::string& why) const {
+  const request& r = *c.req;
+  const std::string source =
+      r.file ? detail::concat("of '", r.file->name(), "'") : std::string("of the host copy");
+  if (c.sum != nullptr) {
+    const std::uint64_t want = (*r.chunk_checksums)[c.index];
+    if (*c.sum == want) return nullptr;
+    why =
+        detail::concat("chunk ", c.index, " of request ", r.id, " (", c.bytes, " bytes at offset ",
+                       r.file_offset + c.index * cfg.chunk_bytes, " ", source,
+                       ") does not match its checksum (", hex64(*c.sum), " in HBM, ", hex64(want),
+                       " when registered): the file changed after registration, or the "
+                       "bytes were damaged on their way");
+  } else if (c.staging >= 0 && cfg.verify_page_ins && !dev.properties().timing_only) {
+    const auto st =
+        static_cast<codec::status>(*decode_slots[static_cast<std::size_t>(c.staging)].status);
+    if (st == codec::status::ok) return nullptr;
+    const coded_piece& p = r.coded->pieces[c.index];
+    why = detail::concat("piece ", c.index, " of request ", r.id, " (", p.wire_bytes,
+                         " wire bytes at offset ", r.file_offset + p.wire_offset, " ", source,
+                         ") failed its check on the device: ", codec::describe(st),
+                         "; the bytes changed after registration, or were damaged on their way");
+  } else {
+    return nullptr;
+  }
+  return std::make_exception_ptr(corrupt_data(why));
 }
 
 bool transfer_engine::impl::read_file_chunk(lane& l, const request_ptr& r, std::size_t off,
@@ -297,6 +359,9 @@ void transfer_engine::impl::complete_loop(lane& l) {
     lock.lock();
     in_flight_chunk c = std::move(l.in_flight.front());
     l.in_flight.pop_front();
+    std::string corrupt_why;  // read before the chunk's bounce buffer or staging slot is reused
+    const std::exception_ptr corrupt =
+        error.empty() ? verification_failure(c, corrupt_why) : nullptr;
     if (c.bounce != nullptr) l.bounce_free.push_back(c.bounce);
     if (l.held.count(c.ev.native) != 0) {
       l.deferred.push_back(c.ev);  // a wait_on is enqueueing a wait on it: recycled when it is done
@@ -312,6 +377,8 @@ void transfer_engine::impl::complete_loop(lane& l) {
     if (l.in_flight.empty()) l.busy_ns += static_cast<std::uint64_t>(now_ns() - l.busy_since);
     if (!error.empty()) {
       fail_locked(r, "device error while copying request " + std::to_string(r->id) + ": " + error);
+    } else if (corrupt) {
+      fail_locked(r, std::move(corrupt_why), corrupt);
     } else if (r->failed) {
       fail_locked(r, r->error, r->read_error);
     } else if (r->done == r->chunk_count) {

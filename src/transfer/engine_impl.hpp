@@ -57,6 +57,9 @@ struct request {
   std::shared_ptr<const tensor_file> file;  // the source instead of `src` (submit_from_file)
   std::uint64_t file_offset = 0;
   std::shared_ptr<const coded_layout> coded;  // submit_decode: chunk k is piece k, decoded
+  // submit_from_file with verification: htp::checksum of each chunk, compared in complete_loop
+  // with the device's checksum of the chunk's bytes in HBM. Null: not verified.
+  std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums;
 };
 using request_ptr = std::shared_ptr<request>;
 
@@ -73,6 +76,10 @@ struct in_flight_chunk {
   std::size_t bytes = 0;
   char* bounce = nullptr;  // a file chunk's pinned bounce buffer, free again once the copy is done
   int staging = -1;        // a decoded piece's staging slot, free again once its decode is done
+  std::size_t index = 0;   // the chunk's index in its request
+  // A verified file chunk: the pinned word behind its bounce buffer holding the device's checksum
+  // of the chunk in HBM (valid once `ev` has completed). Null: not verified.
+  const std::uint64_t* sum = nullptr;
 };
 
 /// One buffer of the decode staging ring: a piece is copied into `buf` (then `copied` is recorded
@@ -82,6 +89,7 @@ struct decode_slot {
   event copied;
   event_ref t0;
   event_ref t1;
+  std::uint32_t* status = nullptr;  // pinned: the verified decode's codec status (verify_page_ins)
 };
 
 /// The source range and size of chunk `k` of `r`: a piece of a decode request, a fixed-size chunk
@@ -209,10 +217,23 @@ struct transfer_engine::impl {
   std::array<transfer_class_metrics, transfer_priority_count> classes{};
   std::array<latency_histogram, transfer_priority_count> latencies{};
   std::array<std::unique_ptr<lane>, 2> lanes;
-  // The prefetch lane's bounce buffers for file requests (chunk_bytes each), made on the first
-  // submit_from_file outside mutex_ (bounce_mutex_ only orders their creation).
+  // The prefetch lane's bounce buffers for file requests (chunk_bytes each, then a pinned checksum
+  // word at bounce_sum_offset()), made on the first submit_from_file outside mutex_ (bounce_mutex_
+  // only orders their creation), with an event per buffer recorded after its copy, on which the
+  // verify stream waits (a verified chunk is checksummed there, off the copy stream).
   std::mutex bounce_mutex_;
   std::vector<char*> bounce_all;
+  std::map<const char*, event> bounce_copied;
+  std::unique_ptr<stream> verify_stream;
+  std::size_t bounce_sum_offset() const { return (cfg.chunk_bytes + 63) / 64 * 64; }
+  std::size_t bounce_alloc_bytes() const { return bounce_sum_offset() + 64; }
+  /// Queues the verification of a file chunk just copied from `bounce` into [dst, dst + n): the
+  /// copy's event, the verify stream's wait on it, the checksum into the buffer's word. Returns
+  /// the word.
+  const std::uint64_t* queue_chunk_checksum(lane& l, char* bounce, const char* dst, std::size_t n);
+  /// The htp::corrupt_data a completed chunk's verification found (null when it passed or was not
+  /// verified), with `why` set to its message. Under the lock, before its buffers are reused.
+  std::exception_ptr verification_failure(const in_flight_chunk& c, std::string& why) const;
   /// Reads a file chunk into a bounce buffer with the lock dropped; false when the request was
   /// cancelled or failed meanwhile or the read failed (then the request is failed).
   /// Queues piece k of decode request `r`: its copy from `from` into a staging slot, the decode
@@ -230,7 +251,9 @@ struct transfer_engine::impl {
   std::mutex decode_mutex_;
   std::unique_ptr<stream> decode_stream;
   std::vector<decode_slot> decode_slots;
-  std::vector<int> decode_free;  // slots not in flight (mutex_)
+  std::vector<int> decode_free;                  // slots not in flight (mutex_)
+  std::uint32_t* decode_status_words = nullptr;  // one pinned block: decode_slots[i].status
+  std::size_t decode_status_bytes = 0;
   transfer_decode_metrics decode_counts;
   std::size_t decode_in_flight = 0;
   std::int64_t decode_busy_since = 0;

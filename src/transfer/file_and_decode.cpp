@@ -7,11 +7,10 @@
 
 namespace htp {
 
-transfer_ticket transfer_engine::submit_from_file(void* dst,
-                                                  std::shared_ptr<const tensor_file> file,
-                                                  std::uint64_t offset, std::size_t bytes,
-                                                  transfer_priority priority,
-                                                  std::vector<event_ref> after) {
+transfer_ticket transfer_engine::submit_from_file(
+    void* dst, std::shared_ptr<const tensor_file> file, std::uint64_t offset, std::size_t bytes,
+    transfer_priority priority, std::vector<event_ref> after,
+    std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums) {
   HTP_EXPECTS(dst != nullptr, invalid_argument,
               "transfer_engine::submit_from_file: null destination");
   detail::check_file_source(file.get(), offset, bytes, impl_->dev.properties().timing_only,
@@ -20,13 +19,20 @@ transfer_ticket transfer_engine::submit_from_file(void* dst,
   HTP_EXPECTS(pi < transfer_priority_count, invalid_argument,
               "transfer_engine::submit_from_file: unknown priority ", pi);
   impl_->check_region(dst, bytes, copy_direction::host_to_device, /*source=*/false);
+  const std::size_t chunks = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
+  HTP_EXPECTS(chunk_checksums == nullptr || chunk_checksums->size() == chunks, invalid_argument,
+              "transfer_engine::submit_from_file: ", chunk_checksums ? chunk_checksums->size() : 0,
+              " chunk checksums for a request of ", chunks, " chunks of ", impl_->cfg.chunk_bytes,
+              " bytes; give one per chunk as the engine cuts the range");
   prepare_file_reads();
   auto r = std::make_shared<request>();
   r->dst = static_cast<char*>(dst);
   r->bytes = bytes;
   r->direction = copy_direction::host_to_device;
   r->priority = priority;
-  r->chunk_count = (bytes + impl_->cfg.chunk_bytes - 1) / impl_->cfg.chunk_bytes;
+  r->chunk_count = chunks;
+  if (impl_->cfg.verify_page_ins && !impl_->dev.properties().timing_only)
+    r->chunk_checksums = std::move(chunk_checksums);
   r->after = std::move(after);
   r->file = std::move(file);
   r->file_offset = offset;
@@ -35,21 +41,28 @@ transfer_ticket transfer_engine::submit_from_file(void* dst,
 
 void transfer_engine::prepare_file_reads() {
   // Pinned allocations are slow and may synchronise the device: made here, with no engine lock.
-  std::lock_guard b(impl_->bounce_mutex_);
-  if (!impl_->bounce_all.empty()) return;
+  auto& p = *impl_;
+  std::lock_guard b(p.bounce_mutex_);
+  if (!p.bounce_all.empty()) return;
   std::vector<char*> made;
+  std::map<const char*, event> copied;
+  std::unique_ptr<stream> verify;
   try {
-    for (std::size_t i = 0; i < impl_->cfg.max_in_flight_chunks; ++i) {
-      made.push_back(static_cast<char*>(
-          impl_->dev.allocate(memory_kind::pinned_host, impl_->cfg.chunk_bytes)));
+    for (std::size_t i = 0; i < p.cfg.max_in_flight_chunks; ++i) {
+      made.push_back(
+          static_cast<char*>(p.dev.allocate(memory_kind::pinned_host, p.bounce_alloc_bytes())));
+      copied.emplace(made.back(), event(p.dev));
     }
+    verify = std::make_unique<stream>(p.dev);
   } catch (...) {
-    for (char* p : made) impl_->dev.deallocate(memory_kind::pinned_host, p, impl_->cfg.chunk_bytes);
+    for (char* m : made) p.dev.deallocate(memory_kind::pinned_host, m, p.bounce_alloc_bytes());
     throw;
   }
-  std::lock_guard lock(impl_->mutex_);
-  impl_->bounce_all = made;
-  impl_->lanes[0]->bounce_free = std::move(made);
+  std::lock_guard lock(p.mutex_);
+  p.bounce_all = made;
+  p.bounce_copied = std::move(copied);
+  p.verify_stream = std::move(verify);
+  p.lanes[0]->bounce_free = std::move(made);
 }
 
 void transfer_engine::prepare_decode() {
@@ -58,14 +71,18 @@ void transfer_engine::prepare_decode() {
   if (p.decode_stream) return;
   auto made_stream = std::make_unique<stream>(p.dev);
   std::vector<decode_slot> made;
+  const std::size_t status_bytes = p.cfg.max_in_flight_chunks * sizeof(std::uint32_t);
+  std::uint32_t* status = nullptr;
   const auto undo = [&] {
     for (auto& d : made) {
       if (d.buf != nullptr) p.dev.deallocate(memory_kind::device, d.buf, p.cfg.chunk_bytes);
       if (d.t0) p.dev.destroy_event(d.t0);
       if (d.t1) p.dev.destroy_event(d.t1);
     }
+    if (status != nullptr) p.dev.deallocate(memory_kind::pinned_host, status, status_bytes);
   };
   try {
+    status = static_cast<std::uint32_t*>(p.dev.allocate(memory_kind::pinned_host, status_bytes));
     for (std::size_t i = 0; i < p.cfg.max_in_flight_chunks; ++i) {
       made.emplace_back();
       decode_slot& d = made.back();
@@ -73,12 +90,15 @@ void transfer_engine::prepare_decode() {
       d.copied = event(p.dev);
       d.t0 = p.dev.create_timed_event();
       d.t1 = p.dev.create_timed_event();
+      d.status = status + i;
     }
   } catch (...) {
     undo();
     throw;
   }
   std::lock_guard lock(p.mutex_);
+  p.decode_status_words = status;
+  p.decode_status_bytes = status_bytes;
   p.decode_slots = std::move(made);
   for (std::size_t i = 0; i < p.decode_slots.size(); ++i)
     p.decode_free.push_back(static_cast<int>(i));

@@ -114,7 +114,13 @@ transfer_engine::impl::~impl() {
     } catch (...) {  // a sticky device error; nothing more to do at shutdown
     }
   }
-  for (char* b : bounce_all) dev.deallocate(memory_kind::pinned_host, b, cfg.chunk_bytes);
+  if (verify_stream) {
+    try {
+      verify_stream->synchronize();
+    } catch (...) {  // a sticky device error; nothing more to do at shutdown
+    }
+  }
+  for (char* b : bounce_all) dev.deallocate(memory_kind::pinned_host, b, bounce_alloc_bytes());
   if (decode_stream) {
     try {
       decode_stream->synchronize();
@@ -126,6 +132,8 @@ transfer_engine::impl::~impl() {
     dev.destroy_event(d.t0);
     dev.destroy_event(d.t1);
   }
+  if (decode_status_words != nullptr)
+    dev.deallocate(memory_kind::pinned_host, decode_status_words, decode_status_bytes);
 }
 
 // Note [Fenced requests and deadlock]
@@ -381,6 +389,8 @@ void transfer_engine::wait(transfer_ticket t) {
       std::rethrow_exception(it->second.read_error);
     } catch (const io_error& e) {
       throw io_error(why, e.path(), e.error_number());
+    } catch (const corrupt_data&) {
+      throw corrupt_data(why);
     }
   }
   throw logic_error(why);
