@@ -3,13 +3,14 @@
 # each for ${HTP_FUZZ_SECONDS:-60} seconds, starting from the committed corpus (fuzz/corpus/<target>;
 # new inputs go to build-fuzz/corpus, not into the repository). A crash is copied into
 # fuzz/regressions/<target>/ (commit it with the fix: ctest replays it from then on) and fails the run.
-# Usage: scripts/fuzz.sh [target...]   (default: all four)
+# Usage: scripts/fuzz.sh [target...]   (default: all five)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 seconds=${HTP_FUZZ_SECONDS:-60}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_slab_allocator fuzz_token_bucket fuzz_pager fuzz_codec)
+[[ ${#targets[@]} -gt 0 ]] ||
+  targets=(fuzz_slab_allocator fuzz_token_bucket fuzz_pager fuzz_codec fuzz_safetensors_header)
 
 dir=build-fuzz
 CXX=${HTP_FUZZ_CXX:-clang++} configure_and_build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

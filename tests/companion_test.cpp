@@ -2,6 +2,7 @@
 // file the test makes, indexed, and paged in through the pager bit for bit; register_companion's
 // all-or-nothing registration; malformed files as typed errors.
 #include "pager_fixture.hpp"
+#include "throws_naming.hpp"
 
 #include <htp/tensor_file.hpp>
 
@@ -117,15 +118,21 @@ TEST_F(companion_test, a_companion_cut_for_larger_chunks_is_refused_saying_how_t
   EXPECT_EQ(p.metrics().registered_tensors, 0u);
 }
 
-TEST(companion, a_file_that_is_not_safetensors_is_refused) {
+TEST(companion, a_file_that_is_not_safetensors_or_not_a_companion_is_refused) {
   temp_path src;
   {
     std::ofstream out(src.path, std::ios::binary);
     out << "not a safetensors file at all";
   }
   temp_path dst;
-  EXPECT_THROW((void)companion::write(src.path, dst.path, 16 << 10), invalid_argument);
-  EXPECT_THROW((void)companion::read_index(src.path), invalid_argument);
+  EXPECT_TRUE(
+      throws_naming<corrupt_data>([&] { (void)companion::write(src.path, dst.path, 16 << 10); },
+                                  {src.path.c_str(), "\"header length\""}));
+  EXPECT_TRUE(throws_naming([&] { (void)companion::read_index(src.path); },
+                            {src.path.c_str(), "is not a companion"}));
+  EXPECT_TRUE(throws_naming<io_error>(
+      [&] { (void)companion::write("/nonexistent-dir/m.safetensors", dst.path, 16 << 10); },
+      {"/nonexistent-dir/m.safetensors"}));
 }
 
 TEST_F(companion_test, register_companion_registers_by_name_all_or_nothing) {
@@ -164,7 +171,7 @@ TEST_F(companion_test, register_companion_registers_by_name_all_or_nothing) {
   EXPECT_EQ(device_checksum(p, *dev, h.at("a"), compute, slot), checksum(a.data(), a.size()));
 }
 
-TEST(companion, an_index_with_missing_fields_is_invalid_argument_not_a_json_error) {
+TEST(companion, an_index_with_missing_fields_is_corrupt_data_not_a_json_error) {
   temp_path path;
   {
     const std::string text = R"({"format":"htp-companion","version":1,"skipped":[]})";
@@ -173,12 +180,8 @@ TEST(companion, an_index_with_missing_fields_is_invalid_argument_not_a_json_erro
     out.write(reinterpret_cast<const char*>(len), 8);
     out << text;
   }
-  try {
-    (void)companion::read_index(path.path);
-    ADD_FAILURE() << "an index without chunk_bytes was read";
-  } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("is not a companion"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(throws_naming<corrupt_data>([&] { (void)companion::read_index(path.path); },
+                                          {path.path.c_str(), "\"chunk_bytes\": missing"}));
   temp_path src;
   {
     const std::string text = R"({"w":{"dtype":"BF16","shape":[2]}})";  // no data_offsets
@@ -187,9 +190,89 @@ TEST(companion, an_index_with_missing_fields_is_invalid_argument_not_a_json_erro
     out.write(reinterpret_cast<const char*>(len), 8);
     out << text << "abcd";
   }
-  EXPECT_THROW((void)companion::write(src.path, path.path, 16 << 10), invalid_argument);
+  EXPECT_TRUE(
+      throws_naming<corrupt_data>([&] { (void)companion::write(src.path, path.path, 16 << 10); },
+                                  {"tensor 'w'", "\"data_offsets\": missing"}));
   write_safetensors(src.path, {{"w", "BF16", std::vector<std::uint8_t>(64, 1)}});
   EXPECT_THROW((void)companion::write(src.path, "/nonexistent-dir/x.htpz", 16 << 10), io_error);
+}
+
+/// A companion's index text, and the same rewritten (padded with spaces to its length, which must
+/// not grow, so that the sequences stay where the offsets say).
+std::string index_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::uint8_t len[8] = {};
+  f.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = n << 8 | len[k];
+  std::string text(static_cast<std::size_t>(n), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(n));
+  return text;
+}
+void put_index_text(const std::string& path, std::string text, std::size_t length) {
+  text.erase(text.find_last_not_of(' ') + 1);  // the writer's padding, put back below
+  ASSERT_LE(text.size(), length);
+  text.resize(length, ' ');
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " in " << text;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+TEST(companion, a_damaged_index_is_corrupt_data_naming_the_tensor_and_field) {
+  const auto a = synthetic::llama_mixture(40'000, weight_format::bf16, 7);
+  const auto b = synthetic::llama_mixture(30'000, weight_format::fp16, 8);
+  temp_path src;
+  temp_path dst;
+  write_safetensors(src.path, {{"a", "BF16", a}, {"b", "F16", b}});
+  const auto idx = companion::write(src.path, dst.path, 16 << 10);
+  const std::string good = index_text(dst.path);
+  const auto& ea = idx.tensors.at("a");
+  const auto& eb = idx.tensors.at("b");
+  const auto offset_a = "\"offset\":" + std::to_string(ea.offset);
+  const auto offset_b = "\"offset\":" + std::to_string(eb.offset);
+  const auto wire_a = "\"wire_bytes\":" + std::to_string(ea.wire_bytes);
+  const struct {
+    std::string from, to;
+    std::initializer_list<const char*> needles;
+  } cases[] = {
+      {"\"dtype\":\"BF16\"", "\"dtype\":\"I32\"", {"tensor 'a'", "\"dtype\"", "\"I32\""}},
+      {"\"bytes\":80000", "\"bytes\":80002", {"tensor 'a'", "\"bytes\": 80002", "takes 80000"}},
+      {"\"bytes\":80000",
+       "\"bytes\":\"8000\"",
+       {"tensor 'a'", "\"bytes\"", "non-negative integer"}},
+      {"\"shape\":[40000]", "\"shape\":[-1]", {"tensor 'a'", "\"shape\""}},
+      {offset_a, "\"offset\":8", {"tensor 'a'", "\"offset\": 8 is outside"}},
+      {wire_a,
+       "\"wire_bytes\":" + std::string(std::to_string(ea.wire_bytes).size() + 1, '9'),
+       {"tensor 'a'", "\"wire_bytes\"", "past the end of the file"}},
+      {offset_b,
+       "\"offset\":" + std::to_string(ea.offset + 1),
+       {"tensor 'b'", "inside tensor 'a'"}},
+      {"\"chunk_bytes\":", "\"chunk_bytes\":-", {"\"chunk_bytes\""}},
+      {"\"skipped\":[]", "\"skipped\":[1]", {"\"skipped\""}},
+      {"{\"chunk_bytes\"", "[\"chunk_bytes\"", {"\"index\"", "not valid JSON"}},
+  };
+  for (const auto& c : cases) {
+    put_index_text(dst.path, replaced(good, c.from, c.to), good.size());
+    EXPECT_TRUE(
+        throws_naming<corrupt_data>([&] { (void)companion::read_index(dst.path); }, c.needles))
+        << c.to;
+  }
+  put_index_text(dst.path, replaced(good, "\"version\":1", "\"version\":2"), good.size());
+  EXPECT_TRUE(throws_naming([&] { (void)companion::read_index(dst.path); },
+                            {"is not a companion", "version 2"}));
+  put_index_text(dst.path, good, good.size());
+  EXPECT_EQ(companion::read_index(dst.path).tensors.size(), 2u);
+  ASSERT_EQ(truncate(dst.path.c_str(), static_cast<off_t>(8 + good.size() / 2)), 0);
+  EXPECT_TRUE(throws_naming<corrupt_data>([&] { (void)companion::read_index(dst.path); },
+                                          {dst.path.c_str(), "\"index length\"", "truncated"}));
+  EXPECT_TRUE(throws_naming<io_error>([&] { (void)companion::read_index("/nonexistent/x.htpz"); },
+                                      {"/nonexistent/x.htpz"}));
 }
 
 }  // namespace

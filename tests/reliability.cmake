@@ -4,7 +4,8 @@ htp_add_test(test_reliability_stress reliability_stress_test.cpp)
 
 # Fuzz regression replay: each fuzz target's source with a main() that feeds it every committed
 # corpus file and every past crash (fuzz/regressions/<target>/), in this (gcc) build too.
-foreach(target fuzz_slab_allocator fuzz_token_bucket fuzz_pager fuzz_codec)
+foreach(target fuzz_slab_allocator fuzz_token_bucket fuzz_pager fuzz_codec
+               fuzz_safetensors_header)
   add_executable(${target}_replay ${PROJECT_SOURCE_DIR}/fuzz/${target}.cpp
                                   ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cpp)
   target_link_libraries(${target}_replay PRIVATE htp::htp)

@@ -40,26 +40,34 @@ struct index {
 /// Thread-safe. Never throws.
 std::size_t codec_chunk_for(std::size_t pager_chunk_bytes) noexcept;
 
-/// Reads the safetensors file at `in` (whole, into memory), encodes each non-empty BF16, F16 and
-/// F32 tensor with `chunk_bytes` codec chunks on `threads` threads, and writes the companion to
-/// `out` (replacing it). Returns its index. Thread-safe (distinct `out`s).
-/// @throws htp::invalid_argument for an unreadable or malformed safetensors file, or a
-/// chunk_bytes the codec refuses; htp::io_error if `out` cannot be created or written.
+/// Reads the safetensors file at `in` (whole, into memory), checks its header by every rule of
+/// the format (safetensors.hpp), encodes each non-empty BF16, F16 and F32 tensor with
+/// `chunk_bytes` codec chunks on `threads` threads, and writes the companion to `out` (replacing
+/// it). Returns its index. Thread-safe (distinct `out`s).
+/// @throws htp::io_error (with the path) if `in` cannot be read or `out` cannot be created or
+/// written; htp::corrupt_data (naming the tensor and the field) for a header that breaks the
+/// safetensors format; htp::invalid_argument for a chunk_bytes the codec refuses.
 index write(const std::string& in, const std::string& out, std::size_t chunk_bytes,
             unsigned threads = 1);
 
-/// Reads a companion's index (only the index: the sequences are verified when registered).
-/// Thread-safe.
-/// @throws htp::invalid_argument for a file that cannot be opened or is not a companion (naming
-/// what is wrong with it).
+/// Reads a companion's index (only the index: the sequences are verified when registered) and
+/// checks it: chunk_bytes positive; each entry's dtype BF16, F16 or F32, its bytes its shape's
+/// elements times the dtype's size (never 0), its sequence non-empty, after the index and inside
+/// the file; sorted by offset, no sequence starting inside the one before it. Thread-safe.
+/// @throws htp::io_error (with the path and errno) if the file cannot be opened or read;
+/// htp::invalid_argument for a file that is not a companion at all: one whose index does not
+/// name itself "htp-companion" (neither the index nor, when it does not fit or is not JSON, the
+/// first 4 KiB after its length hold the tag), or of a version other than 1;
+/// htp::corrupt_data (naming the tensor and the field) for a companion whose index is truncated,
+/// not JSON, or breaks a rule above.
 index read_index(const std::string& path);
 
 /// Registers the tensors `names` of the companion at `path` (all of them when empty) in `p` with
 /// pager::register_compressed_file_tensor, by name, over one shared open file. All or nothing: if
 /// one fails, those already registered here are unregistered before the error propagates.
 /// Thread-safe as the pager's calls are.
-/// @throws htp::invalid_argument for a name the companion does not hold (or only lists as
-/// skipped), or as read_index and register_compressed_file_tensor do (a companion cut for larger
+/// @throws as read_index does; htp::invalid_argument for a name the companion does not hold (or
+/// only lists as skipped), or as register_compressed_file_tensor does (a companion cut for larger
 /// chunks than the pager's, a tensor that never fits in HBM, a timing-only device);
 /// htp::corrupt_data for a corrupt sequence; htp::io_error if the file cannot be read;
 /// htp::out_of_memory if the engine's buffers cannot be made.

@@ -82,10 +82,12 @@ class logic_error : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-/// The bytes are not a valid htp-coded weight stream (codec.hpp): truncated, a length or offset
-/// out of range, a malformed code table, a block whose bits overrun its bytes. what() says which
-/// check failed and where. Nothing was read outside the bytes given; the destination may hold a
-/// partial decode. Re-read or re-encode the source: the stream cannot be repaired.
+/// The bytes are not valid data of their format: an htp-coded weight stream (codec.hpp) that is
+/// truncated, has a length or offset out of range, a malformed code table or a block whose bits
+/// overrun its bytes; a safetensors header (safetensors.hpp) or companion index (companion.hpp)
+/// that breaks its format's rules. what() says which check failed and where (the tensor and the
+/// field for a header). Nothing was read outside the bytes given; a decode's destination may hold
+/// a partial decode. Re-read, re-export or re-encode the source: the bytes cannot be repaired.
 class corrupt_data : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

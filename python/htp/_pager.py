@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import struct
 from typing import Any, Iterable, Iterator, Sequence
 
 from . import _htp
@@ -142,22 +141,15 @@ class Pager:
 
     def register_safetensors(self, path: str, names: Iterable[str] | None = None) -> dict[str, Tensor]:
         """Registers tensors of a ``.safetensors`` file as file-backed weights: no host copy; each
-        page-in reads the file. Only the header passes through Python. ``names``: all when None.
-        Tensors with no elements are skipped."""
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
-        wanted = set(header) - {"__metadata__"} if names is None else set(names)
-        missing = wanted - set(header)
-        if missing:
-            raise InvalidArgumentError(f"{path} has no tensor named {sorted(missing)[0]!r}")
-        out = {}
-        for name in sorted(wanted):
-            e = header[name]
-            begin, end = e["data_offsets"]
-            if end > begin:
-                out[name] = self._p.register_file(name, path, 8 + n + begin, e["dtype"], e["shape"])
-        return out
+        page-in reads the file. The header is read and checked in C++ (offsets in order, inside
+        the file, matching dtype x shape, no gap or overlap); no byte of the file passes through
+        Python. ``names``: all when None. Tensors with no elements are skipped. All or nothing:
+        on an error none stays registered.
+
+        Raises CorruptDataError (a header that breaks the format: the tensor and the field),
+        IoError (the file cannot be read: the path), InvalidArgumentError (a name the file does
+        not hold, a dtype views cannot describe, a tensor larger than the HBM budget)."""
+        return dict(self._p.register_safetensors(str(path), None if names is None else list(names)))
 
     def register_companion(self, path: str, names: Iterable[str] | None = None) -> dict[str, Tensor]:
         """Registers tensors of a compressed companion (``htp.write_companion`` or htp-compress
@@ -166,7 +158,8 @@ class Pager:
         on an error none stays registered.
 
         Raises InvalidArgumentError (not a companion, an unknown name, pieces larger than this
-        pager's chunk_bytes), CorruptDataError (a sequence fails its checks), IoError."""
+        pager's chunk_bytes), CorruptDataError (a truncated or malformed index, a sequence that
+        fails its checks), IoError (the file cannot be read)."""
         return dict(self._p.register_companion(str(path), [] if names is None else list(names)))
 
     def unregister(self, tensor: Tensor) -> None:
@@ -285,7 +278,8 @@ def write_companion(source: str, out: str, pager_chunk_bytes: int | str | None =
     totals: tensors, skipped, logical_bytes, wire_bytes, chunk_bytes. Same as
     ``python -m htp.compress source out``.
 
-    Raises InvalidArgumentError (not a safetensors file), IoError (``out`` cannot be written)."""
+    Raises CorruptDataError (a header that breaks the safetensors format: the tensor and the
+    field), IoError (``source`` cannot be read or ``out`` written)."""
     chunk = _htp.PagerConfig().chunk_bytes if pager_chunk_bytes is None else parse_bytes(
         pager_chunk_bytes, "pager_chunk_bytes")
     if threads < 1:

@@ -95,6 +95,18 @@ nb::dlpack::dtype dtype_from_name(const std::string& name);
 /// @throws htp::invalid_argument for another dtype, naming `name` and saying what to do.
 weight_format weight_format_of(nb::dlpack::dtype d, const std::string& name);
 
+// safetensors.cpp
+/// Pager.register_safetensors: reads and checks the header of the safetensors file at `path`
+/// (htp/safetensors.hpp) and registers the tensors `names` (all when absent; those of no elements
+/// skipped) with pager::register_file_tensor over one shared open file, all or nothing: on an
+/// error those already registered are unregistered. Returns {name: Tensor}. The GIL is released
+/// while the file is read and the tensors registered.
+/// @throws htp::io_error (the path) if the file cannot be read; htp::corrupt_data (the tensor and
+/// the field) for a header that breaks the format; htp::invalid_argument for a name the file does
+/// not hold, a dtype htp's views cannot describe, or as register_file_tensor does.
+nb::dict register_safetensors(pager_state& s, const std::string& path,
+                              const std::optional<std::vector<std::string>>& names);
+
 // The bind functions, one per file.
 void bind_errors(nb::module_& m);
 void bind_device(nb::module_& m);

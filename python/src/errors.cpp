@@ -2,7 +2,7 @@
 //   htp::out_of_memory    -> htp.OutOfMemoryError(htp.Error, MemoryError)
 //   htp::invalid_argument -> htp.InvalidArgumentError(htp.Error, ValueError)
 //   htp::cuda_error       -> htp.CudaError(htp.Error, RuntimeError)
-//   htp::io_error         -> htp.IoError(htp.Error, OSError)
+//   htp::io_error         -> htp.IoError(htp.Error, OSError), with errno set when there is one
 //   htp::corrupt_data     -> htp.CorruptDataError(htp.Error, ValueError)
 //   htp::logic_error      -> htp.LogicError(htp.Error, RuntimeError)
 #include "bindings.hpp"
@@ -29,6 +29,20 @@ PyObject* make_error(nb::module_& m, const char* name, PyObject* builtin, const 
   return type;
 }
 
+// An htp.IoError carrying the message and, when the system gave one, the error number as the
+// OSError's errno (the message already names the path; str() of the exception stays the message).
+void set_io_error(const htp::io_error& e) {
+  PyObject* exc = PyObject_CallFunction(g_io, "s", e.what());
+  if (exc == nullptr) return;  // the failed call's own Python error stands
+  if (e.error_number() != 0) {
+    PyObject* number = PyLong_FromLong(e.error_number());
+    if (number == nullptr || PyObject_SetAttrString(exc, "errno", number) != 0) PyErr_Clear();
+    Py_XDECREF(number);
+  }
+  PyErr_SetObject(g_io, exc);
+  Py_DECREF(exc);
+}
+
 }  // namespace
 
 void bind_errors(nb::module_& m) {
@@ -46,8 +60,9 @@ void bind_errors(nb::module_& m) {
                     "A file or OS call failed (a tensor's file ended early, a trace could not be "
                     "written): path and reason.");
   g_corrupt = make_error(m, "CorruptDataError", PyExc_ValueError,
-                         "Compressed weights failed a check (a truncated or altered companion "
-                         "file): which check and where. Re-write the companion.");
+                         "A file's bytes failed a check (a safetensors header or companion index "
+                         "that breaks its format, compressed weights truncated or altered): which "
+                         "check, which tensor and field. Re-export or re-write the file.");
   g_logic = make_error(m, "LogicError", PyExc_RuntimeError,
                        "An internal invariant failed (a bug in htp: please report it).");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -60,7 +75,7 @@ void bind_errors(nb::module_& m) {
     } catch (const htp::cuda_error& e) {
       PyErr_SetString(g_cuda, e.what());
     } catch (const htp::io_error& e) {
-      PyErr_SetString(g_io, e.what());
+      set_io_error(e);
     } catch (const htp::corrupt_data& e) {
       PyErr_SetString(g_corrupt, e.what());
     } catch (const htp::logic_error& e) {

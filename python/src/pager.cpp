@@ -276,6 +276,7 @@ void bind_pager(nb::module_& m) {
       .def("register_compressed", &register_compressed, nb::arg("name"), nb::arg("source"),
            nb::arg("kind"))
       .def("register_companion", &register_companion, nb::arg("path"), nb::arg("names"))
+      .def("register_safetensors", &register_safetensors, nb::arg("path"), nb::arg("names").none())
       .def("unregister", &unregister, nb::arg("tensor"))
       .def("acquire", &acquire_views, nb::arg("tensors"), nb::arg("stream").none(), nb::arg("wait"))
       .def("release", &release_views, nb::arg("tensors"), nb::arg("stream").none(),

@@ -4,42 +4,22 @@
 #include <htp/codec.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
+#include <htp/safetensors.hpp>
+
+#include "header_io.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
-#include <iterator>
+#include <string_view>
+#include <utility>
 
 namespace htp::companion {
 
 namespace {
 
-std::vector<std::uint8_t> read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  HTP_EXPECTS(f.good(), invalid_argument, "cannot open the safetensors file '", path, "'");
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::uint64_t load_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int k = 7; k >= 0; --k) v = v << 8 | p[k];
-  return v;
-}
-
-nlohmann::json header_of(const std::vector<std::uint8_t>& file, const std::string& path,
-                         std::size_t& data_start) {
-  HTP_EXPECTS(file.size() >= 8, invalid_argument, "'", path, "' is shorter than 8 bytes");
-  const std::uint64_t n = load_u64(file.data());
-  HTP_EXPECTS(n <= file.size() - 8, invalid_argument, "'", path, "': a header of ", n,
-              " bytes does not fit in the file");
-  data_start = 8 + static_cast<std::size_t>(n);
-  try {
-    return nlohmann::json::parse(file.begin() + 8, file.begin() + static_cast<long>(data_start));
-  } catch (const nlohmann::json::exception& e) {
-    throw invalid_argument(detail::concat("'", path, "': the header is not JSON: ", e.what()));
-  }
-}
+constexpr std::string_view k_tag = "\"htp-companion\"";
 
 bool format_of(const std::string& dtype, weight_format& f) {
   if (dtype == "BF16")
@@ -61,35 +41,35 @@ struct encoded {
 };
 
 encoded encode_file(const std::string& in, std::size_t chunk_bytes, unsigned threads) {
-  const std::vector<std::uint8_t> file = read_all(in);
-  std::size_t data_start = 0;
-  const nlohmann::json header = header_of(file, in, data_start);
+  std::vector<std::uint8_t> file;
+  {
+    const detail::header_file f(in, "safetensors file");
+    file.resize(static_cast<std::size_t>(f.size()));
+    f.read(file.data(), file.size(), 0);
+  }
+  const std::uint64_t n = safetensors::header_length(file.data(), file.size(), in);
+  const safetensors::header header = safetensors::parse_header(
+      std::string_view(reinterpret_cast<const char*>(file.data()) + 8, n), file.size(), in);
   encoded r;
   r.idx.chunk_bytes = chunk_bytes;
-  for (const auto& [name, t] : header.items()) {
-    if (name == "__metadata__") continue;
-    const std::string dtype = t.at("dtype").get<std::string>();
-    const auto begin = t.at("data_offsets").at(0).get<std::size_t>();
-    const auto end = t.at("data_offsets").at(1).get<std::size_t>();
-    HTP_EXPECTS(begin <= end && end <= file.size() - data_start, invalid_argument, "'", in,
-                "': tensor '", name, "' lies outside the file");
+  for (const safetensors::entry& t : header.tensors) {
     weight_format f{};
-    if (!format_of(dtype, f) || begin == end) {
-      r.idx.skipped.push_back(name);
+    if (!format_of(t.dtype, f) || t.bytes == 0) {
+      r.idx.skipped.push_back(t.name);
       continue;
     }
     codec_options o;
     o.chunk_bytes = chunk_bytes;
     o.threads = threads;
-    const auto frame = encode_weights(file.data() + data_start + begin, end - begin, f, o);
+    const auto frame = encode_weights(file.data() + t.begin, t.bytes, f, o);
     r.sequences.push_back(split_frame(parse_frame(frame.data(), frame.size())));
     entry e;
-    e.dtype = dtype;
-    e.shape = t.at("shape").get<std::vector<std::int64_t>>();
-    e.bytes = end - begin;
+    e.dtype = t.dtype;
+    e.shape = t.shape;
+    e.bytes = t.bytes;
     e.wire_bytes = r.sequences.back().size();
-    r.idx.tensors[name] = e;
-    r.order.push_back(name);
+    r.idx.tensors[t.name] = e;
+    r.order.push_back(t.name);
   }
   return r;
 }
@@ -124,25 +104,150 @@ std::string index_text(const std::string& in, encoded& r) {
   }
 }
 
-index index_of(const nlohmann::json& j, const std::string& path) {
-  HTP_EXPECTS(j.value("format", "") == "htp-companion" && j.value("version", 0) == 1,
-              invalid_argument, "'", path,
-              "' is not a companion (its index lacks format \"htp-companion\", version 1)");
-  index idx;
-  idx.chunk_bytes = j.at("chunk_bytes").get<std::size_t>();
-  idx.skipped = j.at("skipped").get<std::vector<std::string>>();
-  if (j.contains("tensors")) {
-    for (const auto& [name, t] : j.at("tensors").items()) {
-      entry e;
-      e.dtype = t.at("dtype").get<std::string>();
-      e.shape = t.at("shape").get<std::vector<std::int64_t>>();
-      e.bytes = t.at("bytes").get<std::size_t>();
-      e.offset = t.at("offset").get<std::uint64_t>();
-      e.wire_bytes = t.at("wire_bytes").get<std::size_t>();
-      idx.tensors[name] = e;
+// A broken rule of a real companion's index (one that names itself "htp-companion").
+template <typename... Parts>
+[[noreturn]] void corrupt_index(const std::string& path, std::string_view tensor,
+                                std::string_view field, const Parts&... what) {
+  std::string where = tensor.empty() ? std::string() : detail::concat("tensor '", tensor, "', ");
+  throw corrupt_data(detail::concat("companion '", path, "': ", where, "\"", field,
+                                    "\": ", detail::concat(what...),
+                                    " (the index is corrupt: write the companion again with "
+                                    "htp-compress or htp.write_companion)"));
+}
+
+// A file that does not name itself a companion at all.
+[[noreturn]] void not_a_companion(const std::string& path, const std::string& why) {
+  throw invalid_argument(
+      detail::concat("'", path, "' is not a companion (", why,
+                     "); give a file htp-compress or htp.write_companion wrote"));
+}
+
+std::uint64_t count_field(const nlohmann::json& t, const char* field, std::string_view name,
+                          const std::string& path) {
+  const auto it = t.find(field);
+  if (it == t.end()) corrupt_index(path, name, field, "missing");
+  std::uint64_t v = 0;
+  if (!detail::as_count(*it, v)) {
+    corrupt_index(path, name, field, detail::shown(it->dump()),
+                  "; expected a non-negative integer");
+  }
+  return v;
+}
+
+std::size_t element_bits(const std::string& dtype) {
+  weight_format f{};
+  return format_of(dtype, f) ? (dtype == "F32" ? 32 : 16) : 0;
+}
+
+// One entry of the index: a compressible dtype, a shape whose elements make `bytes`, and a
+// non-empty sequence between the end of the index and the end of the file.
+entry index_entry(const std::string& name, const nlohmann::json& t, std::uint64_t index_end,
+                  std::uint64_t size, const std::string& path) {
+  if (!t.is_object())
+    corrupt_index(path, name, "tensors", "expected an object, found ", t.type_name());
+  entry e;
+  const auto d = t.find("dtype");
+  if (d == t.end() || !d->is_string() || element_bits(d->get<std::string>()) == 0) {
+    corrupt_index(path, name, "dtype", d == t.end() ? "missing" : detail::shown(d->dump()),
+                  "; expected \"BF16\", \"F16\" or \"F32\"");
+  }
+  e.dtype = d->get<std::string>();
+  const auto s = t.find("shape");
+  std::size_t bad = 0;
+  if (s == t.end() || !detail::as_shape(*s, e.shape, bad)) {
+    corrupt_index(path, name, "shape", s == t.end() ? "missing" : detail::shown(s->dump()),
+                  "; expected an array of non-negative integers");
+  }
+  const std::uint64_t bytes = count_field(t, "bytes", name, path);
+  std::uint64_t bits = 0;
+  if (!detail::shape_bits(e.shape, element_bits(e.dtype), bits) || bits / 8 != bytes ||
+      bytes == 0) {
+    corrupt_index(path, name, "bytes", bytes, "; ", e.dtype, " ", detail::shape_text(e.shape),
+                  " takes ", bits / 8,
+                  " bytes, and never 0 (an empty tensor is listed as skipped)");
+  }
+  e.bytes = static_cast<std::size_t>(bytes);
+  e.offset = count_field(t, "offset", name, path);
+  e.wire_bytes = static_cast<std::size_t>(count_field(t, "wire_bytes", name, path));
+  if (e.offset < index_end || e.offset >= size) {
+    corrupt_index(path, name, "offset", e.offset, " is outside the sequences, bytes [", index_end,
+                  ", ", size, ") of the file");
+  }
+  if (e.wire_bytes == 0 || e.wire_bytes > size - e.offset) {
+    corrupt_index(path, name, "wire_bytes", e.wire_bytes, " bytes at ", e.offset,
+                  e.wire_bytes == 0 ? " is empty" : " run past the end of the file", " (", size,
+                  " bytes)");
+  }
+  return e;
+}
+
+// Sorted by offset, no sequence may start inside the one before it.
+void check_no_overlap(const index& idx, const std::string& path) {
+  std::vector<std::pair<std::uint64_t, const std::string*>> starts;
+  for (const auto& [name, e] : idx.tensors) starts.emplace_back(e.offset, &name);
+  std::sort(starts.begin(), starts.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t i = 1; i < starts.size(); ++i) {
+    const entry& prev = idx.tensors.at(*starts[i - 1].second);
+    if (prev.offset + prev.wire_bytes > starts[i].first) {
+      corrupt_index(path, *starts[i].second, "offset", starts[i].first, " lies inside tensor '",
+                    *starts[i - 1].second, "' [", prev.offset, ", ", prev.offset + prev.wire_bytes,
+                    "); sequences may not overlap");
     }
   }
+}
+
+index index_of(const nlohmann::json& j, const std::string& path, std::uint64_t index_end,
+               std::uint64_t size) {
+  index idx;
+  idx.chunk_bytes = static_cast<std::size_t>(count_field(j, "chunk_bytes", "", path));
+  if (idx.chunk_bytes == 0) corrupt_index(path, "", "chunk_bytes", "0; expected the codec chunk");
+  const auto skipped = j.find("skipped");
+  if (skipped == j.end() || !skipped->is_array()) {
+    corrupt_index(path, "", "skipped", "expected an array of names");
+  }
+  for (const auto& name : *skipped) {
+    if (!name.is_string())
+      corrupt_index(path, "", "skipped", detail::shown(name.dump()), " is not a name");
+    idx.skipped.push_back(name.get<std::string>());
+  }
+  const auto tensors = j.find("tensors");
+  if (tensors != j.end() && !tensors->is_object()) {
+    corrupt_index(path, "", "tensors", "expected an object, found ", tensors->type_name());
+  }
+  if (tensors != j.end()) {
+    for (const auto& [name, t] : tensors->items()) {
+      idx.tensors[name] = index_entry(name, t, index_end, size, path);
+    }
+  }
+  check_no_overlap(idx, path);
   return idx;
+}
+
+// The index's JSON: a file that does not name itself "htp-companion" is not a companion
+// (invalid_argument); one that does but is not valid JSON is a corrupt one.
+nlohmann::json parse_index(const std::string& text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    if (text.find(k_tag) == std::string::npos) {
+      not_a_companion(path, detail::concat("its index is not JSON: ", e.what()));
+    }
+    corrupt_index(path, "", "index", "not valid JSON: ", e.what());
+  }
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (!j.is_object() || format == j.end() || *format != "htp-companion") {
+    not_a_companion(path, "its index lacks format \"htp-companion\"");
+  }
+  const auto version = j.find("version");
+  if (version == j.end() || *version != 1) {
+    not_a_companion(path,
+                    detail::concat("its index has version ",
+                                   version == j.end() ? "none" : detail::shown(version->dump()),
+                                   "; this htp reads version 1"));
+  }
+  return j;
 }
 
 }  // namespace
@@ -154,13 +259,13 @@ std::size_t codec_chunk_for(std::size_t pager_chunk_bytes) noexcept {
 
 index write(const std::string& in, const std::string& out, std::size_t chunk_bytes,
             unsigned threads) {
-  encoded r;
+  encoded r = encode_file(in, chunk_bytes, threads);
   std::string text;
   try {
-    r = encode_file(in, chunk_bytes, threads);
     text = index_text(in, r);
-  } catch (const nlohmann::json::exception& e) {
-    throw invalid_argument(detail::concat("'", in, "' is not a safetensors file: ", e.what()));
+  } catch (const nlohmann::json::exception& e) {  // a path that is not UTF-8
+    throw invalid_argument(
+        detail::concat("'", in, "': the companion's index cannot hold its path: ", e.what()));
   }
   std::ofstream o(out, std::ios::binary | std::ios::trunc);
   if (!o.good()) throw io_error(detail::concat("cannot create the companion '", out, "'"), out);
@@ -177,25 +282,25 @@ index write(const std::string& in, const std::string& out, std::size_t chunk_byt
 }
 
 index read_index(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  HTP_EXPECTS(f.good(), invalid_argument, "cannot open the companion '", path, "'");
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<std::uint64_t>(f.tellg());
-  f.seekg(0);
+  const detail::header_file f(path, "companion");
+  const std::uint64_t size = f.size();
   std::uint8_t len[8] = {};
-  f.read(reinterpret_cast<char*>(len), 8);
-  const std::uint64_t n = load_u64(len);
-  HTP_EXPECTS(size >= 8 && n <= size - 8, invalid_argument, "'", path,
-              "' is not a companion (an index of ", n, " bytes in a file of ", size, ")");
-  std::string text(static_cast<std::size_t>(n), '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  HTP_EXPECTS(f.good(), invalid_argument, "'", path, "' is not a companion (truncated index)");
-  try {
-    return index_of(nlohmann::json::parse(text), path);
-  } catch (const nlohmann::json::exception& e) {
-    throw invalid_argument(
-        detail::concat("'", path, "' is not a companion (its index: ", e.what(), ")"));
+  if (size >= 8) f.read(len, 8, 0);
+  const std::uint64_t n = detail::load_u64(len);
+  if (size < 8 || n > size - 8 || n > safetensors::max_header_bytes) {
+    std::string head(
+        static_cast<std::size_t>(size > 8 ? std::min<std::uint64_t>(size - 8, 4096) : 0), '\0');
+    f.read(head.data(), head.size(), 8);
+    if (head.find(k_tag) == std::string::npos) {
+      not_a_companion(path, detail::concat("an index of ", n, " bytes in a file of ", size));
+    }
+    corrupt_index(path, "", "index length", "an index of ", n,
+                  " bytes does not fit in the file of ", size,
+                  " bytes: the companion is truncated");
   }
+  std::string text(static_cast<std::size_t>(n), '\0');
+  f.read(text.data(), text.size(), 8);
+  return index_of(parse_index(text, path), path, 8 + n, size);
 }
 
 std::map<std::string, tensor_handle> register_companion(pager& p, const std::string& path,
