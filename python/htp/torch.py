@@ -12,6 +12,7 @@ would keep views past their release. See docs/python.md.
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -21,16 +22,23 @@ import torch
 from ._config import parse_bytes
 from ._htp import Device, InvalidArgumentError, Tensor
 from ._config import make_device
+from ._offloaded import (OffloadedError, OffloadedParameter, OffloadedTensor, guard_optimizer,
+                         map_tensors, refuse_backward, unguard_optimizer)
 from ._pager import Pager
+
+__all__ = ["AccelerateWeights", "Offload", "OffloadedError", "OffloadedParameter",
+           "OffloadedTensor", "accelerate_weights", "offload"]
 
 _SMALL_MODEL = 256 << 20  # below this HBM budget: 4 KiB pages and slabs sized to the budget
 
 
 @dataclass
 class _Param:
-    name: str
-    param: torch.nn.Parameter
+    name: str                       # full name in the model
+    local: str                      # its name in the unit's module (module._parameters key)
+    param: torch.nn.Parameter       # the model's own Parameter, in place while its module runs
     tensor: Tensor
+    stand_in: OffloadedParameter | None = None  # in place between forwards
 
 
 @dataclass
@@ -43,7 +51,9 @@ class _Unit:
 
 
 def _placeholder(p: torch.Tensor) -> torch.Tensor:
-    """One element broadcast to the parameter's shape: dtype and shape stay, the bytes go."""
+    """One element broadcast to the parameter's shape: what the model's own Parameter holds
+    between forwards (the module holds its OffloadedParameter stand-in then, so only references
+    taken before offload() see it; the guards refuse backward and optimizer steps over them)."""
     return torch.zeros((), dtype=p.dtype, device="cpu").expand(p.shape)
 
 
@@ -72,17 +82,19 @@ def _execution_device(dev: Device) -> torch.device:
 
 
 def _move(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_move(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    return obj
+    """``obj`` with its tensors on ``device``, every container keeping its type (map_tensors)."""
+    return map_tensors(obj, lambda t: t.to(device, non_blocking=True))
 
 
 class Offload:
-    """What :func:`offload` returns: the pager, the paged units, ``metrics()`` and ``remove()``."""
+    """What :func:`offload` returns: the pager, the paged units, ``metrics()`` and ``remove()``.
+
+    While it is live, each paged module holds an :class:`OffloadedParameter` stand-in for each
+    paged parameter between forwards, and its own Parameter (pointing at htp's view) during its
+    forward. ``model.state_dict()`` (and so ``save_pretrained``) gives the true bytes, copied out
+    of htp; a dtype or device conversion, ``load_state_dict``, a backward pass through a paged
+    module and an optimizer step over paged parameters raise :class:`OffloadedError`.
+    """
 
     def __init__(self, model: torch.nn.Module, pager: Pager, units: list[_Unit],
                  kept: list[tuple[torch.nn.Module, torch.device]],
@@ -95,15 +107,48 @@ class Offload:
         self._recording = True
         self._spans: dict[int, tuple[int, int]] = {}  # id(param) -> (data_ptr, nbytes) while acquired
         self._hooks: list[Any] = []
+        self._patched: list[torch.nn.Module] = []  # modules whose _apply is guarded
+        # The last state_dict() call's copies, weakly (they live as long as that state dict).
+        self._state_dict_copies: tuple[int, Any] = (0, weakref.WeakValueDictionary())
         self._install()
+        model._htp_offload = weakref.ref(self)
 
     # ---- hooks ----------------------------------------------------------------------------------
     def _install(self) -> None:
         for unit in self.units:
+            for p in unit.params:
+                p.stand_in = p.stand_in or self._stand_in_of(p)
+                unit.module._parameters[p.local] = p.stand_in
+                p.param.data = _placeholder(p.param)
             self._hooks.append(unit.module.register_forward_pre_hook(self._pre_hook(unit)))
             self._hooks.append(unit.module.register_forward_hook(self._post_hook(unit)))
+            self._hooks.append(unit.module.register_state_dict_post_hook(self._state_dict_hook(unit)))
         self._hooks.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
         self._hooks.append(self.model.register_forward_hook(self._model_post))
+        for name, module, stand_ins in self._subtrees():
+            self._hooks.append(module.register_load_state_dict_pre_hook(
+                self._load_refusal(stand_ins)))
+            module._apply = self._guarded_apply(module, stand_ins)
+            self._patched.append(module)
+        guard_optimizer([p.param for unit in self.units for p in unit.params])
+
+    def _stand_in_of(self, p: _Param) -> OffloadedParameter:
+        # A tied parameter is one Parameter in several units: one stand-in for all of them.
+        for unit in self.units:
+            for q in unit.params:
+                if q.param is p.param and q.stand_in is not None:
+                    return q.stand_in
+        return OffloadedParameter(p.param, p.name, self.execution_device)
+
+    def _subtrees(self):
+        """(name, module, {relative name: stand-in}) for every module with paged parameters in
+        its subtree: where load_state_dict and conversions are refused."""
+        paged = [(p.name, p.stand_in) for unit in self.units for p in unit.params]
+        for name, module in self.model.named_modules():
+            prefix = f"{name}." if name else ""
+            mine = {n[len(prefix):]: s for n, s in paged if n.startswith(prefix)}
+            if mine:
+                yield name, module, mine
 
     def _pre_hook(self, unit: _Unit):
         def pre(module, args):
@@ -111,6 +156,8 @@ class Offload:
             by_tensor = {t: torch.from_dlpack(v) for t, v in zip(unit.tensors, views)}
             for p in unit.params:
                 p.param.data = by_tensor[p.tensor]
+                p.param.requires_grad_(p.stand_in.requires_grad)
+                module._parameters[p.local] = p.param
                 self._spans[id(p.param)] = (p.param.data_ptr(), p.tensor.nbytes)
             if self._recording:
                 self.schedule.extend(unit.tensors)
@@ -119,9 +166,11 @@ class Offload:
     def _post_hook(self, unit: _Unit):
         def post(module, args, output):
             for p in unit.params:
+                module._parameters[p.local] = p.stand_in
                 p.param.data = _placeholder(p.param)
                 self._spans.pop(id(p.param), None)
             self.pager.release(unit.tensors)
+            refuse_backward(output, unit.name)
         return post
 
     def _model_pre(self, module, args, kwargs):
@@ -132,36 +181,124 @@ class Offload:
             self._recording = False
             self.pager.set_schedule(self.schedule, cyclic=True)
 
+    def _state_dict_hook(self, unit: _Unit):
+        def hook(module, state_dict, prefix, local_metadata):
+            # One copy per htp tensor per state_dict() call, so tied parameters stay one tensor.
+            key, copies = self._state_dict_copies
+            if key != id(state_dict):
+                copies = weakref.WeakValueDictionary()
+                self._state_dict_copies = (id(state_dict), copies)
+            for p in unit.params:
+                entry = state_dict.get(prefix + p.local)
+                if entry is None:
+                    continue
+                true = copies.get(p.tensor)
+                if true is None:
+                    host = self.host_copies.get(p.name)
+                    true = host.detach() if host is not None else self.pager.copy_to_host(p.tensor)
+                    copies[p.tensor] = true
+                keep_vars = isinstance(entry, torch.nn.Parameter)
+                state_dict[prefix + p.local] = torch.nn.Parameter(
+                    true, requires_grad=entry.requires_grad) if keep_vars else true
+        return hook
+
+    def _load_refusal(self, stand_ins: dict[str, OffloadedParameter]):
+        def hook(module, state_dict, prefix, *args):
+            for name, s in stand_ins.items():
+                if prefix + name in state_dict:
+                    raise OffloadedError(
+                        f"load_state_dict: parameter {s._htp_name!r} is paged by htp.torch.offload"
+                        "; its host copy is htp's. Call handle.remove(), load the state dict, and "
+                        "offload again")
+        return hook
+
+    def _guarded_apply(self, module: torch.nn.Module, stand_ins: dict[str, OffloadedParameter]):
+        apply = type(module)._apply
+
+        def guarded(fn, *args, **kwargs):
+            for s in stand_ins.values():
+                fn(s)  # a conversion that changes a stand-in raises here, before anything moved
+            return apply(module, fn, *args, **kwargs)
+        return guarded
+
     # ---- what a caller asks ---------------------------------------------------------------------
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise OffloadedError("copy.deepcopy of an offloaded model: its weights live in htp. Call "
+                             "handle.remove() first, copy, and offload each copy")
+
+    def __reduce__(self) -> Any:
+        raise OffloadedError("pickling an offloaded model (torch.save(model)): its weights live in "
+                             "htp. Save model.state_dict() or use save_pretrained(), which give "
+                             "the true bytes, or call handle.remove() first")
+
+    def _live(self, call: str) -> Pager:
+        if self.pager is None:
+            raise InvalidArgumentError(
+                f"Offload.{call}: this offload was removed (handle.remove()); the model holds its "
+                "own weights again and no pager remains. Offload it again for a new handle")
+        return self.pager
+
     def span_of(self, param: torch.nn.Parameter) -> tuple[int, int] | None:
         """(address, bytes) of the view a parameter points into while its module runs, else None."""
         return self._spans.get(id(param))
 
     def metrics(self) -> dict[str, Any]:
-        """The pager's metrics (htp.Pager.metrics)."""
-        return self.pager.metrics()
+        """The pager's metrics (htp.Pager.metrics). Raises InvalidArgumentError after remove()."""
+        return self._live("metrics()").metrics()
 
     def remove(self) -> None:
-        """Removes the hooks, gives every parameter its bytes back in CPU memory (copied out of
-        htp; with copy=False its own tensor), moves kept modules back, and drops the pager (its
-        pinned memory is freed)."""
+        """Removes the hooks and guards, gives every parameter its bytes back in CPU memory
+        (copied out of htp; with copy=False its own tensor) and its place in its module, moves
+        kept modules back, unregisters every tensor once (tied ones too) and drops the pager, so
+        its pinned memory is freed now. A second call does nothing. Must not be called from inside
+        the model's forward."""
         if self.pager is None:
             return
-        for h in self._hooks:
-            h.remove()
-        self.pager.synchronize()
+        pager = self.pager
+        try:
+            for h in self._hooks:
+                h.remove()
+            for module in self._patched:
+                del module._apply
+            unguard_optimizer([p.param for unit in self.units for p in unit.params])
+            pager.synchronize()
+            self._restore_parameters(pager)
+            for module, device in self._kept:
+                module.to(device)
+            for t in {t: None for unit in self.units for t in unit.tensors}:
+                pager.unregister(t)
+        finally:
+            self._hooks, self._patched = [], []
+            self.units, self.pager, self.host_copies = [], None, {}
+            self._spans.clear()
+            if getattr(self.model, "_htp_offload", None) is not None:
+                del self.model._htp_offload
+
+    def _restore_parameters(self, pager: Pager) -> None:
+        restored: dict[int, torch.Tensor] = {}
         for unit in self.units:
             for p in unit.params:
-                # copy=False: the caller's tensor is the authoritative copy (weights are never
-                # written back), so it is given back as it is, still pinned if it was.
-                host = self.host_copies.get(p.name)
-                p.param.data = host if host is not None else self.pager.copy_to_host(p.tensor)
-        for module, device in self._kept:
-            module.to(device)
-        for unit in self.units:
-            for t in unit.tensors:
-                self.pager.unregister(t)
-        self.units, self.pager, self.host_copies = [], None, {}
+                if id(p.param) not in restored:
+                    # copy=False: the caller's tensor is the authoritative copy (weights are never
+                    # written back), so it is given back as it is, still pinned if it was.
+                    host = self.host_copies.get(p.name)
+                    restored[id(p.param)] = host if host is not None else pager.copy_to_host(p.tensor)
+                p.param.data = restored[id(p.param)]
+                unit.module._parameters[p.local] = p.param
+
+
+def _check_not_offloaded(model: torch.nn.Module) -> None:
+    """An offloaded model (or a part of one) holds stand-ins, not weights: say so."""
+    live = getattr(model, "_htp_offload", None)
+    if live is not None and live() is not None:
+        raise InvalidArgumentError(
+            "offload: this model is already offloaded by htp (a live htp.torch.Offload handle); "
+            "call handle.remove() before offloading it again")
+    for name, p in model.named_parameters():
+        if isinstance(p, OffloadedParameter):
+            raise InvalidArgumentError(
+                f"offload: parameter {name!r} is already paged by htp (it is part of an offloaded "
+                f"model, as {p._htp_name!r}); remove() that offload first")
 
 
 def _units_of(model: torch.nn.Module, keep: Iterable[str]):
@@ -213,7 +350,7 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
                 if not copy:
                     hosts[full] = src
             t = registered[id(p)]
-            unit.params.append(_Param(full, p, t))
+            unit.params.append(_Param(full, pname, p, t))
             if t not in unit.tensors:
                 unit.tensors.append(t)
         units.append(unit)
@@ -239,6 +376,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     if compress and not copy:
         raise InvalidArgumentError("offload: compress=True keeps compressed copies; it needs "
                                    "copy=True")
+    _check_not_offloaded(model)
     keep = list(keep)
     dev = device if device is not None else make_device("auto")
     raw_units, kept = _units_of(model, keep)
@@ -250,9 +388,6 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts, compress)
-    for unit in units:
-        for p in unit.params:
-            p.param.data = _placeholder(p.param)
     exec_device = _execution_device(dev)
     moved = []
     for _, module in kept:

@@ -21,7 +21,8 @@ def pager(sim):
 
 def build_model(kind: str, dtype):
     """A small transformers model of `kind` ('llama' with grouped-query attention, 'mixtral'
-    with 4 experts, 2 per token, or 'opt'), seeded, in eval mode, in `dtype`."""
+    with 4 experts, 2 per token, 'opt', 'gpt2' with tied embeddings, or the encoder-decoders
+    't5' and 'bart'), seeded, in eval mode, in `dtype`, and the modules to keep resident."""
     import torch
     import transformers as tf
 
@@ -45,6 +46,23 @@ def build_model(kind: str, dtype):
                            word_embed_proj_dim=128)
         model = tf.OPTForCausalLM(cfg)
         keep = ["model.decoder.embed_tokens", "model.decoder.embed_positions"]
+    elif kind == "gpt2":  # lm_head tied to the token embedding
+        cfg = tf.GPT2Config(vocab_size=512, n_embd=128, n_layer=4, n_head=4, n_positions=256,
+                            bos_token_id=1, eos_token_id=2)
+        model = tf.GPT2LMHeadModel(cfg)
+        keep = []
+    elif kind == "t5":  # encoder-decoder; lm_head and both embeddings tied to `shared`
+        cfg = tf.T5Config(vocab_size=512, d_model=128, d_kv=32, d_ff=256, num_layers=3,
+                          num_decoder_layers=3, num_heads=4, decoder_start_token_id=0,
+                          tie_word_embeddings=True)
+        model = tf.T5ForConditionalGeneration(cfg)
+        keep = []
+    elif kind == "bart":  # encoder-decoder with learned positions
+        cfg = tf.BartConfig(vocab_size=512, d_model=128, encoder_layers=2, decoder_layers=2,
+                            encoder_attention_heads=4, decoder_attention_heads=4,
+                            encoder_ffn_dim=256, decoder_ffn_dim=256, max_position_embeddings=256)
+        model = tf.BartForConditionalGeneration(cfg)
+        keep = ["model.shared"]
     else:
         raise ValueError(kind)
     model = model.to(dtype).eval()
