@@ -160,8 +160,11 @@ entry index_entry(const std::string& name, const nlohmann::json& t, std::uint64_
   }
   const std::uint64_t bytes = count_field(t, "bytes", name, path);
   std::uint64_t bits = 0;
-  if (!detail::shape_bits(e.shape, element_bits(e.dtype), bits) || bits / 8 != bytes ||
-      bytes == 0) {
+  if (!detail::shape_bits(e.shape, element_bits(e.dtype), bits)) {
+    corrupt_index(path, name, "shape", detail::shape_text(e.shape), " of ", e.dtype,
+                  " is more bytes than any file holds");
+  }
+  if (bits / 8 != bytes || bytes == 0) {
     corrupt_index(path, name, "bytes", bytes, "; ", e.dtype, " ", detail::shape_text(e.shape),
                   " takes ", bits / 8,
                   " bytes, and never 0 (an empty tensor is listed as skipped)");
