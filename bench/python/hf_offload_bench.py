@@ -57,6 +57,8 @@ def parse_args() -> argparse.Namespace:
     a.add_argument("--batches", default="1,16")
     a.add_argument("--fractions", default="0.3,0.5", help="HBM budgets as fractions of the layers")
     a.add_argument("--modes", default="resident,htp,htp-compress,accelerate,naive")
+    a.add_argument("--inject-failure", default="", metavar="MODE",
+                   help="make MODE raise (tests that one mode's error is its rows' and the others run)")
     return a.parse_args()
 
 
@@ -74,19 +76,34 @@ def build_on(device, shape: dict, dtype):
 
 
 def host_copy(model, pin: bool):
-    """The same weights in (pinned) host memory: the starting point of every offloading mode.
-    Built on meta and given storage, so nothing is initialised on the CPU."""
+    """The same weights in (pinned) host memory: the starting point of every offloading mode, and
+    those tensors by parameter name (restore() puts them back before each mode). Built on meta
+    and given storage, so nothing is initialised on the CPU."""
     with torch.device("meta"):
         host = transformers.LlamaForCausalLM(model.config)
     host = host.to(model.dtype).to_empty(device="cpu").eval()
+    weights = {}
     with torch.no_grad():
-        for dst, src in zip(host.parameters(), model.parameters()):
+        for (name, dst), src in zip(host.named_parameters(), model.parameters()):
             buf = torch.empty(src.shape, dtype=src.dtype, pin_memory=pin)
             buf.copy_(src)
             dst.data = buf
+            weights[name] = buf
         for dst, src in zip(host.buffers(), model.buffers()):
             dst.copy_(src)
-    return host
+    return host, weights
+
+
+def restore(host, weights: dict) -> None:
+    """Every mode starts from the same state: each parameter is the (pinned) host tensor of
+    host_copy again, whatever the last mode left (htp's remove() gives back decoded pageable
+    copies after compress=True, accelerate leaves meta parameters, keep= and the naive mode move
+    modules back into pageable memory)."""
+    for mname, module in host.named_modules():
+        for local, p in list(module._parameters.items()):
+            if p is not None:
+                name = f"{mname}.{local}" if mname else local
+                module._parameters[local] = torch.nn.Parameter(weights[name], requires_grad=False)
 
 
 def layer_bytes(model) -> int:
@@ -175,12 +192,16 @@ def run_htp(host, dev, budget, ids_by_batch, args, exec_device, want, bw, compre
 
 def run_accelerate(host, ids_by_batch, args, exec_device, want):
     import accelerate
+    from accelerate.hooks import remove_hook_from_submodules
     accelerate.cpu_offload(host, execution_device=exec_device)
     rows = []
-    for batch, ids in ids_by_batch.items():
-        tokens, secs = decode(host, ids, args.tokens, exec_device)
-        rows.append(dict(mode="accelerate", batch=batch, seconds=secs,
-                         identical=bool(torch.equal(tokens, want[batch]))))
+    try:
+        for batch, ids in ids_by_batch.items():
+            tokens, secs = decode(host, ids, args.tokens, exec_device)
+            rows.append(dict(mode="accelerate", batch=batch, seconds=secs,
+                             identical=bool(torch.equal(tokens, want[batch]))))
+    finally:
+        remove_hook_from_submodules(host)
     return rows
 
 
@@ -204,8 +225,9 @@ def run_naive(host, ids_by_batch, args, exec_device, want):
 
 
 def finish(row: dict, args) -> dict:
-    row["ms_per_token"] = 1e3 * row["seconds"] / args.tokens
-    row["tokens_per_second"] = row["batch"] * args.tokens / row["seconds"]
+    if "seconds" in row:
+        row["ms_per_token"] = 1e3 * row["seconds"] / args.tokens
+        row["tokens_per_second"] = row["batch"] * args.tokens / row["seconds"]
     return row
 
 
@@ -213,14 +235,46 @@ def markdown(result: dict) -> str:
     lines = [f"# {result['model']} offload, {result['tokens']} tokens, backend {result['backend']}", "",
              "| mode | budget | batch | tokens/s | ms/token | vs accelerate | link bound ms/token | identical |",
              "|---|---|---|---|---|---|---|---|"]
-    acc = {r["batch"]: r for r in result["rows"] if r["mode"] == "accelerate"}
+    acc = {r["batch"]: r for r in result["rows"] if r["mode"] == "accelerate" and "error" not in r}
     for r in result["rows"]:
         budget = f"{r['budget_fraction']:.0%}" if "budget_fraction" in r else "-"
+        if "error" in r:
+            lines.append(f"| {r['mode']} | {budget} | {r['batch']} | error: {r['error'][:120]} | | | | |")
+            continue
         speed = f"{acc[r['batch']]['ms_per_token'] / r['ms_per_token']:.2f}x" if r["batch"] in acc else "-"
         bound = f"{r['link_bound_ms_per_token']:.1f}" if "link_bound_ms_per_token" in r else "-"
         lines.append(f"| {r['mode']} | {budget} | {r['batch']} | {r['tokens_per_second']:.1f} | "
                      f"{r['ms_per_token']:.1f} | {speed} | {bound} | {r['identical']} |")
     return "\n".join(lines) + "\n"
+
+
+def modes_to_run(args, host, dev, layers, ids_by_batch, exec_device, want, bw):
+    """(mode, budget fraction or None, a function giving its rows), in the order they run."""
+    out = []
+    if "naive" in args.modes:
+        out.append(("naive", None, lambda: run_naive(host, ids_by_batch, args, exec_device, want)))
+    fractions = [float(x) for x in args.fractions.split(",")]
+    for f in fractions if "htp" in args.modes else []:
+        out.append(("htp", f, lambda f=f: run_htp(host, dev, int(layers * f), ids_by_batch, args,
+                                                  exec_device, want, bw)))
+    if "htp-compress" in args.modes:  # one budget: encoding 16 GB takes a while even on every core
+        out.append(("htp-compress", fractions[0], lambda: run_htp(
+            host, dev, int(layers * fractions[0]), ids_by_batch, args, exec_device, want, bw,
+            compress=True)))
+    if "accelerate" in args.modes:
+        out.append(("accelerate", None, lambda: run_accelerate(host, ids_by_batch, args,
+                                                               exec_device, want)))
+    return out
+
+
+def write_results(args, result: dict) -> None:
+    """hf-offload.json and hf-offload.md as they stand (after each mode: a crash keeps the rest)."""
+    for r in result["rows"]:
+        finish(r, args)
+    with open(os.path.join(args.out, "hf-offload.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "hf-offload.md"), "w") as f:
+        f.write(markdown(result))
 
 
 def main() -> int:
@@ -235,7 +289,7 @@ def main() -> int:
             return 77
         dev, shape, batches = htp.make_device("cuda"), LLAMA_8B, [int(b) for b in args.batches.split(",")]
     exec_device = torch.device("cuda", 0) if dev.backend == "cuda" else torch.device("cpu")
-    modes = args.modes.split(",")
+    args.modes = args.modes.split(",")
     t_setup = time.perf_counter()
     resident = build_on(exec_device, shape, torch.bfloat16)
     g = torch.Generator().manual_seed(7)
@@ -243,9 +297,9 @@ def main() -> int:
     want, rows = {}, []
     for b, ids in ids_by_batch.items():
         want[b], secs = decode(resident, ids.to(exec_device), args.tokens, exec_device)
-        if "resident" in modes:
+        if "resident" in args.modes:
             rows.append(dict(mode="resident", batch=b, seconds=secs, identical=True))
-    host = host_copy(resident, pin=exec_device.type == "cuda")
+    host, weights = host_copy(resident, pin=exec_device.type == "cuda")
     del resident
     if exec_device.type == "cuda":
         torch.cuda.empty_cache()
@@ -253,34 +307,34 @@ def main() -> int:
     bw = h2d_bandwidth(exec_device)
     print(f"setup {time.perf_counter() - t_setup:.1f} s; decoder layers {layers / 1e9:.2f} GB; "
           f"H2D {bw / 1e9:.1f} GB/s", flush=True)
-    if "naive" in modes:
-        rows += run_naive(host, ids_by_batch, args, exec_device, want)
-    if "htp" in modes:
-        for f in (float(x) for x in args.fractions.split(",")):
-            for r in run_htp(host, dev, int(layers * f), ids_by_batch, args, exec_device, want, bw):
-                r["budget_fraction"] = f
-                rows.append(r)
-    if "htp-compress" in modes:  # one budget: encoding 16 GB takes a while even on every core
-        f = float(args.fractions.split(",")[0])
-        for r in run_htp(host, dev, int(layers * f), ids_by_batch, args, exec_device, want, bw,
-                         compress=True):
-            r["budget_fraction"] = f
-            rows.append(r)
-    if "accelerate" in modes:
-        rows += run_accelerate(host, ids_by_batch, args, exec_device, want)
     result = dict(model="Llama-3.1-8B-shaped" if shape is LLAMA_8B else "tiny Llama", dtype="bfloat16",
                   backend=dev.backend, tokens=args.tokens, prompt=args.prompt,
-                  decoder_layer_bytes=layers, h2d_bytes_per_second=bw,
-                  rows=[finish(r, args) for r in rows])
-    with open(os.path.join(args.out, "hf-offload.json"), "w") as f:
-        json.dump(result, f, indent=1)
+                  decoder_layer_bytes=layers, h2d_bytes_per_second=bw, rows=rows)
+    write_results(args, result)
+    for mode, fraction, run in modes_to_run(args, host, dev, layers, ids_by_batch, exec_device,
+                                             want, bw):
+        restore(host, weights)
+        t0 = time.perf_counter()
+        try:
+            if mode == args.inject_failure:
+                raise RuntimeError(f"injected failure in {mode} (--inject-failure)")
+            got = run()
+        except Exception as e:  # reported in the mode's rows; the other modes still run
+            got = [dict(mode=mode, batch=b, identical=False, error=f"{type(e).__name__}: {e}")
+                   for b in batches]
+        for r in got:
+            if fraction is not None:
+                r["budget_fraction"] = fraction
+        rows += got
+        write_results(args, result)
+        print(f"{mode}{'' if fraction is None else f' {fraction:.0%}'}: "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
     table = markdown(result)
-    with open(os.path.join(args.out, "hf-offload.md"), "w") as f:
-        f.write(table)
     print(table)
     bad = [r for r in result["rows"] if not r["identical"]]
     for r in bad:
-        print(f"FAIL: {r['mode']} batch {r['batch']} gave different tokens from the resident model")
+        print(f"FAIL: {r['mode']} batch {r['batch']} "
+              + (f"failed: {r['error']}" if "error" in r else "gave different tokens from the resident model"))
     return 1 if bad else 0
 
 
