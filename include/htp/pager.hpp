@@ -405,12 +405,15 @@ class pager {
   /// Copies the tensor's current bytes (the authoritative copy, wherever it is) into `dst`
   /// (`bytes` of host memory, pageable or pinned), blocking. For verification and checkpoints. A
   /// copy out of HBM runs without the pager's lock, with the tensor pinned meanwhile (an unregister
-  /// or evict of it then is refused as for an acquired tensor). Do not acquire a mutable tensor
+  /// or evict of it then is refused as for an acquired tensor). A compressed tensor is decoded on
+  /// the CPU on every core, without the lock (its wire bytes are copied out under it first). Do
+  /// not acquire a mutable tensor
   /// while its copy_to_host runs: the copy would race with the writes, as any read with a write.
   /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
   /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device;
-  /// htp::io_error if a file-backed tensor's file cannot be read (as acquire); htp::cuda_error if
-  /// the copy out of HBM fails.
+  /// htp::io_error if a file-backed tensor's file cannot be read (as acquire); htp::corrupt_data
+  /// if a compressed tensor's bytes fail their checks; htp::cuda_error if the copy out of HBM
+  /// fails.
   void copy_to_host(tensor_handle h, void* dst);
   /// Blocks until every copy the pager started has completed and been accounted.
   /// @throws htp::cuda_error (htp::logic_error on sim) if waiting on the device fails; a failed

@@ -8,8 +8,13 @@
 
 #include "transfer/file_checks.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 namespace htp {
 
@@ -156,18 +161,33 @@ tensor_handle pager::impl::adopt_coded(tensor_handle h, std::size_t bytes,
   return tensors.add(std::move(spec));
 }
 
-void pager::impl::decode_to_host(const detail::tensor_record& t, void* dst) {
-  std::vector<std::uint8_t> from_file;
-  const std::uint8_t* wire = static_cast<const std::uint8_t*>(t.host.ptr);
-  if (t.file) {
-    from_file.resize(t.coded->wire_bytes);
-    t.file->read(from_file.data(), from_file.size(), t.file_offset);
-    wire = from_file.data();
+void pager::impl::decode_to_host(const coded_layout& layout, const std::uint8_t* wire, void* dst) {
+  const std::vector<coded_piece>& pieces = layout.pieces;
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  const auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+      const coded_piece& c = pieces[i];
+      try {
+        decode_weights(wire + c.wire_offset, c.wire_bytes,
+                       static_cast<char*>(dst) + c.decoded_offset, c.decoded_bytes);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next.store(pieces.size());  // the others stop at their next piece
+      }
+    }
+  };
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> helpers;
+  try {
+    for (std::size_t k = 1; k < std::min(cores, pieces.size()); ++k) helpers.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads: this one and those started do it all
   }
-  for (const coded_piece& c : t.coded->pieces) {
-    decode_weights(wire + c.wire_offset, c.wire_bytes, static_cast<char*>(dst) + c.decoded_offset,
-                   c.decoded_bytes);
-  }
+  work();
+  for (auto& h : helpers) h.join();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace htp

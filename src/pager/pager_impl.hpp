@@ -245,9 +245,10 @@ struct pager::impl {
   /// the lock. Never throws.
   tensor_handle adopt_coded(tensor_handle h, std::size_t bytes,
                             std::shared_ptr<const coded_layout> layout);
-  /// Decodes a compressed tensor's wire bytes (host extent or file) into `dst` on the CPU.
-  /// @throws htp::io_error if its file cannot be read; htp::corrupt_data for a corrupt piece.
-  static void decode_to_host(const detail::tensor_record& t, void* dst);
+  /// Decodes the wire bytes `wire` of a compressed tensor laid out as `layout` into `dst` on the
+  /// CPU, its pieces spread over every core (each piece decodes alone). Needs no lock: the caller
+  /// hands it a copy of the wire bytes. @throws htp::corrupt_data for a corrupt piece.
+  static void decode_to_host(const coded_layout& layout, const std::uint8_t* wire, void* dst);
   /// Plans and submits compaction moves (for `request_bytes`, or a full pass when 0). Returns the
   /// number of moves started. Moves complete in reap().
   std::size_t start_compaction(std::size_t request_bytes);
