@@ -5,7 +5,9 @@
 # working tree and carried paths must stay under 64 MiB together; this script fails above 56 MiB).
 # cudart is linked statically; cuBLAS (libcublas.so.13, hundreds of MiB) is not carried: gpu-check
 # takes it from the GPU machine's CUDA 13 toolkit or Python wheels.
-# HTP_GPU_BUILD_DIR names the output folder (default build-gpu; the full build goes to DIR-full).
+# HTP_GPU_BUILD_DIR names the output folder (default build-gpu; the full build goes to DIR-full);
+# HTP_GPU_PYTHON the Python 3.12 that builds the wheel (default: the first of python3.12, pyenv's
+# and uv's 3.12 that runs).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bash "$root/scripts/setup.sh"
@@ -26,28 +28,13 @@ extra=$(ldd "$out"/tests/* "$out"/bench/* "$out"/examples/* 2>/dev/null | awk '/
         grep -v -E '^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libbenchmark)' || true)
 [[ -z $extra ]] || echo "gpu-build: note: binaries also need $(echo $extra) (present on the GPU machine?)"
 
-# The Python wheel for the GPU machine's Python (3.12 there; HTP_GPU_PYTHON names another), built
-# here on the same configured tree (only htp._htp compiles): the GPU machine has no fmt or spdlog to
-# build it, and no registry. gpu-check's python set installs it from $out/wheels.
-gpu_py=${HTP_GPU_PYTHON:-python3.12}
-if command -v "$gpu_py" >/dev/null 2>&1; then
-  tag=$("$gpu_py" -c 'import sys; print("%d%d" % sys.version_info[:2])')
-  wheel_venv=${HTP_VENV_CACHE:-$HOME/.cache/htp}/wheel-py$tag
-  if [[ ! -f $wheel_venv/.complete ]]; then
-    rm -rf "$wheel_venv"
-    "$gpu_py" -m venv "$wheel_venv"
-    "$wheel_venv/bin/python" -m pip install -q $(grep -E '^(nanobind|scikit-build-core)==' python/requirements.txt)
-    touch "$wheel_venv/.complete"
-  fi
-  rm -rf "$out/wheels"
-  pip_on_build "$full" Release
-  "$wheel_venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheels" \
-    "${pip_build_args[@]}" -C cmake.define.HTP_WITH_CUDA=ON . >"$full.wheel.log" 2>&1 ||
-    { tail -30 "$full.wheel.log"; echo "gpu-build: the wheel did not build" >&2; exit 1; }
-  echo "gpu-build: $(ls "$out"/wheels)"
-else
-  echo "gpu-build: no $gpu_py here: gpu-check's python set will find no wheel"
-fi
+# The Python wheel for the GPU machine's Python (CPython 3.12, x86_64 Linux), built here on the same
+# configured tree (only htp._htp compiles): the GPU machine has no fmt or spdlog to build it, and no
+# registry. gpu-check's wheel step installs it from $out/wheels. build_gpu_wheel (common.sh) finds a
+# Python 3.12 by running it (pyenv's, uv's, HTP_GPU_PYTHON), and fails when none runs, the build
+# fails, or the wheel's tags or extension are not for that machine: no tree leaves here without it.
+build_gpu_wheel "$full" Release "$out/wheels" || { echo "gpu-build: no wheel for the GPU machine; $out is incomplete" >&2; exit 1; }
+echo "gpu-build: $(ls "$out"/wheels)"
 
 size_kib=$(du -sk "$out" | cut -f1)
 echo "gpu-build: $out is $((size_kib / 1024)) MiB"
@@ -55,3 +42,13 @@ if (( size_kib > 56 * 1024 )); then
   echo "gpu-build: $out is over 56 MiB; with the working tree it would not fit the 64 MiB carry" >&2
   exit 1
 fi
+
+# The tree as the GPU machine will get it: every set's dry run (binaries, flags, the wheel's tags,
+# budgets, the holds_stream names) must pass before it is carried.
+rm -rf "$full/gpu-dry-run"
+mkdir -p "$full/gpu-dry-run"
+for s in headline core python; do
+  HTP_GPU_CHECK_BUILD=$out bash scripts/gpu-check.sh --dry-run --set "$s" "$full/gpu-dry-run/$s" >"$full/gpu-dry-run/$s.log" 2>&1 ||
+    { grep -E '^(FAIL|TIMEOUT)' "$full/gpu-dry-run/$s.log"; echo "gpu-build: the $s set's dry run fails on $out (see $full/gpu-dry-run/$s.log)" >&2; exit 1; }
+done
+echo "gpu-build: $out passes the dry run of the headline, core and python sets"
