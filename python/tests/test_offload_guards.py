@@ -166,6 +166,16 @@ def test_save_pretrained_writes_the_true_weights(kind, tmp_path):
     torch.save(model.state_dict(), tmp_path / "sd.pt")
     for (n, a), b in zip(torch.load(tmp_path / "sd.pt").items(), ref.state_dict().values()):
         assert torch.equal(a, b), n
+    from safetensors.torch import load_model, save_model
+    save_model(model, str(tmp_path / "model.safetensors"))  # state_dict() and its tie handling
+    fresh = copy.deepcopy(ref)
+    for p in fresh.parameters():
+        torch.nn.init.zeros_(p)
+    load_model(fresh, str(tmp_path / "model.safetensors"))
+    for (n, a), b in zip(fresh.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), n
+    with torch.inference_mode():  # still pages after all that, under inference_mode too
+        assert torch.equal(run(model, kind, ids()), run(ref, kind, ids()))
     handle.remove()
 
 
