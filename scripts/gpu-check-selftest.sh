@@ -205,6 +205,10 @@ h=(python3 "$root/scripts/holds_stream.py")
 is_exit 1 "holds_stream, tests holding a stream without the tag" "${h[@]}" "$scratch/holds.cpp"
 is_exit 0 "holds_stream, every such test tagged" "${h[@]}" "$scratch/tagged.cpp"
 is_exit 1 "holds_stream, a tagged test the memcheck filter still lists" "${h[@]}" "$scratch/tagged.cpp" --listed "$scratch/listed.txt"
+printf 'device_conformance/cuda.\n  plain_copies\n  gated_host_function\n' >"$scratch/stale.txt"
+is_exit 1 "holds_stream, a binary older than the source (an old untagged name listed)" "${h[@]}" "$scratch/tagged.cpp" --listed "$scratch/stale.txt"
+printf 'device_conformance/cuda.\n  plain_copies\n' >"$scratch/fine.txt"
+is_exit 0 "holds_stream, the binary and the source agree" "${h[@]}" "$scratch/tagged.cpp" --listed "$scratch/fine.txt"
 # docs/gpu.md's table of steps gives each step's estimate and budget as the script does.
 if why=$(python3 - "$root/scripts/gpu-check.sh" "$root/docs/gpu.md" <<'PY'
 import re, sys

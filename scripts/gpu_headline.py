@@ -58,6 +58,9 @@ def main():
     rows = {r.get("mode"): r for r in (hf or {}).get("rows", []) if r.get("batch") == 1}
     for mode in want:
         r = rows.get(mode)
+        if r is not None and "error" in r:
+            bad.append(f"Hugging Face 8B-shaped at 30%: {mode} failed: {str(r['error'])[:160]}")
+            continue
         if r is None or "tokens_per_second" not in r:
             bad.append(f"Hugging Face 8B-shaped at 30%: no {mode} row")
             continue
