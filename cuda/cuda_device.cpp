@@ -5,6 +5,7 @@
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/detail/cuda_backend.hpp>
+#include <htp/detail/host_function.hpp>
 #include <htp/detail/topology.hpp>
 
 #include "checksum_scratch.hpp"
@@ -21,6 +22,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace htp {
 namespace {
@@ -95,6 +97,7 @@ class cuda_device final : public device {
   const device_properties& properties() const noexcept override { return props_; }
 
   memory_info memory() const override {
+    detail::check_not_in_host_function("memory");
     device_guard g(ordinal_);
     memory_info m;
     HTP_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
@@ -102,6 +105,7 @@ class cuda_device final : public device {
   }
 
   void* allocate(memory_kind kind, std::size_t bytes) override {
+    detail::check_not_in_host_function("allocate");
     HTP_EXPECTS(bytes > 0, invalid_argument, "allocate(", to_string(kind),
                 ", 0 bytes): a request must be at least one byte");
     device_guard g(ordinal_);
@@ -121,6 +125,7 @@ class cuda_device final : public device {
   }
 
   void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
+    detail::check_not_in_host_function("deallocate");
     {
       std::lock_guard lock(memory_mutex_);
       allocations_.remove(kind, ptr, bytes);
@@ -134,6 +139,7 @@ class cuda_device final : public device {
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
+    detail::check_not_in_host_function("mapped_device_pointer");
     bool own = false;
     {
       std::lock_guard lock(memory_mutex_);
@@ -167,6 +173,7 @@ class cuda_device final : public device {
   }
 
   void register_host_memory(void* ptr, std::size_t bytes, bool read_only) override {
+    detail::check_not_in_host_function("register_host_memory");
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "register_host_memory(", ptr, ", ",
                 bytes, "): the pointer must be non-null and the range at least one byte");
     {
@@ -212,6 +219,7 @@ class cuda_device final : public device {
   }
 
   void unregister_host_memory(void* ptr) override {
+    detail::check_not_in_host_function("unregister_host_memory");
     cuda::registered_ranges::range r;
     {
       std::lock_guard lock(memory_mutex_);
@@ -234,6 +242,7 @@ class cuda_device final : public device {
   }
 
   stream_ref create_stream(stream_priority priority) override {
+    detail::check_not_in_host_function("create_stream");
     device_guard g(ordinal_);
     cudaStream_t s = nullptr;
     const int prio = priority == stream_priority::high ? greatest_priority_ : lowest_priority_;
@@ -251,11 +260,13 @@ class cuda_device final : public device {
   }
 
   void synchronize(stream_ref s) override {
+    detail::check_not_in_host_function("synchronize");
     device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaStreamSynchronize(native(s)));
   }
 
   event_ref create_event() override {
+    detail::check_not_in_host_function("create_event");
     device_guard g(ordinal_);
     cudaEvent_t e = nullptr;
     // No timing (cheaper to record); a host thread waiting on it sleeps instead of spinning a core
@@ -265,47 +276,77 @@ class cuda_device final : public device {
   }
 
   event_ref create_timed_event() override {
+    detail::check_not_in_host_function("create_timed_event");
     device_guard g(ordinal_);
     cudaEvent_t e = nullptr;
     HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    std::lock_guard lock(timed_mutex_);
+    timed_.insert(e);
     return event_ref{e};
   }
 
   std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) override {
+    detail::check_not_in_host_function("elapsed");
+    {
+      // cudaEventElapsedTime answers cudaErrorInvalidResourceHandle both for an event made with
+      // cudaEventDisableTiming and for one never recorded; htp tells them apart by its own books,
+      // so the first is refused here and the second is "no time yet", as on sim.
+      std::lock_guard lock(timed_mutex_);
+      HTP_EXPECTS(timed_.count(native(from)) == 1 && timed_.count(native(to)) == 1,
+                  invalid_argument,
+                  "elapsed: both events must come from create_timed_event of this device (and "
+                  "not be destroyed); CUDA refuses events made without timing");
+    }
     float ms = 0;
     const cudaError_t status = cudaEventElapsedTime(&ms, native(from), native(to));
-    if (status == cudaErrorNotReady) return std::nullopt;
+    // Documented: cudaErrorNotReady while either has not completed; cudaErrorInvalidResourceHandle
+    // when either was never recorded (both are timed events of this device, checked above).
+    if (status == cudaErrorNotReady || status == cudaErrorInvalidResourceHandle) {
+      (void)cudaGetLastError();  // neither is sticky; leave no last error behind
+      return std::nullopt;
+    }
     HTP_CUDA_TRY(status);
     return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
   }
 
   void destroy_event(event_ref e) noexcept override {
     if (!e) return;
+    {
+      std::lock_guard lock(timed_mutex_);
+      timed_.erase(native(e));
+    }
     device_guard g(ordinal_, std::nothrow);
     if (cudaEventDestroy(native(e)) != cudaSuccess) (void)cudaGetLastError();
   }
 
   void record(event_ref e, stream_ref s) override {
+    detail::check_not_in_host_function("record");
     device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaEventRecord(native(e), native(s)));
   }
 
   void wait(event_ref e, stream_ref s) override {
+    detail::check_not_in_host_function("wait");
     device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
   }
 
   bool query(event_ref e) override {
+    detail::check_not_in_host_function("query");
     const cudaError_t status = cudaEventQuery(native(e));
     if (status == cudaErrorNotReady) return false;
     HTP_CUDA_TRY(status);
     return true;
   }
 
-  void synchronize(event_ref e) override { HTP_CUDA_TRY(cudaEventSynchronize(native(e))); }
+  void synchronize(event_ref e) override {
+    detail::check_not_in_host_function("synchronize");
+    HTP_CUDA_TRY(cudaEventSynchronize(native(e)));
+  }
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                   stream_ref s) override {
+    detail::check_not_in_host_function("copy_async");
     HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
                 ", ", bytes, ", ", to_string(direction),
                 "): source and destination must be non-null");
@@ -320,6 +361,7 @@ class cuda_device final : public device {
   }
 
   void launch_host_func(std::function<void()> fn, stream_ref s) override {
+    detail::check_not_in_host_function("launch_host_func");
     HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
     device_guard g(ordinal_);
     auto owned = std::make_unique<std::function<void()>>(std::move(fn));
@@ -329,6 +371,7 @@ class cuda_device final : public device {
 
   void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
                       stream_ref s) override {
+    detail::check_not_in_host_function("checksum_async");
     HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
                 "checksum_async(", ptr, ", ", bytes, ", ", result,
                 "): pointers must be non-null and bytes positive");
@@ -341,6 +384,7 @@ class cuda_device final : public device {
   }
 
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override {
+    detail::check_not_in_host_function("fill_pattern_async");
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
     device_guard g(ordinal_);
@@ -350,6 +394,7 @@ class cuda_device final : public device {
   using device::decode_weights_async;
   void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
                             std::size_t dst_bytes, std::uint32_t* status, stream_ref s) override {
+    detail::check_not_in_host_function("decode_weights_async");
     HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
                 invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
                 dst_bytes, "): pointers must be non-null and sizes positive");
@@ -367,12 +412,14 @@ class cuda_device final : public device {
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    detail::check_not_in_host_function("write_value_async");
     const CUdeviceptr d = device_address(word);
     device_guard g(ordinal_);
     HTP_DRIVER_TRY(driver_.write_value32(native(s), d, value, 0 /*DEFAULT*/));
   }
 
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    detail::check_not_in_host_function("wait_value_async");
     const CUdeviceptr d = device_address(word);
     device_guard g(ordinal_);
     HTP_DRIVER_TRY(driver_.wait_value32(native(s), d, value, 0 /*GEQ, wrap-safe*/));
@@ -384,6 +431,7 @@ class cuda_device final : public device {
   }
 
   void synchronize_all() override {
+    detail::check_not_in_host_function("synchronize_all");
     device_guard g(ordinal_);
     HTP_CUDA_TRY(cudaDeviceSynchronize());
   }
@@ -391,6 +439,7 @@ class cuda_device final : public device {
  private:
   static void CUDART_CB trampoline(void* user) {
     std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user));
+    const detail::host_function_scope inside;  // device calls from fn are refused, as on sim
     try {
       (*fn)();
     } catch (...) {
@@ -460,6 +509,8 @@ class cuda_device final : public device {
   detail::allocation_registry allocations_;
   cuda::registered_ranges registered_;
   cuda::checksum_scratch_pool scratch_;
+  std::mutex timed_mutex_;
+  std::set<cudaEvent_t> timed_;  // events of create_timed_event not yet destroyed (for elapsed)
 };
 
 }  // namespace

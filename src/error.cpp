@@ -1,4 +1,5 @@
 #include <htp/detail/check.hpp>
+#include <htp/detail/host_function.hpp>
 #include <htp/error.hpp>
 
 #include <cstdint>
@@ -75,6 +76,23 @@ void check_stream_handle(const void* native, const char* who) {
       " cannot be used as an htp stream: htp keys per-stream state by "
       "the handle and orders work on one real stream. Create a stream (device::create_stream, or "
       "cudaStreamCreateWithFlags(..., cudaStreamNonBlocking) and htp::wrap_stream) and pass it"));
+}
+
+namespace {
+thread_local int host_function_depth = 0;  // host_function_scope()s open on this thread
+}  // namespace
+
+host_function_scope::host_function_scope() noexcept { ++host_function_depth; }
+host_function_scope::~host_function_scope() { --host_function_depth; }
+
+void check_not_in_host_function(const char* call) {
+  if (host_function_depth == 0) return;
+  throw logic_error(concat(
+      "device::", call,
+      " was called from a host function queued with launch_host_func: a host function must not "
+      "call into the device (CUDA forbids runtime calls from stream callbacks: "
+      "cudaErrorNotPermitted, or a deadlock when the call waits on the callback's own stream). "
+      "Signal a host thread from the host function and make the call there"));
 }
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -267,6 +268,80 @@ TEST(make_device, an_unknown_htp_backend_value_is_refused_by_name) {
   EXPECT_THROW(make_device(), invalid_argument);
   // An explicit backend does not read the variable.
   EXPECT_EQ(make_device(backend::sim)->properties().kind, backend::sim);
+}
+
+TEST(sim_device, a_copy_with_a_pageable_side_has_completed_when_it_returns) {
+  // CUDA may make such a copy synchronous with respect to the host (it stages pageable memory);
+  // the sim always does, so code that issues one where the stream is held fails here too.
+  auto dev = make_sim_device();
+  stream s(*dev);
+  const std::size_t n = 1 << 16;
+  void* d = dev->allocate(memory_kind::device, n);
+  void* pinned = dev->allocate(memory_kind::pinned_host, n);
+  std::vector<unsigned char> up(n), down(n, 0);
+  fill_pattern(up.data(), n, 3);
+  dev->copy_async(d, up.data(), n, copy_direction::host_to_device, s);
+  up.assign(n, 0);  // the source may be reused at once: the copy has moved it
+  dev->copy_async(down.data(), d, n, copy_direction::device_to_host, s);
+  std::vector<unsigned char> want(n);
+  fill_pattern(want.data(), n, 3);
+  EXPECT_EQ(checksum(down.data(), n), checksum(want.data(), n)) << "read before any synchronize";
+  // A host function waiting on a gate holds the stream: a pinned copy queues behind it and
+  // returns, a pageable one returns only once the gate is open and the copy is done.
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  dev->launch_host_func([opened] { opened.wait(); }, s);
+  dev->copy_async(pinned, d, n, copy_direction::device_to_host, s);  // does not block
+  std::atomic<bool> gate_open{false};
+  auto pageable = std::async(std::launch::async, [&] {
+    dev->copy_async(down.data(), d, n, copy_direction::device_to_host, s);
+    return gate_open.load();
+  });
+  gate_open = true;
+  gate.set_value();
+  ASSERT_EQ(pageable.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "a hang";
+  EXPECT_TRUE(pageable.get()) << "the pageable copy returned while the stream was held";
+  s.synchronize();
+  dev->deallocate(memory_kind::pinned_host, pinned, n);
+  dev->deallocate(memory_kind::device, d, n);
+}
+
+TEST(sim_device, device_memory_of_another_sim_device_is_not_this_devices) {
+  // Each sim device is its own GPU: a copy's device side must be memory of this device.
+  auto dev = make_sim_device(), other = make_sim_device();
+  stream s(*dev);
+  void* mine = dev->allocate(memory_kind::device, 4096);
+  void* theirs = other->allocate(memory_kind::device, 4096);
+  EXPECT_THROW(dev->copy_async(theirs, mine, 4096, copy_direction::device_to_device, s),
+               invalid_argument);
+  std::vector<unsigned char> host(4096);
+  EXPECT_THROW(dev->copy_async(host.data(), theirs, 4096, copy_direction::device_to_host, s),
+               invalid_argument);
+  other->deallocate(memory_kind::device, theirs, 4096);
+  dev->deallocate(memory_kind::device, mine, 4096);
+}
+
+TEST(sim_device, a_destroyed_stream_is_refused) {
+  // Undefined on cuda (the runtime may answer cudaErrorInvalidResourceHandle); the sim knows.
+  auto dev = make_sim_device();
+  const stream_ref gone = dev->create_stream();
+  dev->destroy_stream(gone);
+  EXPECT_THROW(dev->synchronize(gone), invalid_argument);
+  EXPECT_THROW(dev->launch_host_func([] {}, gone), invalid_argument);
+}
+
+TEST(sim_device, a_device_call_from_a_host_function_fails_the_stream_if_uncaught) {
+  // The refusal is a throw inside the host function: uncaught, it is the stream's sticky error
+  // (on cuda it would be swallowed), and nothing deadlocks.
+  auto dev = make_sim_device();
+  stream s(*dev);
+  dev->launch_host_func([&] { dev->synchronize(s); }, s);
+  try {
+    s.synchronize();
+    ADD_FAILURE() << "the stream did not fail";
+  } catch (const logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host function"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

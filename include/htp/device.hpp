@@ -12,10 +12,22 @@
 //    aligned to at least `device::alignment` (256) bytes.
 //  - Streams and events are referred to by non-owning `stream_ref` / `event_ref` values. The
 //    owning wrappers `htp::stream` and `htp::event` destroy them; a raw ref stays valid until then.
+//  - Stream handles: a stream_ref must be one this device created and has not destroyed (on cuda
+//    also one from htp::wrap_stream). The null ref, cudaStreamLegacy (1) and cudaStreamPerThread
+//    (2) are refused by both backends with htp::invalid_argument before anything is queued. Any
+//    other handle that is not a live stream is undefined on cuda (CUDA does not define the use of
+//    a destroyed stream; the runtime may answer cudaErrorInvalidResourceHandle, thrown as
+//    htp::cuda_error) and htp::invalid_argument on sim, which knows its streams.
+//  - Memory ownership: "device memory" is memory of this device's GPU (on sim: an allocation of
+//    this sim device, each sim device being its own GPU). "Pinned host memory" is pinned memory of
+//    any device object (allocations are portable) or a range given to register_host_memory;
+//    any other host memory is pageable.
 //  - Thread safety: every member of `device` may be called from any host thread concurrently,
 //    except that a stream or event must not be destroyed while another thread uses it.
 //  - Host functions enqueued with launch_host_func must not call back into the device (CUDA forbids
-//    runtime calls from stream callbacks); they may take locks and signal host threads.
+//    runtime calls from stream callbacks); they may take locks, signal host threads and call
+//    write_value and properties. Every other member called from one throws htp::logic_error on
+//    both backends (see launch_host_func).
 #pragma once
 
 #include <chrono>
@@ -155,13 +167,17 @@ class device {
 
   // ---- events --------------------------------------------------------------------------------
   /// Creates an event (timing disabled, as cudaEventDisableTiming). A never-recorded event counts
-  /// as complete.
+  /// as complete: it captures no work (CUDA: "before the first call to cudaEventRecord, an event
+  /// represents an empty set of work"), so query is true, synchronize returns at once and wait is
+  /// a no-op. Thread-safe.
   /// @throws htp::cuda_error if the runtime cannot create it (sim: never).
   virtual event_ref create_event() = 0;
   /// Destroys an event. Work already queued that waits on it still sees its recorded state.
   virtual void destroy_event(event_ref e) noexcept = 0;
   /// Captures the work queued on `s` so far into `e`; `e` completes when that work has. Recording
-  /// again replaces the previous capture, as cudaEventRecord does.
+  /// again replaces the previous capture, as cudaEventRecord does; waits already queued keep the
+  /// capture they saw. Stream-ordered on `s`; thread-safe (two threads recording one event race
+  /// for which capture it ends with).
   /// @throws htp::invalid_argument for a stream htp cannot use (null, legacy) or, on sim, one not
   /// of this device; htp::cuda_error if the runtime fails.
   virtual void record(event_ref e, stream_ref s) = 0;
@@ -179,25 +195,49 @@ class device {
   /// Creates an event the device times (cuda: timing enabled, a little dearer to record than
   /// create_event's), for elapsed(). Destroy it with destroy_event. Otherwise as create_event.
   virtual event_ref create_timed_event() = 0;
-  /// Device time from the completion of `from` to that of `to`, two events made by
-  /// create_timed_event, recorded, on this device; nullopt while either has not completed (or
-  /// was never recorded). Never blocks. Thread-safe as query is. On sim it is the modelled device
-  /// time (copies at the modelled link rate, host functions as they ran).
-  /// @throws htp::invalid_argument (sim) or htp::cuda_error (cuda) for an event that is not a
-  /// timed one.
+  /// Device time from the completion of `from` to that of `to`, two events made by this device's
+  /// create_timed_event. nullopt while either has not completed, and for an event never recorded
+  /// (CUDA answers cudaErrorNotReady for the first and cudaErrorInvalidResourceHandle for the
+  /// second; the cuda backend maps both, the sim gives the same answers). Never blocks.
+  /// Thread-safe as query is; not stream-ordered (it reads the captures' state now). On sim it is
+  /// the modelled device time (copies at the modelled link rate, host functions as they ran).
+  /// @throws htp::invalid_argument on both backends for an event not made by create_timed_event
+  /// of this device, or destroyed (CUDA answers cudaErrorInvalidResourceHandle for an event made
+  /// with timing disabled; htp keeps the set of timed events to tell it from "never recorded");
+  /// htp::cuda_error (or htp::logic_error on sim) if captured work failed (cuda: a sticky error).
   virtual std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) = 0;
 
   // ---- work ----------------------------------------------------------------------------------
   /// Queues a copy of `bytes` from `src` to `dst` on `s`. Both ranges must stay valid until the
-  /// copy completes (record an event after it). `direction` names the memory on each side; on
-  /// cuda a pageable host pointer is allowed but makes the copy synchronous with respect to the
-  /// host.
-  /// @throws htp::invalid_argument if a pointer is null, bytes == 0, or the ranges overlap.
+  /// copy completes (record an event after it). `direction` names the memory on each side: a
+  /// device side must be device memory of this device (see the file comment), a host side any
+  /// host memory. Stream-ordered on `s`; thread-safe.
+  ///
+  /// Pageable host memory is allowed, but such a copy is synchronous with respect to the host:
+  /// CUDA stages it through pinned buffers, so cudaMemcpyAsync may return only once the stream
+  /// has reached the copy and the bytes have moved ("API synchronization behavior" of the CUDA
+  /// runtime: "might be synchronous with respect to host"), and the sim always returns only then.
+  /// So never issue one on a stream that is held (a host function waiting on a gate, or a
+  /// wait_value_async not yet satisfied) by the thread that would release it: it deadlocks on
+  /// both backends. A copy between pinned memory and the device does not block.
+  /// @throws htp::invalid_argument if a pointer is null, bytes == 0, or the ranges overlap; on sim
+  /// also for a device side that is not inside one device allocation of this device, or a host
+  /// side that is device memory (cuda: a pointer not matching `direction` is undefined, as
+  /// cudaMemcpyAsync documents); htp::cuda_error if the runtime refuses (cudaErrorInvalidValue).
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                           stream_ref s) = 0;
   /// Queues `fn` to run on a host thread once all earlier work on `s` has completed; later work
-  /// on `s` waits for it to return. `fn` must not call into the device and should not throw (on
-  /// sim a throw becomes a sticky htp::logic_error reported by the next synchronize).
+  /// on `s` waits for it to return. Stream-ordered on `s`; thread-safe.
+  ///
+  /// `fn` must not call into the device: CUDA's host functions "must not make any CUDA API
+  /// calls" (cudaLaunchHostFunc; one that does may get cudaErrorNotPermitted, or deadlock when the
+  /// call waits on the callback's own stream). Both backends mark the thread while `fn` runs, and
+  /// every member but properties() and write_value() (a host store, allowed) called from `fn`
+  /// throws htp::logic_error naming the call, before the runtime is reached; destroy_stream and
+  /// destroy_event cannot throw and must simply not be called from `fn`. `fn` should not throw:
+  /// on sim a throw becomes a sticky htp::logic_error reported by the next synchronize, on cuda it
+  /// is swallowed (it cannot cross the runtime's callback thread). `fn` must not wait on work not
+  /// queued before it (CUDA: host functions without a mandated order may be serialized).
   /// @throws htp::invalid_argument for an empty `fn`; htp::cuda_error if the runtime fails.
   virtual void launch_host_func(std::function<void()> fn, stream_ref s) = 0;
   /// Queues a computation of htp::checksum over `bytes` of device memory at `ptr` (a kernel on

@@ -4,6 +4,7 @@
 #include <htp/codec.hpp>
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
+#include <htp/detail/host_function.hpp>
 #include <htp/sim_device.hpp>
 
 #include "codec/format.hpp"
@@ -87,11 +88,13 @@ class sim_device final : public device {
   const device_properties& properties() const noexcept override { return props_; }
 
   memory_info memory() const override {
+    detail::check_not_in_host_function("memory");
     std::lock_guard lock(memory_mutex_);
     return {config_.device_memory_bytes - used_[0], config_.device_memory_bytes};
   }
 
   void* allocate(memory_kind kind, std::size_t bytes) override {
+    detail::check_not_in_host_function("allocate");
     HTP_EXPECTS(bytes > 0, invalid_argument, "allocate(", to_string(kind),
                 ", 0 bytes): a request must be at least one byte");
     const std::size_t rounded = round_up(bytes, alignment);
@@ -137,6 +140,7 @@ class sim_device final : public device {
   }
 
   void deallocate(memory_kind kind, void* ptr, std::size_t bytes) override {
+    detail::check_not_in_host_function("deallocate");
     {
       std::lock_guard lock(memory_mutex_);
       allocations_.remove(kind, ptr, bytes);
@@ -150,6 +154,7 @@ class sim_device final : public device {
   }
 
   void* mapped_device_pointer(void* pinned_host_ptr) const override {
+    detail::check_not_in_host_function("mapped_device_pointer");
     // Pinned memory is portable (as cudaHostAllocPortable makes it): this device's allocations and
     // registrations are in the process-wide set with every other sim device's.
     HTP_EXPECTS(sim::portable_pinned::contains(pinned_host_ptr, 1), invalid_argument,
@@ -159,6 +164,7 @@ class sim_device final : public device {
   }
 
   void register_host_memory(void* ptr, std::size_t bytes, bool read_only) override {
+    detail::check_not_in_host_function("register_host_memory");
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "register_host_memory(", ptr, ", ",
                 bytes, "): give a non-null range of at least one byte");
     std::lock_guard lock(memory_mutex_);
@@ -179,6 +185,7 @@ class sim_device final : public device {
   }
 
   void unregister_host_memory(void* ptr) override {
+    detail::check_not_in_host_function("unregister_host_memory");
     std::lock_guard lock(memory_mutex_);
     const auto it = registered_.find(ptr);
     HTP_EXPECTS(it != registered_.end(), invalid_argument, "unregister_host_memory(", ptr,
@@ -196,6 +203,7 @@ class sim_device final : public device {
   }
 
   stream_ref create_stream(stream_priority) override {
+    detail::check_not_in_host_function("create_stream");
     auto s = std::make_unique<sim::stream>(errors_, config_.stream_queue_limit, &blocked_enqueues_);
     stream_ref ref{s.get()};
     std::lock_guard lock(objects_mutex_);
@@ -216,14 +224,22 @@ class sim_device final : public device {
   }
 
   void synchronize(stream_ref s) override {
+    detail::check_not_in_host_function("synchronize");
     get(s).synchronize();
     errors_.rethrow();
   }
 
-  event_ref create_event() override { return make_event(false); }
-  event_ref create_timed_event() override { return make_event(true); }
+  event_ref create_event() override {
+    detail::check_not_in_host_function("create_event");
+    return make_event(false);
+  }
+  event_ref create_timed_event() override {
+    detail::check_not_in_host_function("create_timed_event");
+    return make_event(true);
+  }
 
   std::optional<std::chrono::nanoseconds> elapsed(event_ref from, event_ref to) override {
+    detail::check_not_in_host_function("elapsed");
     sim::event& a = get(from);
     sim::event& b = get(to);
     HTP_EXPECTS(a.timed() && b.timed(), invalid_argument,
@@ -242,6 +258,7 @@ class sim_device final : public device {
   }
 
   void record(event_ref e, stream_ref s) override {
+    detail::check_not_in_host_function("record");
     auto& st = get(s);
     auto sig = get(e).arm();
     st.enqueue([sig] {
@@ -253,6 +270,7 @@ class sim_device final : public device {
   }
 
   void wait(event_ref e, stream_ref s) override {
+    detail::check_not_in_host_function("wait");
     auto& st = get(s);
     auto sig = get(e).current();
     if (!sig) return;  // never recorded: no-op, as in CUDA
@@ -266,17 +284,20 @@ class sim_device final : public device {
   }
 
   bool query(event_ref e) override {
+    detail::check_not_in_host_function("query");
     auto sig = get(e).current();
     return !sig || sig->is_set();
   }
 
   void synchronize(event_ref e) override {
+    detail::check_not_in_host_function("synchronize");
     if (auto sig = get(e).current()) sig->wait();
     errors_.rethrow();
   }
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                   stream_ref s) override {
+    detail::check_not_in_host_function("copy_async");
     validate_copy(dst, src, bytes, direction);
     auto& st = get(s);
     sim::link* l = direction == copy_direction::host_to_device   ? &h2d_
@@ -292,15 +313,25 @@ class sim_device final : public device {
         sim::set_current_task_completion(done);
       }
     });
+    // CUDA stages a copy to or from pageable host memory through its own pinned buffers, so
+    // cudaMemcpyAsync may return only once the stream has reached the copy and moved the bytes
+    // ("API synchronization behavior"); the sim always does, so a caller that issues one on a
+    // held stream blocks here as it would on a GPU.
+    if (pageable_host_side(dst, src, bytes, direction)) st.synchronize();
   }
 
   void launch_host_func(std::function<void()> fn, stream_ref s) override {
+    detail::check_not_in_host_function("launch_host_func");
     HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
-    get(s).enqueue(std::move(fn));
+    get(s).enqueue([fn = std::move(fn)] {
+      const detail::host_function_scope inside;  // device calls from fn are refused
+      fn();
+    });
   }
 
   void checksum_async(const void* ptr, std::size_t bytes, std::uint64_t* result,
                       stream_ref s) override {
+    detail::check_not_in_host_function("checksum_async");
     HTP_EXPECTS(ptr != nullptr && result != nullptr && bytes > 0, invalid_argument,
                 "checksum_async(", ptr, ", ", bytes, ", ", result,
                 "): pointers must be non-null and bytes positive");
@@ -312,6 +343,7 @@ class sim_device final : public device {
   }
 
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override {
+    detail::check_not_in_host_function("fill_pattern_async");
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
     if (config_.timing_only) {
@@ -324,6 +356,7 @@ class sim_device final : public device {
   using device::decode_weights_async;
   void decode_weights_async(const void* wire, std::size_t wire_bytes, void* dst,
                             std::size_t dst_bytes, std::uint32_t* status, stream_ref s) override {
+    detail::check_not_in_host_function("decode_weights_async");
     HTP_EXPECTS(wire != nullptr && dst != nullptr && wire_bytes > 0 && dst_bytes > 0,
                 invalid_argument, "decode_weights_async(", wire, ", ", wire_bytes, ", ", dst, ", ",
                 dst_bytes, "): pointers must be non-null and sizes positive");
@@ -352,6 +385,7 @@ class sim_device final : public device {
   }
 
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    detail::check_not_in_host_function("write_value_async");
     check_word(word);
     get(s).enqueue([this, word, value] {
       const auto at = sim::current_task_ready_time();  // instantaneous on a GPU
@@ -361,6 +395,7 @@ class sim_device final : public device {
   }
 
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
+    detail::check_not_in_host_function("wait_value_async");
     check_word(word);
     get(s).enqueue([this, word, value] {
       std::unique_lock lock(values_mutex_);
@@ -389,6 +424,7 @@ class sim_device final : public device {
   }
 
   void synchronize_all() override {
+    detail::check_not_in_host_function("synchronize_all");
     std::vector<sim::stream*> all;
     {
       std::lock_guard lock(objects_mutex_);
@@ -477,6 +513,16 @@ class sim_device final : public device {
                     reinterpret_cast<std::uintptr_t>(word) % alignof(std::uint32_t) == 0,
                 invalid_argument, "stream value word ", static_cast<const void*>(word),
                 " must be an aligned 32-bit word inside pinned host memory of this device");
+  }
+
+  /// Whether a host side of the copy is pageable: not pinned memory of any sim device and not
+  /// registered with one (sim::portable_pinned, as CUDA's portable pinned set).
+  static bool pageable_host_side(const void* dst, const void* src, std::size_t bytes,
+                                 copy_direction d) {
+    const bool dst_host = d == copy_direction::device_to_host || d == copy_direction::host_to_host;
+    const bool src_host = d == copy_direction::host_to_device || d == copy_direction::host_to_host;
+    return (dst_host && !sim::portable_pinned::contains(dst, bytes)) ||
+           (src_host && !sim::portable_pinned::contains(src, bytes));
   }
 
   /// Checks what a GPU would reject (and some it would silently corrupt): nulls, zero size,
