@@ -109,6 +109,26 @@ TEST_F(pager_verify, a_changed_file_fails_the_acquire_and_nothing_else_until_it_
   EXPECT_EQ(back, parts[0]);
 }
 
+TEST_F(pager_verify, a_page_in_that_fails_after_acquire_returned_is_corrupt_data_at_release) {
+  // Stream-ordered acquire (no wait), as an engine and htp.torch on cuda do: the acquire returns
+  // before the check; the release that ends the kernels' use of the extent reports it, typed.
+  const std::vector<std::vector<std::uint8_t>> parts = {payload(70'001, 4), payload(30'000, 5)};
+  temp_file tf(parts);
+  auto file = tensor_file::open(tf.path);
+  pager p(*dev, small_pager_config(4));
+  const tensor_handle a = p.register_file_tensor("layer.7.w", parts[0].size(), file, 0);
+  const tensor_handle b = p.register_file_tensor("layer.8.w", parts[1].size(), file, tf.offsets[1]);
+  tf.flip(tf.offsets[0] + (40 << 10));
+  (void)p.acquire(a, compute);  // returns before the page-in is checked
+  p.synchronize();              // the check has failed by now
+  expect_corrupt([&] { p.release(a, compute); }, {"release('layer.7.w'", tf.path, "checksum"});
+  EXPECT_EQ(p.info(a).pins, 0) << "the release took effect";
+  EXPECT_EQ(p.info(a).where, residency::host);
+  EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(parts[1].data(), parts[1].size()));
+  tf.overwrite(parts[0].data() + (40 << 10), 1, 40 << 10);  // restored: acquires bit-exact again
+  EXPECT_EQ(device_checksum(p, *dev, a, compute, slot), checksum(parts[0].data(), parts[0].size()));
+}
+
 TEST_F(pager_verify, with_verification_off_the_file_is_trusted_and_not_read_at_registration) {
   const std::vector<std::vector<std::uint8_t>> parts = {payload(40'000, 3)};
   temp_file tf(parts);

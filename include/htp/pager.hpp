@@ -343,13 +343,16 @@ class pager {
   /// changed after registration; the message names the tensor, the file and the chunk; the tensor
   /// is back in `host` state and a later acquire tries again); htp::cuda_error if a copy failed
   /// on the device. A page-in that fails after an acquire without `wait` returned is reported by
-  /// the release instead (htp::cuda_error: the kernels read undefined bytes), and by the next
-  /// acquire of it while the source stays bad.
+  /// the last release of it instead, with the same type (htp::corrupt_data, htp::io_error;
+  /// htp::cuda_error for a device failure): the kernels ordered after the acquire read undefined
+  /// bytes, so their results must be dropped. The next acquire of it tries again.
   device_span acquire(tensor_handle h, stream_ref compute, bool wait = false);
   /// Unpins one acquire. Records an event on `compute`: the memory is not evicted, moved or reused
   /// until the stream passes this point. `dirty` = the kernels wrote it (mutable tensors only).
   /// @throws htp::invalid_argument for a stale handle, a release without acquire, or dirty = true
-  /// on a weight. Nothing changes then.
+  /// on a weight. Nothing changes then. htp::corrupt_data, htp::io_error or htp::cuda_error (the
+  /// release took effect) when this was the last holder of a page-in that failed after its
+  /// acquire returned (see acquire).
   void release(tensor_handle h, stream_ref compute, bool dirty = false);
 
   /// acquire() for a list of handles in one call (a sequence's KV blocks, a layer's weights), with

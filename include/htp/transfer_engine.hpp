@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -143,6 +144,9 @@ struct finished_transfer {
   transfer_ticket ticket;
   transfer_status status = transfer_status::complete;  ///< complete, cancelled or failed
   std::chrono::nanoseconds latency{0};                 ///< submission to completion
+  /// failed: the typed cause wait() would rethrow (htp::io_error of a file read, htp::corrupt_data
+  /// of a failed verification); null for a device error, and when not failed.
+  std::exception_ptr error;
 };
 
 /// Counters of one copy direction.

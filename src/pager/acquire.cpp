@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <htp/detail/check.hpp>
+#include <utility>
 
 #include "log.hpp"
 
@@ -326,6 +327,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
   for (std::size_t i = 1; i < n; ++i) events.retain(e);
   const std::uint64_t seq = ++release_seq;
   std::string failed;  // a page-in that failed after acquire returned
+  std::exception_ptr cause;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t slot = hs[i].index;
     auto freed = tensors.release(slot, {e, compute, seq}, dirty, /*supersede=*/ordered);
@@ -333,12 +335,18 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     // The last holder of an extent whose page-in failed: freed after the kernels, and the caller
     // told that what they read was not the tensor.
     free_hbm(std::move(*freed));
-    if (failed.empty()) failed = tensors[slot].name;
+    if (failed.empty()) {
+      failed = tensors[slot].name;
+      cause = std::exchange(tensors.notes(slot).load_error, nullptr);
+    }
   }
   if (!failed.empty()) {
-    throw_copy_failed(detail::concat("release('", failed, "')"),
-                      "its page-in failed after acquire returned; the release took effect, but "
-                      "kernels ordered after that acquire read undefined bytes");
+    const std::string what = detail::concat(
+        "release('", failed,
+        "'): its page-in failed after acquire returned; the release took effect, but kernels "
+        "ordered after that acquire read undefined bytes");
+    if (cause) throw_transfer_failed(what, cause);  // typed: io_error, corrupt_data
+    throw_copy_failed(what, "the copy failed on the device");
   }
   tensors.retire_releases(compute.native);
   prefetch_upcoming();  // the memory just released may be what the next layer needs

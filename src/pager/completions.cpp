@@ -44,6 +44,7 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
         notes.wait_from = {};
         tensors.finish_load(slot);
       } else {
+        tensors.notes(slot).load_error = done.error;
         free_hbm(tensors.fail_load(slot));
       }
       break;

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +70,9 @@ struct tensor_notes {
                                                       // since then (fault wait metric); {} = none
   std::chrono::steady_clock::time_point loaded_at{};  // when the last load's bytes arrived
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
+  std::exception_ptr load_error;  // the typed cause of the last failed load (io_error,
+                                  // corrupt_data; null for a device error): the release that
+                                  // reports a load_failed extent rethrows it
 };
 
 /// One registered tensor (a slot of the handle table). The fields an acquire or release touches

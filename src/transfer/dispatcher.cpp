@@ -77,7 +77,8 @@ void transfer_engine::impl::finish_locked(const request_ptr& r, transfer_status 
   const auto latency_ns = rec.latency_ns;
   history.emplace(r->id, std::move(rec));
   while (history.size() > cfg.history) history.erase(history.begin());
-  if (cfg.finished_queue) finished.push_back({{r->id}, st, std::chrono::nanoseconds(latency_ns)});
+  if (cfg.finished_queue)
+    finished.push_back({{r->id}, st, std::chrono::nanoseconds(latency_ns), r->read_error});
   finished_cv.notify_all();
 }
 
