@@ -10,6 +10,7 @@ paged parameters. The paging itself lives in :mod:`htp.torch`.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import weakref
@@ -171,18 +172,20 @@ def _is_namedtuple(obj: Any) -> bool:
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``obj`` with ``fn`` applied to every tensor inside tuples, lists, namedtuples, mappings
+    """``obj`` with ``fn`` applied to every tensor inside tuples, lists, namedtuples, deques, mappings
     (dict, OrderedDict, defaultdict, transformers' ModelOutput and BatchEncoding) and dataclasses,
     keeping every container's type. Returns ``obj`` itself where nothing inside changed, so
     objects that must keep their identity (a KV cache) and unknown objects pass through."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, collections.deque)):
         items = [map_tensors(o, fn) for o in obj]
         if all(a is b for a, b in zip(items, obj)):
             return obj
         if _is_namedtuple(obj):
             return type(obj)(*items)
+        if isinstance(obj, collections.deque):
+            return type(obj)(items, maxlen=obj.maxlen)
         return type(obj)(items)
     if isinstance(obj, Mapping):
         changed = {k: v2 for k, v in obj.items() if (v2 := map_tensors(v, fn)) is not v}

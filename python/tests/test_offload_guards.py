@@ -89,7 +89,8 @@ def test_moved_inputs_keep_their_container_types():
     dd = collections.defaultdict(list, {"t": t})
     obj = {"out": BaseModelOutput(last_hidden_state=t), "pair": Pair(t, [t, 1]),
            "frozen": Frozen(t), "batch": BatchEncoding({"input_ids": t}), "dd": dd,
-           "od": collections.OrderedDict(t=t), "plain": (t, "x", None)}
+           "od": collections.OrderedDict(t=t), "plain": (t, "x", None),
+           "dq": collections.deque([t], maxlen=3)}
     moved = ht._move(obj, meta)
     assert type(moved["out"]) is BaseModelOutput and moved["out"].last_hidden_state.is_meta
     assert moved["out"][0].is_meta  # ModelOutput's tuple view agrees with its field
@@ -99,6 +100,7 @@ def test_moved_inputs_keep_their_container_types():
     assert type(moved["batch"]) is BatchEncoding and moved["batch"]["input_ids"].is_meta
     assert type(moved["dd"]) is collections.defaultdict and moved["dd"].default_factory is list
     assert type(moved["od"]) is collections.OrderedDict and moved["plain"][1:] == ("x", None)
+    assert type(moved["dq"]) is collections.deque and moved["dq"].maxlen == 3 and moved["dq"][0].is_meta
     assert not t.is_meta and obj["pair"].a is t, "the caller's objects are not changed"
     # Nothing to move: the very same objects come back (a KV cache keeps its identity).
     assert ht._move(obj, torch.device("cpu")) is obj
