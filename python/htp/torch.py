@@ -99,7 +99,7 @@ class Offload:
     def __init__(self, model: torch.nn.Module, pager: Pager, units: list[_Unit],
                  kept: list[tuple[torch.nn.Module, torch.device]],
                  host_copies: dict[str, torch.Tensor]) -> None:
-        self.model, self.pager, self.units, self._kept = model, pager, units, kept
+        self.model, self._pager, self.units, self._kept = model, pager, units, kept
         #: copy=False: the CPU tensors that are the host copies, by parameter name (tests corrupt them)
         self.host_copies = host_copies
         self.execution_device = _execution_device(pager.device)
@@ -152,7 +152,7 @@ class Offload:
 
     def _pre_hook(self, unit: _Unit):
         def pre(module, args):
-            views = self.pager.acquire(unit.tensors)
+            views = self._pager.acquire(unit.tensors)
             by_tensor = {t: torch.from_dlpack(v) for t, v in zip(unit.tensors, views)}
             for p in unit.params:
                 p.param.data = by_tensor[p.tensor]
@@ -169,7 +169,7 @@ class Offload:
                 module._parameters[p.local] = p.stand_in
                 p.param.data = _placeholder(p.param)
                 self._spans.pop(id(p.param), None)
-            self.pager.release(unit.tensors)
+            self._pager.release(unit.tensors)
             refuse_backward(output, unit.name)
         return post
 
@@ -179,7 +179,7 @@ class Offload:
     def _model_post(self, module, args, output):
         if self._recording and self.schedule:
             self._recording = False
-            self.pager.set_schedule(self.schedule, cyclic=True)
+            self._pager.set_schedule(self.schedule, cyclic=True)
 
     def _state_dict_hook(self, unit: _Unit):
         def hook(module, state_dict, prefix, local_metadata):
@@ -195,7 +195,7 @@ class Offload:
                 true = copies.get(p.tensor)
                 if true is None:
                     host = self.host_copies.get(p.name)
-                    true = host.detach() if host is not None else self.pager.copy_to_host(p.tensor)
+                    true = host.detach() if host is not None else self._pager.copy_to_host(p.tensor)
                     copies[p.tensor] = true
                 keep_vars = isinstance(entry, torch.nn.Parameter)
                 state_dict[prefix + p.local] = torch.nn.Parameter(
@@ -232,11 +232,16 @@ class Offload:
                              "the true bytes, or call handle.remove() first")
 
     def _live(self, call: str) -> Pager:
-        if self.pager is None:
+        if self._pager is None:
             raise InvalidArgumentError(
                 f"Offload.{call}: this offload was removed (handle.remove()); the model holds its "
                 "own weights again and no pager remains. Offload it again for a new handle")
-        return self.pager
+        return self._pager
+
+    @property
+    def pager(self) -> Pager:
+        """The pager the model pages through. Raises InvalidArgumentError after remove()."""
+        return self._live("pager")
 
     def span_of(self, param: torch.nn.Parameter) -> tuple[int, int] | None:
         """(address, bytes) of the view a parameter points into while its module runs, else None."""
@@ -252,9 +257,9 @@ class Offload:
         kept modules back, unregisters every tensor once (tied ones too) and drops the pager, so
         its pinned memory is freed now. A second call does nothing. Must not be called from inside
         the model's forward."""
-        if self.pager is None:
+        if self._pager is None:
             return
-        pager = self.pager
+        pager = self._pager
         try:
             for h in self._hooks:
                 h.remove()
@@ -269,7 +274,7 @@ class Offload:
                 pager.unregister(t)
         finally:
             self._hooks, self._patched = [], []
-            self.units, self.pager, self.host_copies = [], None, {}
+            self.units, self._pager, self.host_copies = [], None, {}
             self._spans.clear()
             if getattr(self.model, "_htp_offload", None) is not None:
                 del self.model._htp_offload

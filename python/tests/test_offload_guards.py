@@ -290,8 +290,10 @@ def test_offloading_an_offloaded_model_and_calls_after_remove_say_what_happened(
     with pytest.raises(htp.InvalidArgumentError, match="already paged by htp"):
         offload(model.transformer.h[0], [])
     handle.remove()
-    with pytest.raises(htp.InvalidArgumentError, match="was removed"):
-        handle.metrics()
+    for call in (handle.metrics, lambda: handle.pager):
+        with pytest.raises(htp.InvalidArgumentError, match="was removed"):
+            call()
+    assert handle.span_of(next(model.parameters())) is None
     again = offload(model, keep)  # after remove() it offloads again
     with torch.no_grad():
         run(model, "gpt2", ids())
