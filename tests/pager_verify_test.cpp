@@ -102,6 +102,9 @@ TEST_F(pager_verify, a_changed_file_fails_the_acquire_and_nothing_else_until_it_
   }
   EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(parts[1].data(), parts[1].size()));
   EXPECT_NO_THROW(dev->synchronize_all());
+  std::vector<std::uint8_t> read(parts[0].size());
+  expect_corrupt([&] { p.copy_to_host(a, read.data()); },
+                 {"copy_to_host('layer.3.w'", tf.path, "chunk 1 ", "registration"});
   tf.overwrite(parts[0].data() + (20 << 10), 1, 20 << 10);  // restored
   EXPECT_EQ(device_checksum(p, *dev, a, compute, slot), checksum(parts[0].data(), parts[0].size()));
   std::vector<std::uint8_t> back(parts[0].size());

@@ -415,8 +415,9 @@ class pager {
   /// @throws htp::invalid_argument for a stale handle, a tensor acquired dirty-able right now
   /// (a mutable tensor that is acquired: its bytes are being written), or a timing-only device;
   /// htp::io_error if a file-backed tensor's file cannot be read (as acquire); htp::corrupt_data
-  /// if a compressed tensor's bytes fail their checks; htp::cuda_error if the copy out of HBM
-  /// fails.
+  /// if a compressed tensor's bytes fail their checks, or a file-backed tensor's bytes no longer
+  /// match the checksums taken at registration (pager_config::verify_page_ins); htp::cuda_error if
+  /// the copy out of HBM fails.
   void copy_to_host(tensor_handle h, void* dst);
   /// Blocks until every copy the pager started has completed and been accounted.
   /// @throws htp::cuda_error (htp::logic_error on sim) if waiting on the device fails; a failed

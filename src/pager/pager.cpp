@@ -4,6 +4,7 @@
 #include "pager/pager_impl.hpp"
 
 #include <algorithm>
+#include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
 
 #include "transfer/link_checks.hpp"
@@ -446,6 +447,23 @@ void copy_coded_to_host(std::unique_lock<std::mutex>& lock, const detail::tensor
   pager::impl::decode_to_host(*layout, wire.data(), dst);
 }
 
+// A file-backed tensor read by copy_to_host is checked as its page-ins are: each chunk against
+// the checksum taken at registration, so a changed file never reaches a checkpoint silently.
+void check_read(const void* bytes_read, std::size_t bytes, const std::vector<std::uint64_t>& sums,
+                std::size_t chunk, const std::string& name, const tensor_file& f,
+                std::uint64_t offset) {
+  const auto* at = static_cast<const unsigned char*>(bytes_read);
+  for (std::size_t k = 0, done = 0; done < bytes; ++k, done += chunk) {
+    const std::size_t n = std::min(chunk, bytes - done);
+    if (k < sums.size() && checksum(at + done, n) == sums[k]) continue;
+    throw corrupt_data(detail::concat(
+        "copy_to_host('", name, "'): chunk ", k, " (", n, " bytes at offset ", offset + done,
+        " of '", f.name(),
+        "') does not match the checksum taken at registration: the file changed since; "
+        "restore it, or register the tensor again"));
+  }
+}
+
 }  // namespace
 
 void pager::copy_to_host(tensor_handle h, void* dst) {
@@ -486,6 +504,7 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
     const std::shared_ptr<const tensor_file> f = t.file;
     const std::uint64_t offset = t.file_offset;
     const std::size_t bytes = t.bytes;
+    const auto sums = t.chunk_checksums;  // null: verify_page_ins was off at registration
     lock.unlock();
     try {
       f->read(dst, bytes, offset);
@@ -494,6 +513,7 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
           detail::concat("copy_to_host('", name, "'): reading the file failed: ", e.what()),
           e.path(), e.error_number());
     }
+    if (sums) check_read(dst, bytes, *sums, p.engine->config().chunk_bytes, name, *f, offset);
   } else {
     std::memcpy(dst, t.host.ptr, t.bytes);
   }
