@@ -100,6 +100,8 @@ TEST_F(pager_verify, a_changed_file_fails_the_acquire_and_nothing_else_until_it_
     EXPECT_EQ(p.info(a).where, residency::host) << "back on its file";
     EXPECT_EQ(p.metrics().hbm.used_bytes, 0u) << "its HBM freed";
   }
+  EXPECT_EQ(p.metrics().corrupt_page_ins, 2u);
+  EXPECT_EQ(p.metrics().failed_loads, 2u);
   EXPECT_EQ(device_checksum(p, *dev, b, compute, slot), checksum(parts[1].data(), parts[1].size()));
   EXPECT_NO_THROW(dev->synchronize_all());
   std::vector<std::uint8_t> read(parts[0].size());

@@ -69,6 +69,9 @@ enum class counter_kind { level, count, count_ns };
   X(faults, count, "Acquires that had to start a page-in (page faults).")                        \
   X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")            \
   X(failed_loads, count, "Page-ins that failed (the host copy stays authoritative).")            \
+  X(corrupt_page_ins, count,                                                                     \
+    "Of them, page-ins that failed their verification (pager_config::verify_page_ins): the "     \
+    "file or compressed copy changed after registration.")                                       \
   X(host_blocked_ns, count_ns,                                                                   \
     "Host time acquire calls spent blocked: the out-of-memory ladder's waits and acquire(..., "  \
     "wait = true). Near zero when eviction and loads are ordered on the device.")                \

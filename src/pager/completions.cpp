@@ -29,6 +29,21 @@ void pager::impl::reap() {
   drop_fences();
 }
 
+namespace {
+
+bool is_corrupt(const std::exception_ptr& e) {
+  if (!e) return false;
+  try {
+    std::rethrow_exception(e);
+  } catch (const corrupt_data&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
 void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
   const tensor_record& t = tensors[slot];
   const bool ok = done.status == transfer_status::complete;
@@ -44,6 +59,7 @@ void pager::impl::copy_done(std::uint32_t slot, const finished_transfer& done) {
         notes.wait_from = {};
         tensors.finish_load(slot);
       } else {
+        if (is_corrupt(done.error)) stats.add(&pager_metrics::corrupt_page_ins, 1);
         tensors.notes(slot).load_error = done.error;
         free_hbm(tensors.fail_load(slot));
       }

@@ -176,8 +176,8 @@ std::optional<freed_hbm> tensor_table::fail_load(std::uint32_t slot) {
     // Kernels that acquired and released it meanwhile may still run: the extent goes fenced.
     freed = to_host(slot);
     t.dirty = false;  // whatever they wrote landed in undefined HBM, never in the host copy
-    stats_.load_failed();
   }
+  stats_.load_failed();  // counted here, where it is decided, whether or not it was acquired
   done(slot);
   return freed;
 }
