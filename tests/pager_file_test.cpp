@@ -192,13 +192,7 @@ TEST_F(pager_file, the_engine_reports_a_failed_read_as_an_io_error_naming_the_fi
   auto file = tensor_file::open(tf.path);
   void* hbm = dev->allocate(memory_kind::device, 64 << 10);
   {
-    transfer_config tc;
-    tc.chunk_bytes = 16 << 10;
-    tc.h2d.link_bytes_per_second = 10'000'000'000;
-    tc.h2d.unlimited = true;
-    tc.d2h = tc.h2d;
-    tc.device_memory = {{hbm, 64 << 10}};
-    transfer_engine eng(*dev, tc);
+    transfer_engine eng(*dev, small_engine_config(hbm, 64 << 10));
     ASSERT_EQ(truncate(tf.path.c_str(), 20 << 10), 0);  // chunk 1 ends early
     const auto t = eng.submit_from_file(hbm, file, 0, 64 << 10, transfer_priority::fault);
     try {

@@ -8,6 +8,7 @@
 #include <htp/error.hpp>
 #include <htp/pager.hpp>
 #include <htp/sim_device.hpp>
+#include <htp/transfer_engine.hpp>
 
 #include <gtest/gtest.h>
 
@@ -30,6 +31,18 @@ inline pager_config small_pager_config(std::size_t hbm_slabs, std::size_t host_s
   c.d2h.link_bytes_per_second = 10'000'000'000;
   c.d2h.unlimited = true;
   return c;
+}
+
+/// A transfer engine's settings for `bytes` of HBM at `hbm` alone: 16 KiB chunks, an unlimited
+/// link with a known peak (the engine tests that read files build one beside no pager).
+inline transfer_config small_engine_config(void* hbm, std::size_t bytes) {
+  transfer_config tc;
+  tc.chunk_bytes = 16 << 10;
+  tc.h2d.link_bytes_per_second = 10'000'000'000;
+  tc.h2d.unlimited = true;
+  tc.d2h = tc.h2d;
+  tc.device_memory = {{hbm, bytes}};
+  return tc;
 }
 
 inline std::unique_ptr<device> small_sim_device() {

@@ -235,13 +235,7 @@ TEST_F(pager_verify, the_engine_checks_given_chunk_checksums_and_refuses_a_wrong
   auto file = tensor_file::open(tf.path);
   void* hbm = dev->allocate(memory_kind::device, 40 << 10);
   {
-    transfer_config tc;
-    tc.chunk_bytes = 16 << 10;
-    tc.h2d.link_bytes_per_second = 10'000'000'000;
-    tc.h2d.unlimited = true;
-    tc.d2h = tc.h2d;
-    tc.device_memory = {{hbm, 40 << 10}};
-    transfer_engine eng(*dev, tc);
+    transfer_engine eng(*dev, small_engine_config(hbm, 40 << 10));
     auto sums = std::make_shared<std::vector<std::uint64_t>>();
     for (std::size_t at = 0; at < parts[0].size(); at += 16 << 10)
       sums->push_back(checksum(parts[0].data() + at, std::min<std::size_t>(16 << 10, 40960 - at)));
