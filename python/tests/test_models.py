@@ -11,6 +11,7 @@ pytest.importorskip("transformers")
 import htp  # noqa: E402
 import htp.torch as ht  # noqa: E402
 from conftest import build_model, check_compressed_paging  # noqa: E402
+from yardsticks import belady_page_in_bytes  # noqa: E402
 
 MODELS = ["llama", "mixtral", "opt"]
 FRACTIONS = [0.3, 0.5, 1.0]
@@ -105,7 +106,7 @@ def test_prefetch_never_faults_more_than_demand_paging(kind):
     demand, _, _ = faults_from_step_two(kind, 0, steps)
     assert with_prefetch["faults"] <= demand["faults"]
     assert demand["faults"] > 0
-    minimum = ht.belady_page_in_bytes(schedule, budget, steps)
+    minimum = belady_page_in_bytes(schedule, budget, steps)
     ratio = with_prefetch["page_in_bytes"] / max(minimum, 1)
     print(f"{kind}: {with_prefetch['page_in_bytes'] / steps:.0f} B paged per step, "
           f"{ratio:.2f}x Belady's minimum; faults per step {with_prefetch['faults'] / steps:.1f} "
