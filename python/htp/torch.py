@@ -115,9 +115,13 @@ class Offload:
 
     # ---- hooks ----------------------------------------------------------------------------------
     def _install(self) -> None:
+        stand_ins: dict[int, OffloadedParameter] = {}  # a tied Parameter gets one, in every unit
         for unit in self.units:
             for p in unit.params:
-                p.stand_in = p.stand_in or self._stand_in_of(p)
+                if id(p.param) not in stand_ins:
+                    stand_ins[id(p.param)] = OffloadedParameter(p.param, p.name,
+                                                                self.execution_device)
+                p.stand_in = stand_ins[id(p.param)]
                 unit.module._parameters[p.local] = p.stand_in
                 p.param.data = _placeholder(p.param)
             self._hooks.append(unit.module.register_forward_pre_hook(self._pre_hook(unit)))
@@ -131,14 +135,6 @@ class Offload:
             module._apply = self._guarded_apply(module, stand_ins)
             self._patched.append(module)
         guard_optimizer([p.param for unit in self.units for p in unit.params])
-
-    def _stand_in_of(self, p: _Param) -> OffloadedParameter:
-        # A tied parameter is one Parameter in several units: one stand-in for all of them.
-        for unit in self.units:
-            for q in unit.params:
-                if q.param is p.param and q.stand_in is not None:
-                    return q.stand_in
-        return OffloadedParameter(p.param, p.name, self.execution_device)
 
     def _subtrees(self):
         """(name, module, {relative name: stand-in}) for every module with paged parameters in
