@@ -19,10 +19,14 @@ struct shadow_tensor {
   std::uint64_t sum;  // checksum the bytes must have
 };
 
-void run_shadow(std::uint64_t seed, int operations, bool checked) {
+/// `settled`: every copy completes before the next operation and automatic compaction is off (it
+/// fires from whichever thread frees HBM), so only the pager's rules decide: two builds with the
+/// same rules make the same decisions (scripts/decision-logs.sh compares them).
+void run_shadow(std::uint64_t seed, int operations, bool checked, bool settled = false) {
   auto dev = small_sim_device();
   auto c = small_pager_config(/*hbm_slabs=*/24, /*host_slabs=*/400);
   c.checked = checked;
+  if (settled) c.auto_compact = false;
   c.on_oom = (seed % 2) ? oom_policy::allow_degraded : oom_policy::throw_error;
   pager p(*dev, c);
   stream compute(*dev);
@@ -126,6 +130,10 @@ void run_shadow(std::uint64_t seed, int operations, bool checked) {
       p.copy_to_host(live[i].h, out.data());
       ASSERT_EQ(checksum(out.data(), out.size()), live[i].sum) << "seed " << seed << " op " << op;
     }
+    if (settled) {
+      compute.synchronize();
+      p.synchronize();
+    }
     // invariants after every operation
     const auto m = p.metrics();
     ASSERT_LE(m.hbm.used_bytes, m.hbm.capacity_bytes);
@@ -152,6 +160,8 @@ TEST(pager_shadow, seed_1_checked_mode) { run_shadow(1, 10000, true); }
 TEST(pager_shadow, seed_2_checked_mode) { run_shadow(2, 10000, true); }
 TEST(pager_shadow, seed_3_checked_mode) { run_shadow(3, 10000, true); }
 TEST(pager_shadow, seed_4) { run_shadow(4, 10000, false); }
+TEST(pager_shadow, seed_5_settled_checked_mode) { run_shadow(5, 10000, true, true); }
+TEST(pager_shadow, seed_6_settled) { run_shadow(6, 10000, false, true); }
 
 }  // namespace
 }  // namespace htp::test

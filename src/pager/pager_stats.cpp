@@ -52,18 +52,26 @@ void pager_stats::placed_resident(const tensor_record& t) {
 }
 
 void pager_stats::load_started(const tensor_record& t) {
+  decisions_.load(t.name, t.notes.ticket_priority);
   ++counters_.page_ins;
   counters_.page_in_bytes += t.bytes;
   counters_.page_in_wire_bytes += t.coded ? t.coded->wire_bytes : t.bytes;
 }
 
 void pager_stats::write_back_started(const tensor_record& t) {
+  decisions_.write_back(t.name);
   ++counters_.write_backs;
   counters_.write_back_bytes += t.bytes;
   evicted(t, /*in_flight=*/false);
 }
 
+void pager_stats::move_started(const tensor_record& t, std::size_t bytes) {
+  decisions_.move(t.name);
+  counters_.compaction_bytes += bytes;
+}
+
 void pager_stats::evicted(const tensor_record& t, bool in_flight) {
+  decisions_.evict(t.name, in_flight);
   ++counters_.evictions;
   if (in_flight) ++counters_.evictions_in_flight;
   if (t.notes.prefetched_unused) ++counters_.wasted_prefetches;

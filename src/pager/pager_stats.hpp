@@ -9,6 +9,7 @@
 #include <htp/latency_histogram.hpp>
 #include <htp/metrics.hpp>
 
+#include "pager/decision_log.hpp"
 #include "pager/trace.hpp"
 
 #include <chrono>
@@ -53,7 +54,7 @@ class pager_stats {
   void write_back_started(const tensor_record& t);
   /// An eviction (a write-back counts as one too); `in_flight`: its load was still running.
   void evicted(const tensor_record& t, bool in_flight);
-  void move_started(std::size_t bytes) { counters_.compaction_bytes += bytes; }
+  void move_started(const tensor_record& t, std::size_t bytes);
 
   // ---- completions -----------------------------------------------------------------------------
   /// A copy of `t` finished (its pending kind still set); `latency` when it succeeded. Records the
@@ -119,6 +120,7 @@ class pager_stats {
   std::vector<fault_wait_sample> fault_waits_;  // since the last reset, at most fault_wait_cap
   std::uint64_t fault_waits_dropped_ = 0;
   std::unique_ptr<trace_log> trace_;
+  decision_log decisions_;
   clock::time_point last_sample_ = start_;
   double hbm_occupancy_integral_ = 0;  // pct x seconds
   double hbm_peak_pct_ = 0;

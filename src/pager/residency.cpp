@@ -322,10 +322,10 @@ void pager::impl::start_load(std::uint32_t slot, extent where, transfer_priority
   add_fence_user(where, ticket);
   fence_release_events(slot, where.ptr,
                        ticket);  // kept until the load has finished: the engine refers to them
-  tensors.begin_load(slot, where, ticket);
   auto& notes = tensors.notes(slot);
   notes.ticket_priority = priority;
   notes.ticket_start = std::chrono::steady_clock::now();
+  tensors.begin_load(slot, where, ticket);
   notes.wait_from = {};
 }
 

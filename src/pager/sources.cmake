@@ -20,4 +20,5 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tensor_table.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decision_log.cpp
 )

@@ -251,7 +251,7 @@ void tensor_table::begin_move(std::uint32_t slot, const slab_move& m, transfer_t
   set_pending(slot, pending_kind::move, ticket);
   t.move = m;
   t.hbm = m.to;
-  stats_.move_started(m.from.bytes);
+  stats_.move_started(t, m.from.bytes);
   done(slot);
 }
 

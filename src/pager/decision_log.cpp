@@ -1,0 +1,54 @@
+// The decision log (decision_log.hpp).
+#include "pager/decision_log.hpp"
+
+#include "log.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+namespace htp::detail {
+
+namespace {
+std::atomic<unsigned> pagers{0};
+}  // namespace
+
+decision_log::decision_log() {
+  const char* p = std::getenv("HTP_DECISION_LOG");
+  if (p == nullptr || *p == '\0') return;
+  path_ = p;
+  prefix_ = "p" + std::to_string(pagers.fetch_add(1)) + " ";
+}
+
+decision_log::~decision_log() {
+  if (!on() || lines_.empty()) return;
+  std::ofstream out(path_, std::ios::app);
+  out << lines_;
+  if (!out) logger().error("pager: cannot append the decision log to '{}'", path_);
+}
+
+void decision_log::line(const char* what, const std::string& name) {
+  lines_ += prefix_;
+  lines_ += what;
+  lines_ += ' ';
+  lines_ += name;
+  lines_ += '\n';
+}
+
+void decision_log::load(const std::string& name, transfer_priority priority) {
+  if (on()) line(priority == transfer_priority::fault ? "load fault" : "load prefetch", name);
+}
+
+void decision_log::evict(const std::string& name, bool in_flight) {
+  if (on()) line(in_flight ? "evict loading" : "evict", name);
+}
+
+void decision_log::write_back(const std::string& name) {
+  if (on()) line("write-back", name);
+}
+
+void decision_log::move(const std::string& name) {
+  if (on()) line("move", name);
+}
+
+}  // namespace htp::detail

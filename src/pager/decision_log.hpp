@@ -1,0 +1,43 @@
+// The pager's decision log: every load (and why: a fault or a prefetch), eviction, write-back and
+// compaction move, by tensor name, in the order the pager decided them. A debugging aid and the
+// yardstick of "no behaviour change": two builds that make the same choices write the same log.
+// Turned on by the environment, so that any program (a test, a bench, a Python script) can write
+// one without being changed: HTP_DECISION_LOG=<path> appends each pager's log to <path> when the
+// pager is destroyed, one line per decision, each line starting with the pager's number in the
+// process ("p3 load fault layer.7.w"). Off (no cost but a branch) when the variable is unset.
+// Not thread-safe: the pager's mutex guards it.
+#pragma once
+
+#include <htp/transfer_engine.hpp>
+
+#include <string>
+
+namespace htp::detail {
+
+class decision_log {
+ public:
+  /// Reads HTP_DECISION_LOG; on when it names a path.
+  decision_log();
+  /// Appends this pager's lines to the path (best effort: a write failure is logged, not thrown).
+  ~decision_log();
+  decision_log(const decision_log&) = delete;
+  decision_log& operator=(const decision_log&) = delete;
+
+  bool on() const noexcept { return !path_.empty(); }
+  /// A load of `name` started at `priority` (fault or prefetch).
+  void load(const std::string& name, transfer_priority priority);
+  /// `name` left HBM: "evict" (clean, or a load in flight detached: `in_flight`).
+  void evict(const std::string& name, bool in_flight);
+  /// A write-back of `name` started (its eviction).
+  void write_back(const std::string& name);
+  /// A compaction move of `name` started.
+  void move(const std::string& name);
+
+ private:
+  void line(const char* what, const std::string& name);
+  std::string path_;
+  std::string prefix_;  // "p<k> "
+  std::string lines_;
+};
+
+}  // namespace htp::detail
