@@ -27,6 +27,7 @@
 #include <htp/codec.hpp>
 #include <htp/device.hpp>
 #include <htp/latency_histogram.hpp>
+#include <htp/tensor_source.hpp>
 
 #include <array>
 #include <chrono>
@@ -300,6 +301,14 @@ class transfer_engine {
                                           std::shared_ptr<const coded_layout> layout,
                                           transfer_priority priority,
                                           std::vector<event_ref> after = {});
+  /// Queues a page-in of a tensor from its source into `dst` (`src.bytes` bytes): a plain copy
+  /// from host memory (submit), a read of its file (submit_from_file, with its chunk checksums),
+  /// or the decode of its chunk-frame sequence from either (submit_decode,
+  /// submit_decode_from_file). The one entry the pager loads through: the kind of source is
+  /// decided here, not by the caller. @throws as the request it makes; htp::invalid_argument for
+  /// a source with no bytes to load (source_place::none).
+  transfer_ticket submit_load(void* dst, const tensor_source& src, transfer_priority priority,
+                              std::vector<event_ref> after = {});
   /// Creates the decode stream, its events and the staging ring (max_in_flight_chunks device
   /// buffers of chunk_bytes, outside any pager budget, and a pinned status word for each), once:
   /// slow (device allocation), made on the caller's thread with no engine lock held. Thread-safe.

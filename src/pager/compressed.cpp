@@ -6,7 +6,7 @@
 
 #include <htp/detail/check.hpp>
 
-#include "transfer/file_checks.hpp"
+#include <htp/detail/file_checks.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -43,11 +43,11 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
               "', compressed as ", to_string(format),
               "): only weights can be stored compressed; a mutable tensor is written by kernels "
               "and would have to be re-encoded at every write-back. Register it uncompressed");
-  HTP_EXPECTS(bytes > 0 && bytes <= p.hbm->max_request_bytes(), invalid_argument,
+  HTP_EXPECTS(bytes > 0 && bytes <= p.tiers.hbm->max_request_bytes(), invalid_argument,
               "register_tensor('", name, "', ", bytes,
               " bytes, compressed): it must have bytes "
               "and fit in the largest HBM extent (",
-              p.hbm->max_request_bytes(),
+              p.tiers.hbm->max_request_bytes(),
               " bytes). A compressed tensor has no raw host copy to serve in degraded mode; split "
               "it or register it uncompressed");
   HTP_EXPECTS(element_bytes(format) != 0, invalid_argument, "register_tensor('", name,
@@ -72,13 +72,13 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
   if (layout.wire_bytes >= bytes) return register_tensor(std::move(name), bytes, kind, source);
-  p.engine->prepare_decode();  // slow (device memory): here, not on a page-in under the lock
+  p.tiers.engine->prepare_decode();  // slow (device memory): here, not on a page-in under the lock
   const tensor_handle h =
       register_tensor(name, layout.wire_bytes, kind, wire.empty() ? nullptr : wire.data());
   // The host extent now holds the wire bytes: make the record say what they are.
   std::lock_guard lock(p.mutex);
-  p.stats.encoded(encode_ns);
-  return p.adopt_coded(h, bytes, std::make_shared<const coded_layout>(std::move(layout)));
+  p.observe.all.encoded(encode_ns);
+  return p.adopt_coded(h, std::make_shared<const coded_layout>(std::move(layout)));
 }
 
 tensor_handle pager::register_compressed_file_tensor(std::string name,
@@ -94,11 +94,12 @@ tensor_handle pager::register_compressed_file_tensor(std::string name,
   std::vector<std::uint8_t> wire(wire_bytes);
   file->read(wire.data(), wire_bytes, offset);
   auto layout = std::make_shared<coded_layout>(verify_chunk_frames(wire.data(), wire.size()));
-  HTP_EXPECTS(layout->decoded_bytes > 0 && layout->decoded_bytes <= p.hbm->max_request_bytes(),
-              invalid_argument, what, ": ", layout->decoded_bytes,
-              " decoded bytes; it must have bytes and fit in the largest HBM extent (",
-              p.hbm->max_request_bytes(),
-              " bytes): a compressed tensor has no raw host copy to serve in degraded mode");
+  HTP_EXPECTS(
+      layout->decoded_bytes > 0 && layout->decoded_bytes <= p.tiers.hbm->max_request_bytes(),
+      invalid_argument, what, ": ", layout->decoded_bytes,
+      " decoded bytes; it must have bytes and fit in the largest HBM extent (",
+      p.tiers.hbm->max_request_bytes(),
+      " bytes): a compressed tensor has no raw host copy to serve in degraded mode");
   for (const coded_piece& c : layout->pieces) {
     HTP_EXPECTS(c.wire_bytes <= p.config.chunk_bytes, invalid_argument, what, ": a piece of ",
                 c.wire_bytes, " bytes is larger than pager_config.chunk_bytes (",
@@ -106,13 +107,12 @@ tensor_handle pager::register_compressed_file_tensor(std::string name,
                 "); write the companion for this pager: htp-compress --pager-chunk-bytes ",
                 p.config.chunk_bytes);
   }
-  p.engine->prepare_file_reads();
-  p.engine->prepare_decode();
+  p.tiers.engine->prepare_file_reads();
+  p.tiers.engine->prepare_decode();
   std::lock_guard lock(p.mutex);
-  auto spec =
-      detail::tensor_spec::in_file(std::move(name), layout->decoded_bytes, std::move(file), offset);
-  spec.coded = std::move(layout);
-  return p.tensors.add(std::move(spec));
+  const tensor_source source =
+      tensor_source::in_file(std::move(file), offset, wire_bytes).coded_as(std::move(layout));
+  return p.tensors.add(detail::tensor_spec::of(std::move(name), tensor_kind::weight, source));
 }
 
 tensor_handle pager::register_compressed_tensor_at(std::string name, void* host_ptr,
@@ -120,11 +120,11 @@ tensor_handle pager::register_compressed_tensor_at(std::string name, void* host_
   auto& p = *impl_;
   const std::string what = detail::concat("register_compressed_tensor_at('", name, "')");
   HTP_EXPECTS(layout != nullptr && !layout->pieces.empty() && layout->decoded_bytes > 0 &&
-                  layout->decoded_bytes <= p.hbm->max_request_bytes(),
+                  layout->decoded_bytes <= p.tiers.hbm->max_request_bytes(),
               invalid_argument, what,
               ": needs a layout of at least one piece whose decoded size fits in the largest HBM "
               "extent (",
-              p.hbm->max_request_bytes(),
+              p.tiers.hbm->max_request_bytes(),
               " bytes): a compressed tensor has no raw host copy to serve in degraded mode");
   for (const coded_piece& c : layout->pieces) {
     HTP_EXPECTS(c.wire_bytes <= p.config.chunk_bytes, invalid_argument, what, ": a piece of ",
@@ -141,22 +141,21 @@ tensor_handle pager::register_compressed_tensor_at(std::string name, void* host_
         layout->decoded_bytes, " bytes, the memory holds ", seen.pieces.size(), " of ",
         seen.decoded_bytes);
   }
-  p.engine->prepare_decode();
+  p.tiers.engine->prepare_decode();
   const tensor_handle h =
       register_tensor_at(name, layout->wire_bytes, tensor_kind::weight, host_ptr);
-  const std::size_t bytes = layout->decoded_bytes;
   std::lock_guard lock(p.mutex);
-  return p.adopt_coded(h, bytes, std::move(layout));
+  return p.adopt_coded(h, std::move(layout));
 }
 
-tensor_handle pager::impl::adopt_coded(tensor_handle h, std::size_t bytes,
+tensor_handle pager::impl::adopt_coded(tensor_handle h,
                                        std::shared_ptr<const coded_layout> layout) {
   // Re-registered under the same slot's successor: the record made by register_tensor held the
-  // wire bytes as a plain tensor; it becomes a compressed one of `bytes` logical bytes.
+  // wire bytes as a plain tensor; its source now says they are coded.
   const detail::tensor_record& t = tensors.get(h);
   const std::uint32_t slot = h.index;
-  auto spec = detail::tensor_spec::in_host(t.name, bytes, tensor_kind::weight, t.host, t.external);
-  spec.coded = std::move(layout);
+  auto spec =
+      detail::tensor_spec::of(t.name, tensor_kind::weight, t.source.coded_as(std::move(layout)));
   tensors.remove(slot);
   return tensors.add(std::move(spec));
 }

@@ -2,6 +2,7 @@
 #include "pager/decision_log.hpp"
 
 #include "log.hpp"
+#include "pager/tensor_table.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -35,20 +36,15 @@ void decision_log::line(const char* what, const std::string& name) {
   lines_ += '\n';
 }
 
-void decision_log::load(const std::string& name, transfer_priority priority) {
-  if (on()) line(priority == transfer_priority::fault ? "load fault" : "load prefetch", name);
+void decision_log::load_started(const tensor_record& t, transfer_priority priority) {
+  line(priority == transfer_priority::fault ? "load fault" : "load prefetch", t.name);
 }
 
-void decision_log::evict(const std::string& name, bool in_flight) {
-  if (on()) line(in_flight ? "evict loading" : "evict", name);
+void decision_log::evicted(const tensor_record& t, eviction how, cause) {
+  if (how == eviction::write_back) line("write-back", t.name);
+  line(how == eviction::load_in_flight ? "evict loading" : "evict", t.name);
 }
 
-void decision_log::write_back(const std::string& name) {
-  if (on()) line("write-back", name);
-}
-
-void decision_log::move(const std::string& name) {
-  if (on()) line("move", name);
-}
+void decision_log::move_started(const tensor_record& t) { line("move", t.name); }
 
 }  // namespace htp::detail

@@ -8,30 +8,26 @@
 // Not thread-safe: the pager's mutex guards it.
 #pragma once
 
-#include <htp/transfer_engine.hpp>
+#include "pager/observer.hpp"
 
 #include <string>
 
 namespace htp::detail {
 
-class decision_log {
+class decision_log final : public pager_observer {
  public:
   /// Reads HTP_DECISION_LOG; on when it names a path.
   decision_log();
   /// Appends this pager's lines to the path (best effort: a write failure is logged, not thrown).
-  ~decision_log();
+  ~decision_log() override;
   decision_log(const decision_log&) = delete;
   decision_log& operator=(const decision_log&) = delete;
 
+  /// True when HTP_DECISION_LOG named a path (the pager then adds it to its observers).
   bool on() const noexcept { return !path_.empty(); }
-  /// A load of `name` started at `priority` (fault or prefetch).
-  void load(const std::string& name, transfer_priority priority);
-  /// `name` left HBM: "evict" (clean, or a load in flight detached: `in_flight`).
-  void evict(const std::string& name, bool in_flight);
-  /// A write-back of `name` started (its eviction).
-  void write_back(const std::string& name);
-  /// A compaction move of `name` started.
-  void move(const std::string& name);
+  void load_started(const tensor_record& t, transfer_priority priority) override;
+  void evicted(const tensor_record& t, eviction how, cause why) override;
+  void move_started(const tensor_record& t) override;
 
  private:
   void line(const char* what, const std::string& name);

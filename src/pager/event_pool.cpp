@@ -12,7 +12,9 @@ event_ref event_pool::take() {
     e = idle_.back();
     idle_.pop_back();
   } else {
-    all_.reserve(all_.size() + 1);
+    // Room first, so that push_back cannot throw after the event exists (it would leak); grown
+    // geometrically (reserve(size + 1) copied every event on each creation: quadratic).
+    if (all_.size() == all_.capacity()) all_.reserve(2 * all_.size() + 16);
     e = timed_ ? dev_.create_timed_event() : dev_.create_event();
     all_.push_back(e);
   }

@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "transfer/file_checks.hpp"
+#include <htp/detail/file_checks.hpp>
 
 namespace htp {
 namespace {
@@ -46,9 +46,9 @@ tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes,
                                           std::shared_ptr<const tensor_file> file,
                                           std::uint64_t offset) {
   auto& p = *impl_;
-  HTP_EXPECTS(bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_file_tensor('", name,
-              "', ", bytes, " bytes): larger than the largest HBM extent (",
-              p.hbm->max_request_bytes(),
+  HTP_EXPECTS(bytes <= p.tiers.hbm->max_request_bytes(), invalid_argument, "register_file_tensor('",
+              name, "', ", bytes, " bytes): larger than the largest HBM extent (",
+              p.tiers.hbm->max_request_bytes(),
               " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
               "). A file-backed tensor has no host copy to serve in degraded mode, so it must fit "
               "in HBM; split it");
@@ -57,12 +57,14 @@ tensor_handle pager::register_file_tensor(std::string name, std::size_t bytes,
       "register_file_tensor('" + name + "', " + std::to_string(bytes) + " bytes)");
   // The engine's bounce buffers: pinned, slow to allocate, so here and not on a page-in under the
   // lock.
-  p.engine->prepare_file_reads();
-  auto spec = detail::tensor_spec::in_file(name, bytes, file, offset);
+  p.tiers.engine->prepare_file_reads();
+  tensor_source source = tensor_source::in_file(file, offset, bytes);
   if (p.config.verify_page_ins && !p.dev.properties().timing_only) {
-    spec.chunk_checksums = chunk_checksums(*file, offset, bytes, p.engine->config().chunk_bytes,
-                                           "register_file_tensor('" + name + "')");
+    source.chunk_checksums =
+        chunk_checksums(*file, offset, bytes, p.tiers.engine->config().chunk_bytes,
+                        "register_file_tensor('" + name + "')");
   }
+  auto spec = detail::tensor_spec::of(std::move(name), tensor_kind::weight, std::move(source));
   std::lock_guard lock(p.mutex);
   return p.tensors.add(std::move(spec));
 }

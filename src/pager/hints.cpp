@@ -14,7 +14,7 @@ void pager::prefetch(tensor_handle h) {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.reap();
-  p.prefetch_slot(p.slot_of(h));
+  p.prefetch.prefetch(p.slot_of(h), p.room);
 }
 
 void pager::expect(const std::vector<tensor_handle>& hs) {
@@ -24,13 +24,7 @@ void pager::expect(const std::vector<tensor_handle>& hs) {
   slots.reserve(hs.size());
   for (tensor_handle h : hs) slots.push_back(p.slot_of(h));
   p.reap();
-  p.expected = slots;  // what their room may not evict (impl::routed_victim)
-  struct clear_expected {
-    std::vector<std::uint32_t>& v;
-    ~clear_expected() { v.clear(); }
-  } clear{p.expected};
-  const auto now = std::chrono::steady_clock::now();
-  for (std::uint32_t slot : slots) p.prefetch_slot(slot, now);
+  p.prefetch.expect(slots, p.room);
 }
 
 void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_handle>& members,
@@ -39,23 +33,23 @@ void pager::set_routed_group(tensor_handle anchor, const std::vector<tensor_hand
   std::lock_guard lock(p.mutex);
   const std::uint32_t a = p.slot_of(anchor);
   const std::string& name = p.tensors[a].name;
-  HTP_EXPECTS(p.groups.anchor_of(a) < 0, invalid_argument, "set_routed_group('", name,
-              "'): the anchor is itself a member of a routed group");
+  HTP_EXPECTS(p.prefetch.future().groups.anchor_of(a) < 0, invalid_argument, "set_routed_group('",
+              name, "'): the anchor is itself a member of a routed group");
   HTP_EXPECTS(members.empty() || (k >= 1 && k <= members.size()), invalid_argument,
               "set_routed_group('", name, "'): k is ", k, " for a group of ", members.size(),
               " members; it must be in [1, ", members.size(), "]");
   std::vector<std::uint32_t> slots;
   for (std::size_t i = 0; i < members.size(); ++i) {
     const std::uint32_t s = p.slot_of(members[i]);
-    const std::int64_t other = p.groups.anchor_of(s);
-    HTP_EXPECTS(s != a && (other < 0 || other == a) && !p.groups.is_anchor(s) &&
+    const std::int64_t other = p.prefetch.future().groups.anchor_of(s);
+    HTP_EXPECTS(s != a && (other < 0 || other == a) && !p.prefetch.future().groups.is_anchor(s) &&
                     std::find(slots.begin(), slots.end(), s) == slots.end(),
                 invalid_argument, "set_routed_group('", name, "'): member ", i, " ('",
                 p.tensors[s].name,
                 "') is the anchor, an anchor of its own, repeated, or in another group");
     slots.push_back(s);
   }
-  for (std::uint32_t s : p.groups.set(a, std::move(slots), k)) p.tensors.reindex(s);
+  p.prefetch.set_routed_group(a, std::move(slots), k);
 }
 
 void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic) {
@@ -71,11 +65,8 @@ void pager::set_schedule(const std::vector<tensor_handle>& sequence, bool cyclic
     }
     slots.push_back(sequence[i].index);
   }
-  p.schedule.set(std::move(slots), cyclic);
-  p.pace.reset(p.schedule.size());
-  p.tensors.reindex_all();  // next uses changed: re-key (O(n log n))
   p.reap();
-  p.prefetch_upcoming();
+  p.prefetch.set_schedule(std::move(slots), cyclic, p.room);
 }
 
 }  // namespace htp

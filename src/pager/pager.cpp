@@ -7,9 +7,6 @@
 #include <htp/checksum.hpp>
 #include <htp/detail/check.hpp>
 
-#include "transfer/link_checks.hpp"
-
-#include <unistd.h>
 #include <cerrno>
 #include <cstring>
 #include "log.hpp"
@@ -29,142 +26,25 @@ const char* to_string(residency r) noexcept {
   return "?";
 }
 
-namespace {
-
-void validate(const pager_config& c) {
-  HTP_EXPECTS(c.slab_bytes >= (std::size_t{64} << 10) && c.slab_bytes <= (std::size_t{1} << 30) &&
-                  (c.slab_bytes & (c.slab_bytes - 1)) == 0,
-              invalid_argument, "pager_config.slab_bytes is ", c.slab_bytes,
-              "; it must be a power of two from 65536 (64 KiB) to 1073741824 (1 GiB), e.g. 64 MiB");
-  HTP_EXPECTS(
-      c.page_bytes == 0 || (c.page_bytes >= 4096 && c.page_bytes <= c.slab_bytes &&
-                            (c.page_bytes & (c.page_bytes - 1)) == 0),
-      invalid_argument, "pager_config.page_bytes is ", c.page_bytes,
-      "; it must be 0 (automatic) or a power of two from 4096 (4 KiB) to pager_config.slab_bytes (",
-      c.slab_bytes, ")");
-  HTP_EXPECTS(c.hbm_budget_bytes >= c.slab_bytes, invalid_argument,
-              "pager_config.hbm_budget_bytes (", c.hbm_budget_bytes,
-              ") must hold at least one slab (pager_config.slab_bytes = ", c.slab_bytes, ")");
-  HTP_EXPECTS(c.host_budget_bytes == 0 || c.host_budget_bytes >= c.slab_bytes, invalid_argument,
-              "pager_config.host_budget_bytes (", c.host_budget_bytes,
-              ") must be 0 (tensors in caller memory only) or hold at least one slab "
-              "(pager_config.slab_bytes = ",
-              c.slab_bytes, ")");
-  HTP_EXPECTS(c.chunk_bytes > 0, invalid_argument, "pager_config.chunk_bytes is 0; use e.g. 2 MiB");
-  HTP_EXPECTS(c.compaction_threshold > 0 && c.compaction_threshold <= 1, invalid_argument,
-              "pager_config.compaction_threshold is ", c.compaction_threshold,
-              "; it must be in (0, 1], e.g. 0.15");
-  HTP_EXPECTS(c.prefetch_lookahead <= 64, invalid_argument, "pager_config.prefetch_lookahead is ",
-              c.prefetch_lookahead, "; more than 64 tensors ahead only wastes HBM");
-  HTP_EXPECTS(c.lookahead_max_tensors >= 1 && c.lookahead_max_tensors <= 4096, invalid_argument,
-              "pager_config.lookahead_max_tensors is ", c.lookahead_max_tensors,
-              "; it must be in [1, 4096] (it bounds what one call examines; 256 is the default)");
-  HTP_EXPECTS(c.popularity_half_life > 0, invalid_argument, "pager_config.popularity_half_life is ",
-              c.popularity_half_life,
-              "; it must be positive (acquires of the group; 64 is the default)");
-  HTP_EXPECTS(c.latency_budget.count() > 0, invalid_argument, "pager_config.latency_budget is ",
-              c.latency_budget.count(), " ms; it must be positive, e.g. 200 ms");
-  HTP_EXPECTS(c.max_in_flight_chunks >= 1, invalid_argument,
-              "pager_config.max_in_flight_chunks is ", c.max_in_flight_chunks,
-              "; at least 1 chunk per direction must be in flight (3 is the default)");
-  detail::check_link_config(c.h2d, "pager_config.h2d", c.chunk_bytes, "pager_config.chunk_bytes");
-  detail::check_link_config(c.d2h, "pager_config.d2h", c.chunk_bytes, "pager_config.chunk_bytes");
-}
-
-std::vector<memory_region> regions_of(slab_allocator& a) {
-  std::vector<memory_region> out;
-  for (const extent& e : a.reservations()) out.push_back({e.ptr, e.bytes});
-  return out;
-}
-
-/// What a host budget can never exceed: the 47-bit user address space of x86-64 and arm64 Linux
-/// (128 TiB), in which every pinned slab must be mapped. Physical memory is no bound: a microVM's
-/// MemTotal can read far below the RAM it can use (it grows as the guest touches memory), so a
-/// budget above it is allowed and a slab the host cannot pin fails then, as out_of_memory.
-constexpr std::size_t host_address_space_bytes = std::size_t{1} << 47;
-
-/// A note, not a refusal, when the host budget is over twice what MemTotal reads: a typo'd budget
-/// shows in the log before the pins fail (or, in a VM whose RAM grows as it is used, before the
-/// out-of-memory killer acts). A timing-only device's pinned memory is address space only.
-void warn_if_far_above_ram(std::size_t budget, bool timing_only) {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (timing_only || pages <= 0 || page <= 0) return;
-  const auto ram = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
-  if (budget / 2 > ram) {
-    detail::logger().warn(
-        "pager_config.host_budget_bytes is {} bytes, over twice the {} bytes MemTotal "
-        "reports; pinning it may fail or exhaust the host (lower it unless this VM's "
-        "memory grows on use)",
-        budget, ram);
-  }
-}
-
-/// A budget larger than the memory behind it fails here, with the field's name, before any
-/// bookkeeping is sized by it.
-void check_fits(const char* field, std::size_t budget, std::size_t available, const char* what) {
-  if (available == 0 || budget <= available) return;
-  throw out_of_memory(detail::concat("pager_config.", field, " is ", budget, " bytes, but ", what,
-                                     " has ", available, " bytes. Lower ", field, "."),
-                      budget);
-}
-
-}  // namespace
-
 pager::impl::impl(device& d, pager_config c)
-    : dev(d), config(std::move(c)), stats(config.trace ? config.trace_capacity : 0), events(d),
-      tensors(d, events, schedule, groups, stats, config.checked), private_stream(d) {
-  validate(config);
-  check_fits("hbm_budget_bytes", config.hbm_budget_bytes, dev.properties().total_memory,
-             "the device's memory");
-  check_fits("host_budget_bytes", config.host_budget_bytes, host_address_space_bytes,
-             "the user address space of this host");
-  warn_if_far_above_ram(config.host_budget_bytes, dev.properties().timing_only);
-  slab_allocator_config hc;
-  hc.t = tier::hbm;
-  hc.budget_bytes = config.hbm_budget_bytes;
-  hc.slab_bytes = config.slab_bytes;
-  hc.page_bytes = config.page_bytes;
-  hc.compaction_threshold = config.compaction_threshold;
-  hbm = std::make_unique<slab_allocator>(dev, hc);
-  if (config.host_budget_bytes > 0) {
-    slab_allocator_config pc = hc;
-    pc.t = tier::host;
-    pc.budget_bytes = config.host_budget_bytes;
-    // Host reservations (pinned in parallel) are at least as large as the HBM budget, so any
-    // tensor that can be paged in has a host extent; with allow_degraded, one reservation.
-    const std::size_t reservation = config.on_oom == oom_policy::allow_degraded
-                                        ? config.host_budget_bytes
-                                        : std::max(config.hbm_budget_bytes, std::size_t{1} << 30);
-    pc.slabs_per_reservation = (reservation + config.slab_bytes - 1) / config.slab_bytes;
-    host = std::make_unique<slab_allocator>(dev, pc);
-    host->wait_reserved();
-  }
-
-  transfer_config tc;
-  tc.chunk_bytes = config.chunk_bytes;
-  tc.max_in_flight_chunks = config.max_in_flight_chunks;
-  tc.h2d = config.h2d;
-  tc.d2h = config.d2h;
-  tc.finished_queue = true;  // reap() learns of completions from the engine's queue
-  tc.verify_page_ins = config.verify_page_ins;
-  tc.device_memory = regions_of(*hbm);
-  if (host) tc.host_memory = regions_of(*host);
-  engine = std::make_unique<transfer_engine>(dev, tc);
-}
+    : dev(d), config(std::move(c)), tiers(dev, config),
+      observe(config.trace ? config.trace_capacity : 0), events(d),
+      prefetch(d, config, tensors, *tiers.engine, observe.all),
+      tensors(d, events, prefetch.future().schedule, prefetch.future().groups, observe.all,
+              config.checked, /*stamp_pins=*/config.trace),
+      room(d, config, *tiers.hbm, *tiers.engine, tensors, events, prefetch.future(), observe.all) {}
 
 pager::impl::~impl() {
   try {
-    engine->drain();
+    tiers.engine->drain();
     for (std::uint32_t s = 0; s < tensors.size(); ++s) {
       for (const auto& r : tensors[s].release_events) dev.synchronize(r.event);
     }
-    fences.for_each([&](const detail::fence& f) {  // kernels may still read memory already evicted
-      for (auto e : f.events) dev.synchronize(e);
-    });
+    room.synchronize_fences();
   } catch (...) {
-    // teardown proceeds: the memory goes back with the allocators below
+    // teardown proceeds: the memory goes back with the allocators
   }
-  engine.reset();
+  tiers.engine.reset();  // no copy reads caller memory any more
   for (const auto& [ptr, r] : host_regions) {
     if (r.kind != host_region_kind::pinned) {
       try {
@@ -173,8 +53,6 @@ pager::impl::~impl() {
       }
     }
   }
-  hbm.reset();
-  host.reset();
 }
 
 detail::host_region* pager::impl::region_of(const void* p, std::size_t bytes) {
@@ -201,13 +79,14 @@ namespace {
 void check_fits_hbm(const pager::impl& p, const std::string& name, std::size_t bytes) {
   HTP_EXPECTS(bytes > 0, invalid_argument, "register_tensor('", name,
               "', 0 bytes): a tensor must have at least one byte");
-  HTP_EXPECTS(bytes <= p.hbm->max_request_bytes() || p.config.on_oom == oom_policy::allow_degraded,
-              invalid_argument, "register_tensor('", name, "', ", bytes,
-              " bytes): it can never fit in HBM, whose largest extent is ",
-              p.hbm->max_request_bytes(),
-              " bytes (pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
-              "). Raise pager_config.hbm_budget_bytes, split the tensor, or set "
-              "pager_config.on_oom = allow_degraded");
+  HTP_EXPECTS(
+      bytes <= p.tiers.hbm->max_request_bytes() || p.config.on_oom == oom_policy::allow_degraded,
+      invalid_argument, "register_tensor('", name, "', ", bytes,
+      " bytes): it can never fit in HBM, whose largest extent is ",
+      p.tiers.hbm->max_request_bytes(),
+      " bytes (pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
+      "). Raise pager_config.hbm_budget_bytes, split the tensor, or set "
+      "pager_config.on_oom = allow_degraded");
 }
 }  // namespace
 
@@ -215,13 +94,13 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
                                      const void* source) {
   auto& p = *impl_;
   check_fits_hbm(p, name, bytes);
-  HTP_EXPECTS(p.host != nullptr, invalid_argument, "register_tensor('", name,
+  HTP_EXPECTS(p.tiers.host != nullptr, invalid_argument, "register_tensor('", name,
               "'): pager_config.host_budget_bytes is 0, so the pager holds no host memory of its "
               "own. Lend yours with add_host_region and use register_tensor_at, or set "
               "pager_config.host_budget_bytes");
-  HTP_EXPECTS(bytes <= p.host->max_request_bytes(), invalid_argument, "register_tensor('", name,
-              "', ", bytes, " bytes): larger than the largest host extent (",
-              p.host->max_request_bytes(),
+  HTP_EXPECTS(bytes <= p.tiers.host->max_request_bytes(), invalid_argument, "register_tensor('",
+              name, "', ", bytes, " bytes): larger than the largest host extent (",
+              p.tiers.host->max_request_bytes(),
               " bytes; pager_config.host_budget_bytes = ", p.config.host_budget_bytes,
               "). Raise pager_config.host_budget_bytes or lend the "
               "memory with add_host_region and register_tensor_at");
@@ -229,7 +108,7 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
   {
     std::lock_guard lock(p.mutex);
     try {
-      h = p.host->allocate(bytes);
+      h = p.tiers.host->allocate(bytes);
     } catch (const out_of_memory& e) {
       throw out_of_memory(detail::concat("register_tensor('", name, "', ", bytes,
                                          " bytes): the host tier is full. Raise "
@@ -247,8 +126,8 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
     std::memset(h.ptr, 0, bytes);
   }
   std::lock_guard lock(p.mutex);
-  return p.tensors.add(
-      detail::tensor_spec::in_host(std::move(name), bytes, kind, h, /*external=*/false));
+  return p.tensors.add(detail::tensor_spec::of(
+      std::move(name), kind, tensor_source::in_pinned_tier(h.ptr, h.bytes, bytes)));
 }
 
 tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, tensor_kind kind,
@@ -267,8 +146,8 @@ tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, ten
       "'): a mutable tensor cannot live in "
       "a read-only region (its write-backs would land there); lend writable memory");
   ++r->tensors;
-  return p.tensors.add(detail::tensor_spec::in_host(std::move(name), bytes, kind,
-                                                    extent{host_ptr, bytes}, /*external=*/true));
+  return p.tensors.add(detail::tensor_spec::of(std::move(name), kind,
+                                               tensor_source::in_caller_memory(host_ptr, bytes)));
 }
 
 void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind) {
@@ -277,9 +156,10 @@ void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind)
               "): give a non-null range of at least one byte");
   // No host maps more than its user address space: a larger range is a wrong size, on any backend.
   const auto start = reinterpret_cast<std::uintptr_t>(ptr);
-  HTP_EXPECTS(bytes <= host_address_space_bytes && start <= host_address_space_bytes - bytes,
+  HTP_EXPECTS(bytes <= detail::host_address_space_bytes &&
+                  start <= detail::host_address_space_bytes - bytes,
               invalid_argument, "add_host_region(", ptr, ", ", bytes, "): the range runs past the ",
-              host_address_space_bytes,
+              detail::host_address_space_bytes,
               "-byte user address space; pass the size of memory the program actually holds");
   {
     std::lock_guard lock(p.mutex);
@@ -300,7 +180,7 @@ void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind)
     (void)p.dev.mapped_device_pointer(static_cast<char*>(ptr) + bytes - 1);
   }
   try {
-    p.engine->add_host_memory({ptr, bytes});
+    p.tiers.engine->add_host_memory({ptr, bytes});
   } catch (...) {
     if (kind != host_region_kind::pinned) p.dev.unregister_host_memory(ptr);
     throw;
@@ -323,7 +203,7 @@ void pager::remove_host_region(void* ptr) {
     kind = it->second.kind;
     p.host_regions.erase(it);
   }
-  p.engine->remove_host_memory(ptr);
+  p.tiers.engine->remove_host_memory(ptr);
   if (kind != host_region_kind::pinned) p.dev.unregister_host_memory(ptr);
 }
 
@@ -334,24 +214,15 @@ void pager::unregister_tensor(tensor_handle h) {
     HTP_EXPECTS(r.pins == 0, invalid_argument, "unregister_tensor('", r.name, "'): it is acquired ",
                 r.pins, " time(s); release it first");
   });
-  const tensor_record& t = p.tensors[slot];
-  if (t.external) {
-    // The host extent's size: a compressed tensor's bytes are its decoded size, not what it holds.
-    if (auto* r = p.region_of(t.host.ptr, t.host.bytes)) --r->tensors;
-  } else if (!t.device_resident && !t.file) {
-    p.host->deallocate(t.host.ptr, t.host.bytes);
+  // The host extent's size: a compressed tensor's bytes are its decoded size, not what it holds.
+  const tensor_source& src = p.tensors[slot].source;
+  if (src.place == source_place::caller_memory) {
+    if (auto* r = p.region_of(src.host, src.host_bytes)) --r->tensors;
+  } else if (src.place == source_place::pinned_tier) {
+    p.tiers.host->deallocate(src.host, src.host_bytes);
   }
-  const bool scheduled = p.schedule.contains(slot);
-  for (std::uint32_t s : p.groups.forget_slot(slot)) {
-    if (s != slot) p.tensors.reindex(s);
-  }
-  if (const auto held = p.tensors.remove(slot)) p.free_hbm(*held);
-  if (scheduled) {
-    // The schedule's positions shift: re-key every tensor holding HBM (O(n), rare).
-    p.schedule.forget(slot);
-    p.pace.reset(p.schedule.size());  // positions moved
-    p.tensors.reindex_all();
-  }
+  p.prefetch.forget(slot);
+  if (const auto held = p.tensors.remove(slot)) p.room.free_hbm(*held);
 }
 
 device_span pager::acquire(tensor_handle h, stream_ref compute, bool wait) {
@@ -396,12 +267,12 @@ void pager::evict(tensor_handle h) {
     } else if (!p.tensors.settle(slot)) {
       for (const auto& r : t.release_events) w.events.push_back(r.event);
     } else {
-      p.evict_now(slot);
+      p.room.evict(slot, detail::cause::request);
       if (p.tensors[slot].pending == pending_kind::none) return;
       w.tickets.push_back(p.tensors[slot].ticket);
       mine = true;
     }
-    const std::exception_ptr failed = p.wait_for(lock, w);
+    const std::exception_ptr failed = p.room.wait(lock, w);
     if (mine && failed) {  // the tensor stays resident and dirty; nothing is lost
       p.reap();
       impl::throw_transfer_failed(detail::concat("evict('", p.tensors.get(h).name, "')"), failed);
@@ -413,39 +284,15 @@ std::size_t pager::compact() {
   auto& p = *impl_;
   std::unique_lock lock(p.mutex);
   p.reap();
-  const std::size_t moves = p.start_compaction(0);
+  const std::size_t moves = p.room.compact(0, detail::cause::request);
   detail::wait_set w;
-  p.add_move_waits(w);
-  p.wait_for(lock, w);
+  p.room.add_move_waits(w);
+  p.room.wait(lock, w);
   p.reap();
   return moves;
 }
 
 namespace {
-
-// A compressed tensor's bytes, decoded on every core without the pager's lock: its wire bytes are
-// copied out under the lock first (the host copy may be unregistered once the lock is dropped; a
-// companion file is read after). Decoding is what takes time: ~0.3 GB/s a core.
-void copy_coded_to_host(std::unique_lock<std::mutex>& lock, const detail::tensor_record& t,
-                        void* dst) {
-  const std::shared_ptr<const coded_layout> layout = t.coded;
-  const std::shared_ptr<const tensor_file> file = t.file;
-  const std::uint64_t offset = t.file_offset;
-  const std::string name = t.name;
-  std::vector<std::uint8_t> wire(layout->wire_bytes);
-  if (!file) std::memcpy(wire.data(), t.host.ptr, wire.size());
-  lock.unlock();
-  if (file) {
-    try {
-      file->read(wire.data(), wire.size(), offset);
-    } catch (const io_error& e) {
-      throw io_error(
-          detail::concat("copy_to_host('", name, "'): reading the companion failed: ", e.what()),
-          e.path(), e.error_number());
-    }
-  }
-  pager::impl::decode_to_host(*layout, wire.data(), dst);
-}
 
 // A file-backed tensor read by copy_to_host is checked as its page-ins are: each chunk against
 // the checksum taken at registration, so a changed file never reaches a checkpoint silently.
@@ -462,6 +309,31 @@ void check_read(const void* bytes_read, std::size_t bytes, const std::vector<std
         "') does not match the checksum taken at registration: the file changed since; "
         "restore it, or register the tensor again"));
   }
+}
+
+/// A tensor's bytes from its source (`src`, a copy taken under the lock), into `dst`: a raw host
+/// copy is copied under the lock (the memory may be unregistered once it is dropped); a file is
+/// read, and coded bytes decoded on every core, without it (a read may take milliseconds, a decode
+/// ~0.3 GB/s a core). Returns with the lock dropped.
+void read_source(std::unique_lock<std::mutex>& lock, const tensor_source src, void* dst,
+                 const std::string& name, std::size_t chunk_bytes) {
+  std::vector<std::uint8_t> wire(src.is_coded() ? src.wire_bytes() : 0);
+  if (src.host != nullptr)
+    std::memcpy(src.is_coded() ? wire.data() : dst, src.host, src.wire_bytes());
+  lock.unlock();
+  if (src.file) {
+    try {
+      src.file->read(src.is_coded() ? wire.data() : dst, src.wire_bytes(), src.file_offset);
+    } catch (const io_error& e) {  // the type acquire throws for the same fault
+      throw io_error(
+          detail::concat("copy_to_host('", name, "'): reading the file failed: ", e.what()),
+          e.path(), e.error_number());
+    }
+    if (src.chunk_checksums)  // null: verify_page_ins was off at registration
+      check_read(dst, src.bytes, *src.chunk_checksums, chunk_bytes, name, *src.file,
+                 src.file_offset);
+  }
+  if (src.is_coded()) pager::impl::decode_to_host(*src.coded, wire.data(), dst);
 }
 
 }  // namespace
@@ -490,32 +362,16 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
     const extent from = *t.hbm;
     lock.unlock();
     try {
-      p.dev.copy_async(dst, from.ptr, from.bytes, copy_direction::device_to_host, p.private_stream);
-      p.private_stream.synchronize();
+      p.dev.copy_async(dst, from.ptr, from.bytes, copy_direction::device_to_host,
+                       p.room.private_stream());
+      p.room.private_stream().synchronize();
     } catch (const std::exception& e) {
       failure = e.what();
     }
     lock.lock();
     p.unpin(slot);
-  } else if (t.coded) {
-    copy_coded_to_host(lock, t, dst);
-  } else if (t.file) {
-    // A weight's file is authoritative; read it without the lock (a read may take milliseconds).
-    const std::shared_ptr<const tensor_file> f = t.file;
-    const std::uint64_t offset = t.file_offset;
-    const std::size_t bytes = t.bytes;
-    const auto sums = t.chunk_checksums;  // null: verify_page_ins was off at registration
-    lock.unlock();
-    try {
-      f->read(dst, bytes, offset);
-    } catch (const io_error& e) {  // the type acquire throws for the same fault
-      throw io_error(
-          detail::concat("copy_to_host('", name, "'): reading the file failed: ", e.what()),
-          e.path(), e.error_number());
-    }
-    if (sums) check_read(dst, bytes, *sums, p.engine->config().chunk_bytes, name, *f, offset);
   } else {
-    std::memcpy(dst, t.host.ptr, t.bytes);
+    read_source(lock, t.source, dst, name, p.tiers.engine->config().chunk_bytes);
   }
   if (!failure.empty())
     impl::throw_copy_failed(detail::concat("copy_to_host('", name, "')"), failure);
@@ -528,9 +384,9 @@ void pager::synchronize() {
     p.reap();
     detail::wait_set w;
     for (std::uint32_t s : p.tensors.in_flight()) w.tickets.push_back(p.tensors[s].ticket);
-    for (const auto& [id, d] : p.detached_loads) w.tickets.push_back(transfer_ticket{id});
+    p.room.detached_loads(w.tickets);
     if (w.empty()) return;
-    p.wait_for(lock, w);
+    p.room.wait(lock, w);
   }
 }
 
@@ -548,7 +404,7 @@ void pager::reset_metrics() {
   auto& p = *impl_;
   std::lock_guard lock(p.mutex);
   p.reap();
-  p.stats.reset(p.hbm_bytes_held, p.hbm->capacity_bytes());
+  p.observe.stats.reset(p.room.held_bytes(), p.tiers.hbm->capacity_bytes());
 }
 
 pager_metrics pager::metrics() const {
@@ -558,9 +414,10 @@ pager_metrics pager::metrics() const {
   p.sample_occupancy();
   pager_metrics m = p.snapshot();
   const std::vector<detail::fault_wait_sample> samples =
-      p.stats.fault_waits();  // copied; sorted unlocked
-  const std::uint64_t dropped = p.stats.fault_waits_dropped();
-  const double peak = static_cast<double>(p.engine->link_peak(copy_direction::host_to_device));
+      p.observe.stats.fault_waits();  // copied; sorted unlocked
+  const std::uint64_t dropped = p.observe.stats.fault_waits_dropped();
+  const double peak =
+      static_cast<double>(p.tiers.engine->link_peak(copy_direction::host_to_device));
   lock.unlock();
   m.fault_wait = detail::pager_stats::summarize(samples, dropped, peak);
   return m;
@@ -568,12 +425,12 @@ pager_metrics pager::metrics() const {
 
 void pager::trace_compute_span(const std::string& name, std::chrono::steady_clock::time_point begin,
                                std::chrono::steady_clock::time_point end) {
-  impl_->stats.compute_span(name, begin, end);
+  impl_->observe.stats.compute_span(name, begin, end);
 }
 
 void pager::write_trace(const std::string& path) const {
   auto& p = *impl_;
-  HTP_EXPECTS(p.stats.tracing(), invalid_argument,
+  HTP_EXPECTS(p.observe.stats.tracing(), invalid_argument,
               "write_trace: tracing is off; set pager_config.trace = true");
   {
     std::lock_guard lock(p.mutex);
@@ -581,7 +438,7 @@ void pager::write_trace(const std::string& path) const {
   }
   std::FILE* f = std::fopen(path.c_str(), "w");
   HTP_EXPECTS(f != nullptr, invalid_argument, "write_trace: cannot open '", path, "' for writing");
-  const std::string json = p.stats.trace()->to_json();
+  const std::string json = p.observe.stats.trace()->to_json();
   const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   const int e = errno;
   const bool closed = std::fclose(f) == 0;
@@ -593,7 +450,7 @@ void pager::write_trace(const std::string& path) const {
   }
 }
 
-transfer_engine& pager::engine() noexcept { return *impl_->engine; }
+transfer_engine& pager::engine() noexcept { return *impl_->tiers.engine; }
 const pager_config& pager::config() const noexcept { return impl_->config; }
 
 }  // namespace htp

@@ -18,12 +18,12 @@ pager_stats::pager_stats(std::size_t trace_capacity) {
 
 void pager_stats::registered(const tensor_record& t) {
   ++counters_.registered_tensors;
-  if (t.coded) {
+  if (t.source.is_coded()) {
     ++counters_.compressed_tensors;
     counters_.compressed_bytes += t.bytes;
-    counters_.compressed_wire_bytes += t.coded->wire_bytes;
+    counters_.compressed_wire_bytes += t.source.wire_bytes();
   }
-  if (t.file) {
+  if (t.source.place == source_place::file) {
     ++counters_.file_backed_tensors;
     counters_.file_backed_bytes += t.bytes;
   }
@@ -31,12 +31,12 @@ void pager_stats::registered(const tensor_record& t) {
 
 void pager_stats::unregistered(const tensor_record& t) {
   --counters_.registered_tensors;
-  if (t.coded) {
+  if (t.source.is_coded()) {
     --counters_.compressed_tensors;
     counters_.compressed_bytes -= t.bytes;
-    counters_.compressed_wire_bytes -= t.coded->wire_bytes;
+    counters_.compressed_wire_bytes -= t.source.wire_bytes();
   }
-  if (t.file) {
+  if (t.source.place == source_place::file) {
     --counters_.file_backed_tensors;
     counters_.file_backed_bytes -= t.bytes;
   }
@@ -51,64 +51,89 @@ void pager_stats::placed_resident(const tensor_record& t) {
   counters_.device_resident_bytes += t.bytes;
 }
 
-void pager_stats::load_started(const tensor_record& t) {
-  decisions_.load(t.name, t.notes.ticket_priority);
+void pager_stats::load_started(const tensor_record& t, transfer_priority priority) {
   ++counters_.page_ins;
   counters_.page_in_bytes += t.bytes;
-  counters_.page_in_wire_bytes += t.coded ? t.coded->wire_bytes : t.bytes;
+  counters_.page_in_wire_bytes += t.source.wire_bytes();
+  if (priority == transfer_priority::prefetch) ++counters_.prefetches;
 }
 
-void pager_stats::write_back_started(const tensor_record& t) {
-  decisions_.write_back(t.name);
-  ++counters_.write_backs;
-  counters_.write_back_bytes += t.bytes;
-  evicted(t, /*in_flight=*/false);
-}
-
-void pager_stats::move_started(const tensor_record& t, std::size_t bytes) {
-  decisions_.move(t.name);
-  counters_.compaction_bytes += bytes;
-}
-
-void pager_stats::evicted(const tensor_record& t, bool in_flight) {
-  decisions_.evict(t.name, in_flight);
+void pager_stats::evicted(const tensor_record& t, eviction how, cause why) {
   ++counters_.evictions;
-  if (in_flight) ++counters_.evictions_in_flight;
+  if (how == eviction::load_in_flight) ++counters_.evictions_in_flight;
+  if (how == eviction::write_back) {
+    ++counters_.write_backs;
+    counters_.write_back_bytes += t.bytes;
+  }
   if (t.notes.prefetched_unused) ++counters_.wasted_prefetches;
+  if (why == cause::demand) {
+    ++(how == eviction::write_back ? counters_.oom.write_back_dirty : counters_.oom.evict_clean);
+  }
 }
 
-void pager_stats::copy_finished(const tensor_record& t,
-                                std::optional<std::chrono::nanoseconds> latency) {
-  if (!latency) return;
-  const bool load = t.pending == pending_kind::load;
-  if (load && t.notes.fault_load)
-    fault_latency_.record(static_cast<std::uint64_t>(latency->count()));
+void pager_stats::move_started(const tensor_record& t) { counters_.compaction_bytes += t.bytes; }
+
+void pager_stats::compaction_started(std::size_t moves, cause why) {
+  ++counters_.compactions;
+  counters_.compaction_moves += moves;
+  if (why == cause::demand) ++counters_.oom.compact;
+}
+
+void pager_stats::load_finished(const tensor_record& t, transfer_ticket ticket,
+                                clock::time_point at, std::chrono::nanoseconds latency) {
+  if (t.notes.fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency.count()));
+  close_wait(ticket, at);
   if (!trace_) return;
-  const auto end = t.notes.ticket_start + std::chrono::duration_cast<clock::duration>(*latency);
   // Category: why the copy ran. A prefetch requeued at fault priority stays a prefetch
   // ("late prefetch"), so "fault" spans count exactly the faults in the metrics.
-  const char* why = load && t.notes.fault_load ? "fault"
-                    : load && t.notes.ticket_priority == transfer_priority::fault
-                        ? "late prefetch"
-                        : to_string(t.notes.ticket_priority);
-  trace_->add(load ? trace_track::prefetch : trace_track::reduction, t.name, why,
+  const char* why = t.notes.fault_load                                    ? "fault"
+                    : t.notes.ticket_priority == transfer_priority::fault ? "late prefetch"
+                                                                          : "prefetch";
+  trace_->add(trace_track::prefetch, t.name, why, t.notes.ticket_start, at);
+}
+
+void pager_stats::load_failed(const tensor_record&, transfer_ticket ticket,
+                              const std::exception_ptr& why) {
+  ++counters_.failed_loads;
+  close_wait(ticket, std::nullopt);
+  if (!why) return;
+  try {
+    std::rethrow_exception(why);
+  } catch (const corrupt_data&) {
+    ++counters_.corrupt_page_ins;
+  } catch (...) {
+  }
+}
+
+void pager_stats::copy_finished(const tensor_record& t, bool ok, std::chrono::nanoseconds latency) {
+  if (!ok || !trace_) return;
+  const auto end = t.notes.ticket_start + std::chrono::duration_cast<clock::duration>(latency);
+  trace_->add(trace_track::reduction, t.name, to_string(t.notes.ticket_priority),
               t.notes.ticket_start, end);
 }
 
-void pager_stats::detached_load_finished(bool ok, bool fault_load, clock::time_point wait_from,
+void pager_stats::detached_load_finished(transfer_ticket ticket, bool ok, bool fault,
                                          clock::time_point started,
-                                         std::chrono::nanoseconds latency, std::size_t bytes,
-                                         const std::string& traced_name) {
+                                         std::chrono::nanoseconds latency, std::size_t,
+                                         const std::string& name) {
   if (!ok) {
     ++counters_.failed_loads;
+    close_wait(ticket, std::nullopt);
     return;
   }
-  if (fault_load) fault_latency_.record(static_cast<std::uint64_t>(latency.count()));
+  if (fault) fault_latency_.record(static_cast<std::uint64_t>(latency.count()));
   const auto at = started + std::chrono::duration_cast<clock::duration>(latency);
   if (trace_)
-    trace_->add(trace_track::prefetch, traced_name, fault_load ? "fault" : "late prefetch", started,
-                at);
-  fault_wait(wait_from, at, bytes);
+    trace_->add(trace_track::prefetch, name, fault ? "fault" : "late prefetch", started, at);
+  close_wait(ticket, at);
+}
+
+void pager_stats::close_wait(transfer_ticket ticket, std::optional<clock::time_point> at) {
+  if (open_waits_.empty()) return;
+  const auto w = open_waits_.find(ticket.id);
+  if (w == open_waits_.end()) return;
+  if (at) fault_wait(w->second.from, *at, w->second.bytes);
+  open_waits_.erase(w);
 }
 
 std::uint64_t pager_stats::ns_between(clock::time_point from, clock::time_point to) noexcept {
@@ -125,27 +150,43 @@ void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::
   fault_waits_.push_back({ns_between(from, to), bytes});
 }
 
-void pager_stats::outcome(acquire_outcome o, int sign) {
-  // Taking back never wraps: reset() may have run between the acquire and its failure.
-  const auto add = [&](std::uint64_t& c) { c = sign > 0 ? c + 1 : (c > 0 ? c - 1 : 0); };
+void pager_stats::acquire_succeeded(const std::vector<acquired_element>& elements,
+                                    clock::time_point called) {
   auto& c = counters_;
-  switch (o) {
-    case acquire_outcome::hit: add(c.hits); break;
-    case acquire_outcome::prefetch_hit:
-      add(c.hits);
-      add(c.prefetch_hits);
-      break;
-    case acquire_outcome::late_prefetch:
-      add(c.hits);
-      add(c.late_prefetches);
-      break;
-    case acquire_outcome::fault: add(c.faults); break;
-    case acquire_outcome::degraded: add(c.degraded_acquires); break;
-    case acquire_outcome::degraded_oom:
-      add(c.degraded_acquires);
-      add(c.oom.degraded);
-      break;
+  c.acquires += elements.size();
+  for (const acquired_element& e : elements) {
+    switch (e.outcome) {
+      case acquire_outcome::hit: ++c.hits; break;
+      case acquire_outcome::prefetch_hit:
+        ++c.hits;
+        ++c.prefetch_hits;
+        break;
+      case acquire_outcome::late_prefetch:
+        ++c.hits;
+        ++c.late_prefetches;
+        break;
+      case acquire_outcome::fault: ++c.faults; break;
+      case acquire_outcome::degraded: ++c.degraded_acquires; break;
+      case acquire_outcome::degraded_oom:
+        ++c.degraded_acquires;
+        ++c.oom.degraded;
+        break;
+    }
+    // A fault's wait: from the call to its bytes' arrival, now (they came while the call waited)
+    // or when the load still in flight ends. The first acquire that waits for a load owns it.
+    if (e.outcome != acquire_outcome::fault && e.outcome != acquire_outcome::late_prefetch)
+      continue;
+    if (e.loading) {
+      open_waits_.try_emplace(e.loading.id, open_wait{called, e.bytes});
+    } else if (e.loaded_at >= called) {
+      fault_wait(called, e.loaded_at, e.bytes);
+    }
   }
+}
+
+void pager_stats::acquire_failed(std::size_t n, bool exhausted) {
+  counters_.acquires += n;
+  counters_.failed_acquires += n - (exhausted ? 1 : 0);  // the ladder counted its own (oom.thrown)
 }
 
 double pager_stats::timely_share(const pager_metrics& m) noexcept {
@@ -154,16 +195,16 @@ double pager_stats::timely_share(const pager_metrics& m) noexcept {
   return prefetched ? static_cast<double>(timely) / static_cast<double>(prefetched) : 1.0;
 }
 
-void pager_stats::prefetch_stall(std::uint32_t prefetches, std::chrono::nanoseconds stall) {
+void pager_stats::prefetches_late(std::uint32_t prefetches, std::chrono::nanoseconds stall) {
   for (std::uint32_t i = 0; i < prefetches; ++i)
     prefetch_lateness_.record(static_cast<std::uint64_t>(stall.count()));
 }
 
-void pager_stats::blocked_since(clock::time_point from) {
+void pager_stats::blocked(clock::time_point from) {
   counters_.host_blocked_ns += ns_between(from, clock::now());
 }
 
-void pager_stats::released(const tensor_record& t) {
+void pager_stats::last_release(const tensor_record& t) {
   if (trace_)
     trace_->add(trace_track::host_acquired, t.name, "acquired", t.notes.acquired_at, clock::now());
 }
@@ -193,6 +234,7 @@ void pager_stats::reset(std::size_t held, std::size_t capacity) {
   prefetch_lateness_.reset();
   if (trace_) trace_->clear();
   fault_waits_.clear();
+  open_waits_.clear();
   fault_waits_dropped_ = 0;
   start_ = last_sample_ = clock::now();
   hbm_occupancy_integral_ = 0;

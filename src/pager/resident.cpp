@@ -15,16 +15,16 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
   bool compacted = false;
   for (;;) {
     reap();
-    detail::wait_set waits;
-    if (auto room = make_room(bytes, /*demand=*/true, slot, !compacted, waits)) return *room;
-    compacted = compacted || waits.compacted;
-    if (waits.empty()) {
-      stats.rung(&oom_ladder_counts::thrown);
+    const detail::demand_result r = room.for_demand(slot, bytes, !compacted, /*may_degrade=*/false);
+    if (r.room) return *r.room;
+    compacted = compacted || r.waits.compacted;
+    if (r.exhausted()) {
       throw detail::ladder_exhausted(
-          oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"), bytes);
+          room.oom_message(bytes, tensors[slot].name, "place in HBM the device-resident tensor"),
+          bytes);
     }
-    const std::exception_ptr failed = wait_for(lock, waits);
-    if (failed && !waits.only_moves) {
+    const std::exception_ptr failed = room.wait(lock, r.waits);
+    if (failed && !r.waits.only_moves) {
       reap();
       throw_transfer_failed(detail::concat("register_resident('", tensors[slot].name, "')"),
                             failed);
@@ -38,8 +38,9 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
   HTP_EXPECTS(bytes > 0, invalid_argument, "register_resident('", name,
               "', 0 bytes): a tensor must have at least one byte");
   HTP_EXPECTS(
-      bytes <= p.hbm->max_request_bytes(), invalid_argument, "register_resident('", name, "', ",
-      bytes, " bytes): larger than the largest HBM extent (", p.hbm->max_request_bytes(),
+      bytes <= p.tiers.hbm->max_request_bytes(), invalid_argument, "register_resident('", name,
+      "', ", bytes, " bytes): larger than the largest HBM extent (",
+      p.tiers.hbm->max_request_bytes(),
       " bytes; pager_config.hbm_budget_bytes = ", p.config.hbm_budget_bytes,
       "). A device-resident tensor must fit in HBM whole; split it or register it pageable");
   std::unique_lock lock(p.mutex);
@@ -55,8 +56,8 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
   }
   // Kernels may still read the memory's previous tenant: the fill waits for them on the device.
   // Waits are enqueued under the lock (they never block; the fence's events stay valid only here).
-  std::vector<event_ref> readers = p.fence_events(where);
-  for (event_ref e : readers) p.dev.wait(e, p.private_stream);
+  std::vector<event_ref> readers = p.room.fence_events(where);
+  for (event_ref e : readers) p.dev.wait(e, p.room.private_stream());
   lock.unlock();
   // The fill: the caller's bytes, or zeros, in chunks (a pageable source is allowed: on cuda
   // the copy is then synchronous with respect to the host, as set-up may be).
@@ -69,19 +70,19 @@ tensor_handle pager::register_resident(std::string name, std::size_t bytes, tens
       const void* from = source != nullptr ? static_cast<const unsigned char*>(source) + off
                                            : static_cast<const void*>(zeros.data());
       p.dev.copy_async(static_cast<char*>(where.ptr) + off, from, n, copy_direction::host_to_device,
-                       p.private_stream);
+                       p.room.private_stream());
     }
-    p.private_stream.synchronize();
+    p.room.private_stream().synchronize();
   } catch (const std::exception& e) {
     failure = e.what();
   }
   lock.lock();
   if (!failure.empty()) {
     try {
-      p.private_stream.synchronize();  // nothing of ours still writes the extent
+      p.room.private_stream().synchronize();  // nothing of ours still writes the extent
     } catch (...) {
     }
-    p.free_hbm(where);
+    p.room.free_hbm(where);
     const std::string what = detail::concat("register_resident('", p.tensors[h.index].name, "')");
     p.tensors.remove(h.index);
     impl::throw_copy_failed(what, failure);

@@ -4,7 +4,7 @@
 
 #include <htp/detail/check.hpp>
 
-#include "pager/pager_stats.hpp"
+#include "pager/observer.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -23,9 +23,10 @@ std::uint32_t next_owner_tag() {
 }  // namespace
 
 tensor_table::tensor_table(device& dev, event_pool& events, const access_schedule& schedule,
-                           const routed_groups& groups, pager_stats& stats, bool checked)
-    : dev_(dev), events_(events), schedule_(schedule), groups_(groups), stats_(stats),
-      checked_(checked), owner_(next_owner_tag()) {}
+                           const routed_groups& groups, pager_observer& observer, bool checked,
+                           bool stamp_pins)
+    : dev_(dev), events_(events), schedule_(schedule), groups_(groups), observe_(observer),
+      checked_(checked), stamp_pins_(stamp_pins), owner_(next_owner_tag()) {}
 
 // ---- lookup ------------------------------------------------------------------------------------
 
@@ -51,6 +52,18 @@ tensor_handle tensor_table::handle_of(std::uint32_t slot) const {
   return h;
 }
 
+void tensor_table::check_list(const tensor_handle* hs, std::size_t n, const char* what,
+                              const std::function<void(const tensor_record&)>& check) {
+  const std::uint64_t epoch = ++list_epoch_;
+  for (std::size_t i = 0; i < n; ++i) {
+    const tensor_record& t = get(hs[i]);
+    if (check) check(t);
+    HTP_EXPECTS(t.notes.list_mark != epoch, invalid_argument, what, ": '", t.name,
+                "' appears twice in the list (entry ", i, "); name each tensor once");
+    at(hs[i].index).notes.list_mark = epoch;
+  }
+}
+
 std::optional<std::uint32_t> tensor_table::slot_of_ticket(std::uint64_t ticket_id) const {
   const auto it = ticket_slot_.find(ticket_id);
   if (it == ticket_slot_.end()) return std::nullopt;
@@ -74,16 +87,11 @@ tensor_handle tensor_table::add(tensor_spec spec) {
   t.live = true;
   t.generation = generation;
   t.name = std::move(spec.name);
-  t.bytes = spec.bytes;
+  t.bytes = spec.source.bytes;
   t.kind = spec.kind;
-  t.host = spec.host;
-  t.external = spec.external;
   t.device_resident = spec.device_resident;
-  t.file = std::move(spec.file);
-  t.file_offset = spec.file_offset;
-  t.coded = std::move(spec.coded);
-  t.chunk_checksums = std::move(spec.chunk_checksums);
-  stats_.registered(t);
+  t.source = std::move(spec.source);
+  observe_.registered(t);
   done(slot);
   return handle_of(slot);
 }
@@ -92,7 +100,7 @@ std::optional<extent> tensor_table::remove(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.live && t.pins == 0 && t.pending == pending_kind::none && t.release_events.empty(),
              "removing '", t.name, "' with pins, a copy in flight or release events");
-  stats_.unregistered(t);
+  observe_.unregistered(t);
   const std::optional<extent> held = t.hbm;
   const std::uint32_t next = t.generation + 1 == 0 ? 1 : t.generation + 1;
   t = tensor_record{};
@@ -107,7 +115,7 @@ void tensor_table::place_resident(std::uint32_t slot, extent where) {
   HTP_ASSERT(t.device_resident && t.where == residency::host && !t.hbm, "placing '", t.name, "'");
   t.hbm = where;
   t.where = residency::resident;
-  stats_.placed_resident(t);
+  observe_.placed_resident(t);
   done(slot);
 }
 
@@ -141,29 +149,48 @@ freed_hbm tensor_table::to_host(std::uint32_t slot) {
   return f;
 }
 
-void tensor_table::begin_load(std::uint32_t slot, extent where, transfer_ticket ticket) {
+void tensor_table::begin_load(std::uint32_t slot, extent where, transfer_ticket ticket,
+                              transfer_priority priority) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.where == residency::host && !t.device_resident && t.pins == 0, "loading '", t.name,
              "'");
   t.hbm = where;
   t.where = residency::loading;
   set_pending(slot, pending_kind::load, ticket);
-  stats_.load_started(t);
+  stamp(t, priority);
+  t.notes.fault_load = priority == transfer_priority::fault;
+  t.notes.prefetched_unused = priority == transfer_priority::prefetch;
+  observe_.load_started(t, priority);
   done(slot);
 }
 
-void tensor_table::finish_load(std::uint32_t slot) {
+void tensor_table::stamp(tensor_record& t, transfer_priority priority) {
+  t.notes.ticket_priority = priority;
+  t.notes.ticket_start = std::chrono::steady_clock::now();
+}
+
+void tensor_table::raise_to_fault(std::uint32_t slot) {
+  at(slot).notes.ticket_priority = transfer_priority::fault;
+}
+
+void tensor_table::finish_load(std::uint32_t slot, std::chrono::nanoseconds latency) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::load, "finishing a load of '", t.name, "'");
+  t.notes.loaded_at = t.notes.ticket_start +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(latency);
+  observe_.load_finished(t, t.ticket, t.notes.loaded_at, latency);
   t.where = residency::resident;
   t.notes.fault_load = false;
   set_pending(slot, pending_kind::none);
   done(slot);
 }
 
-std::optional<freed_hbm> tensor_table::fail_load(std::uint32_t slot) {
+std::optional<freed_hbm> tensor_table::fail_load(std::uint32_t slot, std::exception_ptr why) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::load, "failing a load of '", t.name, "'");
+  // Counted here, where it is decided, whether or not it was acquired.
+  observe_.load_failed(t, t.ticket, why);
+  t.notes.load_error = std::move(why);
   t.notes.fault_load = false;
   set_pending(slot, pending_kind::none);
   std::optional<freed_hbm> freed;
@@ -177,19 +204,17 @@ std::optional<freed_hbm> tensor_table::fail_load(std::uint32_t slot) {
     freed = to_host(slot);
     t.dirty = false;  // whatever they wrote landed in undefined HBM, never in the host copy
   }
-  stats_.load_failed();  // counted here, where it is decided, whether or not it was acquired
   done(slot);
   return freed;
 }
 
-freed_hbm tensor_table::detach_load(std::uint32_t slot) {
+freed_hbm tensor_table::detach_load(std::uint32_t slot, cause why) {
   HTP_ASSERT(can_evict_loading(slot), "detaching the load of '", at(slot).name, "'");
   tensor_record& t = at(slot);
   ++t.detached_load_count;  // its host bytes are still being read: unregistering waits for them
-  stats_.evicted(t, /*in_flight=*/true);
+  observe_.evicted(t, eviction::load_in_flight, why);
   set_pending(slot, pending_kind::none);
   freed_hbm f = to_host(slot);
-  t.notes.wait_from = {};
   t.notes.fault_load = false;
   done(slot);
   return f;
@@ -202,11 +227,12 @@ void tensor_table::detached_load_done(std::uint32_t slot, std::uint32_t generati
   }
 }
 
-void tensor_table::begin_write_back(std::uint32_t slot, transfer_ticket ticket) {
+void tensor_table::begin_write_back(std::uint32_t slot, transfer_ticket ticket, cause why) {
   tensor_record& t = at(slot);
   HTP_ASSERT(can_evict(slot) && t.dirty && t.kind == tensor_kind::mutable_state, "writing back '",
              t.name, "'");
-  stats_.write_back_started(t);
+  stamp(t, transfer_priority::writeback);
+  observe_.evicted(t, eviction::write_back, why);
   t.notes.prefetched_unused = false;
   set_pending(slot, pending_kind::write_back, ticket);
   t.where = residency::writing_back;
@@ -221,9 +247,11 @@ void tensor_table::cancel_write_back(std::uint32_t slot) {
   done(slot);
 }
 
-std::optional<extent> tensor_table::finish_write_back(std::uint32_t slot) {
+std::optional<extent> tensor_table::finish_write_back(std::uint32_t slot,
+                                                      std::chrono::nanoseconds latency) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::write_back, "finishing the write-back of '", t.name, "'");
+  observe_.copy_finished(t, true, latency);
   set_pending(slot, pending_kind::none);
   std::optional<extent> freed;
   if (t.where == residency::writing_back) {
@@ -239,6 +267,7 @@ std::optional<extent> tensor_table::finish_write_back(std::uint32_t slot) {
 void tensor_table::fail_write_back(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::write_back, "failing the write-back of '", t.name, "'");
+  observe_.copy_finished(t, false, {});
   set_pending(slot, pending_kind::none);
   t.where = residency::resident;
   t.dirty = true;  // also when re-acquired meanwhile (cancel_write_back marked it clean)
@@ -251,13 +280,15 @@ void tensor_table::begin_move(std::uint32_t slot, const slab_move& m, transfer_t
   set_pending(slot, pending_kind::move, ticket);
   t.move = m;
   t.hbm = m.to;
-  stats_.move_started(t, m.from.bytes);
+  stamp(t, transfer_priority::compaction);
+  observe_.move_started(t);
   done(slot);
 }
 
-slab_move tensor_table::finish_move(std::uint32_t slot, bool ok) {
+slab_move tensor_table::finish_move(std::uint32_t slot, bool ok, std::chrono::nanoseconds latency) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::move && t.move, "finishing the move of '", t.name, "'");
+  observe_.copy_finished(t, ok, latency);
   const slab_move m = *t.move;
   if (!ok) t.hbm = m.from;
   t.move.reset();
@@ -266,11 +297,11 @@ slab_move tensor_table::finish_move(std::uint32_t slot, bool ok) {
   return m;
 }
 
-freed_hbm tensor_table::drop_to_host(std::uint32_t slot) {
+freed_hbm tensor_table::drop_to_host(std::uint32_t slot, cause why) {
   tensor_record& t = at(slot);
   HTP_ASSERT(can_evict(slot) && !(t.dirty && t.kind == tensor_kind::mutable_state), "evicting '",
              t.name, "' without a write-back");
-  stats_.evicted(t, /*in_flight=*/false);
+  observe_.evicted(t, eviction::clean, why);
   freed_hbm f = to_host(slot);
   done(slot);
   return f;
@@ -278,17 +309,24 @@ freed_hbm tensor_table::drop_to_host(std::uint32_t slot) {
 
 // ---- pins and releases -------------------------------------------------------------------------
 
+bool tensor_table::count_access(std::uint32_t slot) {
+  tensor_notes& n = at(slot).notes;
+  if (n.access_counted) return false;
+  n.access_counted = true;
+  return true;
+}
+
 void tensor_table::pin(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.hbm && !t.degraded && !t.load_failed, "pinning '", t.name, "'");
   t.notes.prefetched_unused = false;
-  if (t.pins++ == 0 && stats_.tracing()) t.notes.acquired_at = std::chrono::steady_clock::now();
+  if (t.pins++ == 0 && stamp_pins_) t.notes.acquired_at = std::chrono::steady_clock::now();
   done(slot);
 }
 
 void tensor_table::pin_degraded(std::uint32_t slot) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && !t.file && !t.coded,
+  HTP_ASSERT(t.where == residency::host && (t.degraded || t.pins == 0) && t.source.raw_host(),
              "pinning '", t.name, "' in mapped host memory");
   t.degraded = true;
   ++t.pins;
@@ -342,7 +380,7 @@ std::optional<freed_hbm> tensor_table::release(std::uint32_t slot, release_point
   } else if (dirty && !t.device_resident) {  // no host copy to write back: nothing to mark
     t.dirty = true;
   }
-  if (t.pins == 0 && !freed) stats_.released(t);
+  if (t.pins == 0 && !freed) observe_.last_release(t);
   done(slot);
   return freed;
 }

@@ -4,7 +4,9 @@
 // a tensor's residency: the rest of the pager reads records and asks for transitions by name
 // (begin_load, finish_load, fail_load, detach_load, begin_write_back, ..., pin, unpin, release).
 // Each transition checks the state machine's invariants in one place (check) in checked mode,
-// re-keys the tensor in the victim index, and reports what happened to the stats component.
+// re-keys the tensor in the victim index, and reports what happened to the observers
+// (observer.hpp), once, where it happens. It also keeps the policy's per-tensor notes
+// (tensor_notes): only this file writes them.
 //
 // The states (include/htp/pager.hpp, "Residency"):
 //
@@ -22,9 +24,11 @@
 #include <htp/pager.hpp>
 #include <htp/slab_allocator.hpp>
 #include <htp/tensor_file.hpp>
+#include <htp/tensor_source.hpp>
 #include <htp/transfer_engine.hpp>
 
 #include "pager/event_pool.hpp"
+#include "pager/observer.hpp"
 #include "pager/routed_groups.hpp"
 #include "pager/schedule.hpp"
 #include "pager/victim_index.hpp"
@@ -33,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,8 +45,6 @@
 #include <vector>
 
 namespace htp::detail {
-
-class pager_stats;
 
 /// What a pending copy of a tensor is doing.
 enum class pending_kind { none, load, write_back, move };
@@ -56,8 +59,8 @@ struct release_point {
 
 inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
 
-/// Bookkeeping the pager's policy and metrics keep per tensor. Not part of the state machine: the
-/// pager writes it freely through tensor_table::notes().
+/// Bookkeeping the pager's policy and metrics keep per tensor. Not part of the state machine's
+/// invariants, but written by the table's transitions only (the policies read it).
 struct tensor_notes {
   bool prefetched_unused = false;  // loaded by a prefetch, not acquired since
   bool fault_load = false;         // the pending load is a demand fault (for latency metrics)
@@ -66,8 +69,6 @@ struct tensor_notes {
   std::uint64_t list_mark = 0;     // the list call that last named it (duplicate check)
   transfer_priority ticket_priority = transfer_priority::prefetch;
   std::chrono::steady_clock::time_point ticket_start;
-  std::chrono::steady_clock::time_point wait_from{};  // an acquire waits for the pending load
-                                                      // since then (fault wait metric); {} = none
   std::chrono::steady_clock::time_point loaded_at{};  // when the last load's bytes arrived
   std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
   std::exception_ptr load_error;  // the typed cause of the last failed load (io_error,
@@ -81,11 +82,10 @@ struct tensor_notes {
 struct tensor_record {
   // ---- state (hot) ----
   bool live = false;
-  bool degraded = false;     // acquired in zero-copy mode (pins > 0)
-  bool dirty = false;        // HBM copy newer than host copy
-  bool load_failed = false;  // its page-in failed while acquired: HBM bytes undefined until the
-                             // last release, which frees the extent and reports the failure
-  bool external = false;     // host is caller memory (register_tensor_at): never copied nor freed
+  bool degraded = false;         // acquired in zero-copy mode (pins > 0)
+  bool dirty = false;            // HBM copy newer than host copy
+  bool load_failed = false;      // its page-in failed while acquired: HBM bytes undefined until the
+                                 // last release, which frees the extent and reports the failure
   bool device_resident = false;  // register_resident: HBM for life, no host extent, never a victim
                                  // nor moved (outside the victim index)
   std::uint16_t detached_load_count =
@@ -104,54 +104,31 @@ struct tensor_record {
   tensor_notes notes;
 
   // ---- identity (set at registration) ----
-  extent host;  // the pager's host tier, or caller memory; empty for file and resident tensors
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
   std::string name;
-  std::shared_ptr<const tensor_file>
-      file;  // register_file_tensor: page-ins read it; no host extent
-  std::uint64_t file_offset = 0;
-  // A compressed weight: its host extent (or file range) holds this chunk-frame sequence, and a
-  // page-in copies and decodes it (transfer_engine::submit_decode). Null: stored as is.
-  std::shared_ptr<const coded_layout> coded;
-  // A verified file-backed tensor: htp::checksum of each engine chunk of its bytes, taken at
-  // registration (transfer_engine::submit_from_file compares them in HBM). Null: unverified.
-  std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums;
+  tensor_source source;  // where its authoritative bytes are, and how they are stored
 };
 
-/// What a new registration is: a tensor of the pager's host tier or of caller memory (`external`);
-/// the factories below make the others.
+/// What a new registration is: a tensor whose authoritative bytes are `source`; a device-resident
+/// one (register_resident) has none (source_place::none).
 struct tensor_spec {
   std::string name;
-  std::size_t bytes = 0;
   tensor_kind kind = tensor_kind::weight;
-  extent host;            // empty for file-backed and device-resident tensors
-  bool external = false;  // host is caller memory
+  tensor_source source;
   bool device_resident = false;
-  std::shared_ptr<const tensor_file> file;
-  std::uint64_t file_offset = 0;
-  std::shared_ptr<const coded_layout> coded;  // a compressed weight's layout, or null
-  std::shared_ptr<const std::vector<std::uint64_t>> chunk_checksums;  // see tensor_record
 
-  static tensor_spec in_host(std::string name, std::size_t bytes, tensor_kind kind, extent host,
-                             bool external) {
+  static tensor_spec of(std::string name, tensor_kind kind, tensor_source source) {
     tensor_spec s;
     s.name = std::move(name);
-    s.bytes = bytes;
     s.kind = kind;
-    s.host = host;
-    s.external = external;
+    s.source = std::move(source);
     return s;
   }
   static tensor_spec resident(std::string name, std::size_t bytes, tensor_kind kind) {
-    tensor_spec s = in_host(std::move(name), bytes, kind, {}, false);
+    tensor_source none;
+    none.bytes = bytes;
+    tensor_spec s = of(std::move(name), kind, std::move(none));
     s.device_resident = true;
-    return s;
-  }
-  static tensor_spec in_file(std::string name, std::size_t bytes,
-                             std::shared_ptr<const tensor_file> file, std::uint64_t offset) {
-    tensor_spec s = in_host(std::move(name), bytes, tensor_kind::weight, {}, false);
-    s.file = std::move(file);
-    s.file_offset = offset;
     return s;
   }
 };
@@ -166,9 +143,11 @@ struct freed_hbm {
 class tensor_table {
  public:
   /// `schedule` and `groups` key the victim index (next uses, popularity); `events` holds release
-  /// points; `checked` turns on the invariant checks (pager_config::checked).
+  /// points; `observer` is told each transition; `checked` turns on the invariant checks
+  /// (pager_config::checked); `stamp_pins` notes when each run of pins began (for the trace).
   tensor_table(device& dev, event_pool& events, const access_schedule& schedule,
-               const routed_groups& groups, pager_stats& stats, bool checked);
+               const routed_groups& groups, pager_observer& observer, bool checked,
+               bool stamp_pins);
   tensor_table(const tensor_table&) = delete;
   tensor_table& operator=(const tensor_table&) = delete;
 
@@ -180,8 +159,10 @@ class tensor_table {
   tensor_handle handle_of(std::uint32_t slot) const;
   /// Slots ever used (live or free).
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
-  /// The policy's per-tensor bookkeeping (never the state).
-  tensor_notes& notes(std::uint32_t slot) { return slots_[slot].notes; }
+  /// Checks a list's handles before anything changes: each live and named once, `check` on each
+  /// record. @throws htp::invalid_argument naming the first that is not.
+  void check_list(const tensor_handle* hs, std::size_t n, const char* what,
+                  const std::function<void(const tensor_record&)>& check = {});
   /// Slots with a copy in flight.
   const std::vector<std::uint32_t>& in_flight() const noexcept { return in_flight_; }
   /// The slot whose pending copy is `ticket`, or none.
@@ -198,38 +179,47 @@ class tensor_table {
   void place_resident(std::uint32_t slot, extent where);
 
   // ---- copies ----------------------------------------------------------------------------------
-  /// host -> loading into `where`, the copy being `ticket`.
-  void begin_load(std::uint32_t slot, extent where, transfer_ticket ticket);
-  /// loading -> resident: the load's bytes arrived.
-  void finish_load(std::uint32_t slot);
-  /// The load failed. Pinned: kept (load_failed) until the last release; else back to host, its
-  /// HBM returned (whatever kernels wrote there is lost with it; the host copy is authoritative).
-  std::optional<freed_hbm> fail_load(std::uint32_t slot);
+  /// host -> loading into `where`, the copy being `ticket` at `priority` (a fault, or a prefetch
+  /// whose tensor is then prefetched_unused until acquired).
+  void begin_load(std::uint32_t slot, extent where, transfer_ticket ticket,
+                  transfer_priority priority);
+  /// A load in flight was moved ahead to fault priority (a late prefetch an acquire waits for).
+  void raise_to_fault(std::uint32_t slot);
+  /// loading -> resident: the load's bytes arrived, `latency` after it started.
+  void finish_load(std::uint32_t slot, std::chrono::nanoseconds latency);
+  /// The load failed with `why` (kept for the release that reports it). Pinned: kept
+  /// (load_failed) until the last release; else back to host, its HBM returned (whatever kernels
+  /// wrote there is lost with it; the host copy is authoritative).
+  std::optional<freed_hbm> fail_load(std::uint32_t slot, std::exception_ptr why);
   /// loading -> host without waiting for the load (an unpinned tensor acquired and released while
-  /// it loads): the load goes on, detached; detached_load_done ends it.
-  freed_hbm detach_load(std::uint32_t slot);
+  /// it loads), for `why`: the load goes on, detached; detached_load_done ends it.
+  freed_hbm detach_load(std::uint32_t slot, cause why);
   /// A load detached from a registration of `slot` (at `generation`) has finished.
   void detached_load_done(std::uint32_t slot, std::uint32_t generation);
-  /// resident and dirty -> writing_back.
-  void begin_write_back(std::uint32_t slot, transfer_ticket ticket);
+  /// resident and dirty -> writing_back (its eviction, for `why`).
+  void begin_write_back(std::uint32_t slot, transfer_ticket ticket, cause why);
   /// writing_back -> resident (an acquire while it writes back: the HBM copy is still good).
   void cancel_write_back(std::uint32_t slot);
-  /// The write-back completed: writing_back -> host (its HBM returned), or stays resident when
-  /// cancel_write_back ran meanwhile.
-  std::optional<extent> finish_write_back(std::uint32_t slot);
+  /// The write-back completed (`latency` after it started): writing_back -> host (its HBM
+  /// returned), or stays resident when cancel_write_back ran meanwhile.
+  std::optional<extent> finish_write_back(std::uint32_t slot, std::chrono::nanoseconds latency);
   /// The write-back failed: resident and dirty again (the host copy may be half overwritten).
   void fail_write_back(std::uint32_t slot);
   /// A compaction move of a resident tensor: it points at the destination at once.
   void begin_move(std::uint32_t slot, const slab_move& m, transfer_ticket ticket);
-  /// The move ended (ok: committed to the destination; else back at the source). Returns it for
-  /// the allocator to commit or cancel.
-  slab_move finish_move(std::uint32_t slot, bool ok);
-  /// resident, clean and idle -> host; the HBM returned with the release events still pending.
-  freed_hbm drop_to_host(std::uint32_t slot);
+  /// The move ended (ok: committed to the destination, `latency` after it started; else back at
+  /// the source). Returns it for the allocator to commit or cancel.
+  slab_move finish_move(std::uint32_t slot, bool ok, std::chrono::nanoseconds latency);
+  /// resident, clean and idle -> host, for `why`; the HBM returned with the release events still
+  /// pending.
+  freed_hbm drop_to_host(std::uint32_t slot, cause why);
 
   // ---- pins and releases -----------------------------------------------------------------------
   /// One more acquire of a tensor that holds HBM (resident, loading or writing back).
   void pin(std::uint32_t slot);
+  /// True once per run of overlapping pins: the first acquire to succeed counts the access (of
+  /// the schedule); the flag clears when the pins drop to 0.
+  bool count_access(std::uint32_t slot);
   /// One more acquire served from mapped host memory (host, or degraded already).
   void pin_degraded(std::uint32_t slot);
   /// One acquire fewer, nothing recorded on a stream (an acquire undone). Returns the HBM of a
@@ -266,6 +256,8 @@ class tensor_table {
 
  private:
   tensor_record& at(std::uint32_t slot) { return slots_[slot]; }
+  /// A copy of `t` starts now at `priority` (its trace span and latency start here).
+  static void stamp(tensor_record& t, transfer_priority priority);
   void set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket = {});
   /// The HBM extent leaves the tensor: host state, release events handed over.
   freed_hbm to_host(std::uint32_t slot);
@@ -284,9 +276,11 @@ class tensor_table {
   event_pool& events_;
   const access_schedule& schedule_;
   const routed_groups& groups_;
-  pager_stats& stats_;
+  pager_observer& observe_;
   const bool checked_;
-  const std::uint32_t owner_;  // carried by every handle this table gives out
+  const bool stamp_pins_;
+  std::uint64_t list_epoch_ = 0;  // marks the handles one check_list call has seen
+  const std::uint32_t owner_;     // carried by every handle this table gives out
   std::vector<tensor_record> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<std::uint32_t> in_flight_;

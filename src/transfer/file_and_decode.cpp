@@ -2,8 +2,8 @@
 // through bounce buffers), submit_decode and submit_decode_from_file (pieces copied into HBM
 // staging and decoded), and the buffers they prepare. See Note [Transfer engine] in
 // include/htp/transfer_engine.hpp.
+#include <htp/detail/file_checks.hpp>
 #include "transfer/engine_impl.hpp"
-#include "transfer/file_checks.hpp"
 
 namespace htp {
 
@@ -167,6 +167,32 @@ transfer_ticket transfer_engine::submit_decode_from_file(void* dst,
   r->file = std::move(file);
   r->file_offset = offset;
   return impl_->enqueue(std::move(r), "submit_decode_from_file");
+}
+
+}  // namespace htp
+
+namespace htp {
+
+transfer_ticket transfer_engine::submit_load(void* dst, const tensor_source& src,
+                                             transfer_priority priority,
+                                             std::vector<event_ref> after) {
+  switch (src.place) {
+    case source_place::none: break;
+    case source_place::file:
+      if (src.coded)
+        return submit_decode_from_file(dst, src.file, src.file_offset, src.coded, priority,
+                                       std::move(after));
+      return submit_from_file(dst, src.file, src.file_offset, src.bytes, priority, std::move(after),
+                              src.chunk_checksums);
+    case source_place::pinned_tier:
+    case source_place::caller_memory:
+      if (src.coded) return submit_decode(dst, src.host, src.coded, priority, std::move(after));
+      return submit(dst, src.host, src.bytes, copy_direction::host_to_device, priority,
+                    std::move(after));
+  }
+  throw invalid_argument(
+      "transfer_engine::submit_load: the source holds no bytes (source_place::none: a "
+      "device-resident tensor has no host copy to load from)");
 }
 
 }  // namespace htp

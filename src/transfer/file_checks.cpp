@@ -1,4 +1,4 @@
-#include "transfer/file_checks.hpp"
+#include <htp/detail/file_checks.hpp>
 
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>

@@ -1,4 +1,4 @@
-#include "transfer/link_checks.hpp"
+#include <htp/detail/link_checks.hpp>
 
 #include <htp/detail/check.hpp>
 #include <htp/shared_link.hpp>

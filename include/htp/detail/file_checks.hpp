@@ -1,5 +1,6 @@
-// The checks of a file-backed copy's source, shared by the transfer engine (submit_from_file) and
-// the pager (register_file_tensor, which checks at registration what every page-in will need).
+// Internal (not part of the API): the checks of a file-backed copy's source, shared by the transfer
+// engine (submit_from_file) and the pager (register_file_tensor, which checks at registration what
+// every page-in will need).
 #pragma once
 
 #include <htp/tensor_file.hpp>

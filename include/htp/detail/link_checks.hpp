@@ -1,5 +1,6 @@
-// The checks of one link direction's settings, shared by the transfer engine (transfer_config) and
-// the pager (pager_config), each naming the field as its user set it.
+// Internal (not part of the API): the checks of one link direction's settings, shared by the
+// transfer engine (transfer_config) and the pager (pager_config), each naming the field as its
+// user set it.
 #pragma once
 
 #include <htp/transfer_engine.hpp>
