@@ -1,4 +1,4 @@
-// NVTX3 behind src/nvtx_range.hpp: ranges in a domain named "htp".
+// NVTX3 behind src/common/nvtx_range.hpp: ranges in a domain named "htp".
 #include "nvtx_range.hpp"
 
 #include <nvtx3/nvToolsExt.h>

@@ -16,12 +16,13 @@ configure_and_build() {
 
 # pip_on_build BUILD TYPE: the pip -C settings that make scikit-build-core build the Python extension
 # in an existing full build folder (configure_and_build's, of CMAKE_BUILD_TYPE TYPE with
-# -DHTP_WERROR=ON): pyproject.toml turns tests, benchmarks, examples and packaging off, which would
+# -DHTP_WERROR=ON): pyproject.toml turns tests, tools, benchmarks, examples and packaging off, which would
 # reconfigure that folder without them, so they are turned back on and only htp._htp compiles.
 # Sets the array pip_build_args.
 pip_on_build() {
   pip_build_args=(-C "build-dir=$1" -C "cmake.build-type=$2" -C cmake.define.HTP_WERROR=ON
                   -C cmake.define.HTP_BUILD_TESTS=ON -C cmake.define.HTP_BUILD_BENCH=ON
+                  -C cmake.define.HTP_BUILD_TOOLS=ON
                   -C cmake.define.HTP_BUILD_EXAMPLES=ON -C cmake.define.HTP_PACKAGE=ON)
 }
 

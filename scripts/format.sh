@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Formats htp's C/C++/CUDA sources with .clang-format: every tracked *.cpp *.hpp *.h *.cu *.cuh
-# under include src cuda bench tests examples fuzz python/src.
+# under include src cuda tools bench tests examples fuzz python/src.
 #   scripts/format.sh           rewrites the files in place
 #   scripts/format.sh --check   changes nothing; lists the files clang-format would change and
 #                               exits 1 when there are any (scripts/test.sh runs it before building)
@@ -32,7 +32,7 @@ major=$(sed -nE 's/.*clang-format version ([0-9]+).*/\1/p' <<<"$version")
 
 files=()
 while IFS= read -r -d '' f; do files+=("$f"); done < <(
-  git ls-files -z -- include src cuda bench tests examples fuzz python/src |
+  git ls-files -z -- include src cuda tools bench tests examples fuzz python/src |
     grep -zE '\.(cpp|hpp|h|cu|cuh)$')
 ((${#files[@]})) || { echo "format.sh: no sources found under $root" >&2; exit 2; }
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -55,15 +55,15 @@ def budget_gb(bench):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"), help="build dir with bench/htp-plan")
-    ap.add_argument("--plan", default=None, help="the htp-plan binary (default: BUILD/bench/htp-plan)")
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"), help="build dir with tools/htp-plan")
+    ap.add_argument("--plan", default=None, help="the htp-plan binary (default: BUILD/tools/htp-plan)")
     ap.add_argument("--out", default=None, help="where the bench and plan JSONs go")
     ap.add_argument("--from", dest="src", default=None, help="use the bench JSONs in this folder; run no simulation")
     ap.add_argument("--tolerance", type=float, default=10.0, help="largest |error| in percent")
     ap.add_argument("--only", default=None, help="run only configurations whose name contains this")
     a = ap.parse_args()
     bench_bin = os.path.join(a.build, "bench", "htp-stream-bench")
-    plan_bin = a.plan or os.path.join(a.build, "bench", "htp-plan")
+    plan_bin = a.plan or os.path.join(a.build, "tools", "htp-plan")
     out = a.out or (a.src if a.src else os.path.join(a.build, "plan-check"))
     os.makedirs(out, exist_ok=True)
     rows, failed = [], []

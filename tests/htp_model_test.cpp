@@ -1,4 +1,4 @@
-// The planner's model of htp (bench/planner/htp_model.hpp) and the trade-off matrix: placement as
+// The planner's model of htp (tools/planner/htp_model.hpp) and the trade-off matrix: placement as
 // the node bench does it, Belady's bytes, the link's cap and chunk costs, the serial chain of a
 // link-bound sweep, what does not fit and why. The agreement with the timing-only simulation
 // itself is the ctest planner_predicts_sim (scripts/plan-check.py on committed bench JSON).

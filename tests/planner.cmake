@@ -15,7 +15,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
   return()
 endif()
 
-if(HTP_BUILD_BENCH)  # the libraries under test live in bench/
+if(HTP_BUILD_TOOLS)  # the libraries under test and htp-plan live in tools/
   htp_add_test(test_model_shapes model_shapes_test.cpp)
   target_link_libraries(test_model_shapes PRIVATE htp_bench_shared)
   target_compile_definitions(test_model_shapes PRIVATE

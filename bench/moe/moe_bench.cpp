@@ -5,6 +5,7 @@
 #include <htp/error.hpp>
 #include <htp/transfer_engine.hpp>
 
+#include "common/pager_counters.hpp"
 #include "moe/options.hpp"
 #include "moe/routing.hpp"
 #include "moe/runner.hpp"
@@ -118,20 +119,12 @@ void make_device(const moe_options& o, moe_setup& s) {
 /// One policy's figures as JSON, with its ratio to the oracle's bytes.
 nlohmann::json to_json(const moe_result& r, std::uint64_t oracle, int steps) {
   if (r.skipped) return {{"name", r.name}, {"skipped", true}, {"reason", r.skip_reason}};
-  return {
+  const std::uint64_t paged = r.counters.page_in_bytes;
+  nlohmann::json j{
       {"name", r.name},
-      {"page_in_bytes", r.page_in_bytes},
-      {"bytes_per_step", static_cast<double>(r.page_in_bytes) / steps},
+      {"bytes_per_step", static_cast<double>(paged) / steps},
       {"bytes_over_oracle",
-       oracle > 0 ? static_cast<double>(r.page_in_bytes) / static_cast<double>(oracle) : 0},
-      {"page_ins", r.page_ins},
-      {"faults", r.faults},
-      {"late_prefetches", r.late_prefetches},
-      {"prefetches", r.prefetches},
-      {"prefetch_hits", r.prefetch_hits},
-      {"wasted_prefetches", r.wasted_prefetches},
-      {"evictions", r.evictions},
-      {"acquires", r.acquires},
+       oracle > 0 ? static_cast<double>(paged) / static_cast<double>(oracle) : 0},
       {"step_ms", {{"p50", r.step_p50_ms}, {"p99", r.step_p99_ms}}},
       {"steps_ms", r.step_ms},
       {"compute_ms_per_step", r.compute_ms},
@@ -140,6 +133,11 @@ nlohmann::json to_json(const moe_result& r, std::uint64_t oracle, int steps) {
        {{"count", r.lateness_count}, {"p50_ms", r.lateness_p50_ms}, {"p99_ms", r.lateness_p99_ms}}},
       {"hbm_mean_pct", r.hbm_mean_pct},
       {"pager_metrics", nlohmann::json::parse(r.metrics_json)}};
+  // The timed steps' counters, under their names in HTP_PAGER_COUNTERS.
+  add_pager_counters(j, r.counters,
+                     {"page_in_bytes", "page_ins", "faults", "late_prefetches", "prefetches",
+                      "prefetch_hits", "wasted_prefetches", "evictions", "acquires"});
+  return j;
 }
 
 /// The table of one budget: each policy's bytes against the oracle's.
@@ -164,12 +162,13 @@ void print_budget(const moe_setup& s, double fraction, std::uint64_t oracle,
       std::printf("%-11s skipped: %s\n", r.name.c_str(), r.skip_reason.c_str());
       continue;
     }
+    const pager_metrics& c = r.counters;  // of the timed steps
     std::printf("%-11s %9.1f %8.3f %7llu %8llu %8llu %9.1f %6.1f%% %9.2f %9.2f\n", r.name.c_str(),
-                static_cast<double>(r.page_in_bytes) / steps / 1e6,
-                oracle > 0 ? static_cast<double>(r.page_in_bytes) / static_cast<double>(oracle) : 0,
-                static_cast<unsigned long long>(r.faults),
-                static_cast<unsigned long long>(r.late_prefetches),
-                static_cast<unsigned long long>(r.wasted_prefetches), r.step_p50_ms,
+                static_cast<double>(c.page_in_bytes) / steps / 1e6,
+                oracle > 0 ? static_cast<double>(c.page_in_bytes) / static_cast<double>(oracle) : 0,
+                static_cast<unsigned long long>(c.faults),
+                static_cast<unsigned long long>(c.late_prefetches),
+                static_cast<unsigned long long>(c.wasted_prefetches), r.step_p50_ms,
                 100 * r.prefetch_timely_share, r.lateness_p50_ms, r.lateness_p99_ms);
   }
 }

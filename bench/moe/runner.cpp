@@ -295,19 +295,10 @@ void set_up_model(moe_run& r) {
 /// The timed steps' figures into `res`: counters as differences from `m0`, the rest from `m1`.
 void aggregate(moe_result& res, const pager_metrics& m0, const pager_metrics& m1,
                const std::vector<double>& compute_ms) {
-  const pager_metrics d = metrics_delta(m1, m0);
+  res.counters = metrics_delta(m1, m0);
   res.step_p50_ms = quantile(res.step_ms, 0.5);
   res.step_p99_ms = quantile(res.step_ms, 0.99);
   res.compute_ms = quantile(compute_ms, 0.5);
-  res.page_in_bytes = d.page_in_bytes;
-  res.page_ins = d.page_ins;
-  res.faults = d.faults;
-  res.late_prefetches = d.late_prefetches;
-  res.prefetches = d.prefetches;
-  res.prefetch_hits = d.prefetch_hits;
-  res.wasted_prefetches = d.wasted_prefetches;
-  res.evictions = d.evictions;
-  res.acquires = d.acquires;
   res.prefetch_timely_share = m1.prefetch_timely_share;
   res.lateness_p50_ms = static_cast<double>(m1.prefetch_lateness.p50_ns) / 1e6;
   res.lateness_p99_ms = static_cast<double>(m1.prefetch_lateness.p99_ns) / 1e6;

@@ -62,8 +62,8 @@ struct moe_result {
   std::string skip_reason;
   std::vector<double> step_ms;                              ///< timed steps
   double step_p50_ms = 0, step_p99_ms = 0, compute_ms = 0;  ///< compute: per step, median
-  std::uint64_t page_in_bytes = 0, page_ins = 0, faults = 0, late_prefetches = 0, prefetches = 0,
-                prefetch_hits = 0, wasted_prefetches = 0, evictions = 0, acquires = 0;
+  /// The pager's counters over the timed steps (metrics_delta; levels as at their end).
+  pager_metrics counters;
   double prefetch_timely_share = 1;
   double lateness_p50_ms = 0, lateness_p99_ms = 0;
   std::uint64_t lateness_count = 0;

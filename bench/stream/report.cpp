@@ -1,5 +1,7 @@
 #include "report.hpp"
 
+#include "common/pager_counters.hpp"
+
 #include <cstdio>
 
 namespace htp::bench {
@@ -31,8 +33,8 @@ void print_table(const std::vector<policy_result>& results, const std::string& b
                 r.name.c_str(), r.step.p50, r.step.p99, r.meets_budget ? "meets" : "MISSES",
                 r.fault_wait.p50_ms, r.fault_wait.p99_ms, r.fault_wait.ms_per_64mib_page,
                 r.fault_wait.floor_multiple_p50,
-                static_cast<unsigned long long>(r.faults + r.late_prefetches), r.fault_rate_per_ms,
-                r.stall_ms_per_step, r.stall.p99, 100.0 * r.host_blocked_share,
+                static_cast<unsigned long long>(r.counters.faults + r.counters.late_prefetches),
+                r.fault_rate_per_ms, r.stall_ms_per_step, r.stall.p99, 100.0 * r.host_blocked_share,
                 r.bytes_per_step / 1e6, x_min, x_bound, r.hbm_peak_pct, r.hbm_mean_pct, r.h2d_gbps,
                 r.link_utilization, speedup_over(results, r, baseline));
   }
@@ -79,7 +81,7 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
   const auto ms = [](const summary_ms& s) {
     return json{{"p50", s.p50}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}};
   };
-  return json{
+  json j{
       {"name", r.name},
       {"hbm_budget_bytes", r.hbm_budget_bytes},
       {"step_ms", ms(r.step)},
@@ -125,16 +127,7 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
         {"p99_ms", r.prefetch_lateness.p99},
         {"max_ms", r.prefetch_lateness.max},
         {"mean_ms", r.prefetch_lateness.mean}}},
-      {"faults", r.faults},
       {"fault_rate_per_ms", r.fault_rate_per_ms},
-      {"page_ins", r.page_ins},
-      {"page_in_bytes", r.page_in_bytes},
-      {"prefetches", r.prefetches},
-      {"prefetch_hits", r.prefetch_hits},
-      {"late_prefetches", r.late_prefetches},
-      {"wasted_prefetches", r.wasted_prefetches},
-      {"evictions", r.evictions},
-      {"write_backs", r.write_backs},
       {"hbm_peak_pct", r.hbm_peak_pct},
       {"hbm_mean_pct", r.hbm_mean_pct},
       {"h2d_gbps", r.h2d_gbps},
@@ -146,6 +139,11 @@ nlohmann::json to_json(const policy_result& r, double speedup) {
       {"verification_mismatches", r.mismatches},
       {"pager_metrics", json::parse(r.metrics_json)},
   };
+  // The timed steps' counters, under their names in HTP_PAGER_COUNTERS.
+  add_pager_counters(j, r.counters,
+                     {"faults", "page_ins", "page_in_bytes", "prefetches", "prefetch_hits",
+                      "late_prefetches", "wasted_prefetches", "evictions", "write_backs"});
+  return j;
 }
 
 nlohmann::json bound_rows(const nlohmann::json& runs) {

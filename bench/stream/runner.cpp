@@ -470,21 +470,13 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
                static_cast<double>(m1.fault_latency.p99_ns) / 1e6, 0,
                static_cast<double>(m1.fault_latency.max_ns) / 1e6,
                static_cast<double>(m1.fault_latency.mean_ns) / 1e6};
-  const pager_metrics d = metrics_delta(m1, m0);  // the counters of the timed steps
-  res.faults = d.faults;
+  res.counters = metrics_delta(m1, m0);  // the counters of the timed steps
+  const pager_metrics& d = res.counters;
   double timed_ms = 0;
   for (double x : res.step_ms) timed_ms += x;
   // Late prefetches count as faults (they wait, with what remained of their load).
   res.fault_rate_per_ms =
-      timed_ms > 0 ? static_cast<double>(res.faults + d.late_prefetches) / timed_ms : 0;
-  res.page_ins = d.page_ins;
-  res.page_in_bytes = d.page_in_bytes;
-  res.prefetches = d.prefetches;
-  res.prefetch_hits = d.prefetch_hits;
-  res.late_prefetches = d.late_prefetches;
-  res.wasted_prefetches = d.wasted_prefetches;
-  res.evictions = d.evictions;
-  res.write_backs = d.write_backs;
+      timed_ms > 0 ? static_cast<double>(d.faults + d.late_prefetches) / timed_ms : 0;
   res.hbm_peak_pct = m1.hbm.peak_pct;
   res.hbm_mean_pct = m1.hbm.mean_pct;
   // Link use over the timed steps: bytes that crossed H2D / wall time. (The engine's own
@@ -504,7 +496,7 @@ void aggregate(const policy_run& r, policy_result& res, const pager_metrics& m0,
   res.host_blocked_share =
       timed_ms > 0 ? static_cast<double>(m1.host_blocked_ns) / (timed_ms * 1e6) : 0;
   res.bytes_per_step = res.step_ms.empty() ? 0
-                                           : static_cast<double>(res.page_in_bytes) /
+                                           : static_cast<double>(d.page_in_bytes) /
                                                  static_cast<double>(res.step_ms.size());
   res.compute_ms = median(r.compute_ms);
   res.transfer_ms = median(r.transfer_ms);

@@ -104,10 +104,10 @@ struct policy_result {
   double prefetch_timely_share = 1;    ///< pager_metrics::prefetch_timely_share, timed steps
   summary_ms prefetch_lateness;        ///< pager_metrics::prefetch_lateness (ms), timed steps
   std::uint64_t prefetch_lateness_count = 0;
-  std::uint64_t faults = 0;      ///< in the timed steps
+  /// The pager's counters over the timed steps: metrics_delta of its metrics at their end and at
+  /// their start (levels and summaries as at the end).
+  pager_metrics counters;
   double fault_rate_per_ms = 0;  ///< (faults + late prefetches) / timed milliseconds
-  std::uint64_t page_ins = 0, page_in_bytes = 0, prefetches = 0, prefetch_hits = 0,
-                late_prefetches = 0, wasted_prefetches = 0, evictions = 0, write_backs = 0;
   double hbm_peak_pct = 0, hbm_mean_pct = 0;
   double h2d_gbps = 0;             ///< bytes moved H2D in the timed steps / their wall time
   double link_utilization = 0;     ///< h2d_gbps / calibrated link peak

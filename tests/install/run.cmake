@@ -37,7 +37,7 @@ foreach(header IN LISTS installed_headers)
     endif()
   endforeach()
 endforeach()
-if(EXISTS ${HTP_BUILD_DIR}/bench/htp-plan AND NOT EXISTS ${prefix}/bin/htp-plan)
+if(EXISTS ${HTP_BUILD_DIR}/tools/htp-plan AND NOT EXISTS ${prefix}/bin/htp-plan)
   message(FATAL_ERROR "install_consumer: htp-plan was built but not installed")
 endif()
 

@@ -1,9 +1,9 @@
 // The check macros: one place that turns a failed condition or a failed CUDA call into a typed
 // htp exception with file and line. HTP_CUDA_TRY expands to CUDA runtime calls, so it may only be
 // used in files under cuda/; this header itself includes no CUDA header. Messages are built by
-// concat, whose formatting lives in src/check.cpp: this header includes no fmt, so the many files
-// that use the macros do not compile it. For htp's own sources (and its benchmarks and tests); it
-// is not installed.
+// concat, whose formatting lives in src/common/check.cpp: this header includes no fmt, so the many
+// files that use the macros do not compile it. For htp's own sources (and its benchmarks and
+// tests); it is not installed.
 #pragma once
 
 #include <htp/error.hpp>
@@ -14,7 +14,7 @@
 
 namespace htp::detail {
 
-// Appends one part of a message to out as fmt's "{}" formats it (src/check.cpp): integers in
+// Appends one part of a message to out as fmt's "{}" formats it (src/common/check.cpp): integers in
 // decimal, floating point in the shortest form that reads back the same value (fixed notation for
 // decimal exponents -4 to 15, else d.ddde+XX), bools as true/false, chars as themselves, strings
 // as they are (a null const char* as "(null)"), pointers as 0x and their lowercase hex address.

@@ -1,5 +1,5 @@
 // Entry points of the cuda backend (cuda/), declared without CUDA headers so that src/ can reach
-// them. When htp is built without CUDA, src/no_cuda.cpp defines them to report that.
+// them. When htp is built without CUDA, src/device/no_cuda.cpp defines them to report that.
 #pragma once
 
 #include <htp/device.hpp>

@@ -1,7 +1,7 @@
 // NVTX ranges around htp's work (faults, prefetches, write-backs, compaction, collectives), so an
 // Nsight Systems timeline names it. The calls go to cuda/nvtx.cpp (NVTX3, header-only, in the
 // CUDA toolkit; a few nanoseconds when no tool is attached) or, without CUDA, to no-ops in
-// src/no_cuda.cpp; no file here includes a CUDA header.
+// src/device/no_cuda.cpp; no file here includes a CUDA header.
 #pragma once
 
 namespace htp::detail {
