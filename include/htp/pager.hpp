@@ -328,6 +328,9 @@ class pager {
   /// @throws htp::invalid_argument if `ptr` does not start a lent region or tensors still live in
   /// it.
   void remove_host_region(void* ptr);
+  /// Whether [ptr, ptr + bytes) lies inside one region lent with add_host_region (so that
+  /// register_tensor_at takes it without a region of its own). Thread-safe.
+  bool in_host_region(const void* ptr, std::size_t bytes) const;
   /// Drops a tensor and frees its memory, waiting for its copies and release events.
   /// @throws htp::invalid_argument for a stale handle or a tensor still acquired.
   void unregister_tensor(tensor_handle h);

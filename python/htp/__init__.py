@@ -2,8 +2,10 @@
 
 Tensors registered with a :class:`Pager` live in pinned host memory (or caller memory, or a
 safetensors file) and are paged into GPU memory on demand or ahead of use; :meth:`Pager.acquire`
-hands out zero-copy DLPack views. :mod:`htp.torch` pages a whole ``torch.nn.Module``. See
-docs/python.md.
+hands out zero-copy DLPack views. :mod:`htp.torch` pages a whole ``torch.nn.Module``. Every
+class and function here is the extension htp._htp itself: each is defined once, in C++
+(python/src), with Python's conveniences (options by keyword, sizes as strings, torch streams)
+handled there. See docs/python.md.
 """
 from ._htp import (
     CorruptDataError,
@@ -17,10 +19,12 @@ from ._htp import (
     LinkConfig,
     LogicError,
     LookaheadMode,
+    Node,
     NodeConfig,
     NodeTensor,
     OomPolicy,
     OutOfMemoryError,
+    Pager,
     PagerConfig,
     PrefetchMode,
     SimConfig,
@@ -29,9 +33,12 @@ from ._htp import (
     View,
     __version__,
     cuda_device_count,
+    make_device,
+    node_config,
+    pager_config,
+    parse_bytes,
+    write_companion,
 )
-from ._config import make_device, node_config, pager_config, parse_bytes
-from ._pager import Node, Pager, write_companion
 
 __all__ = [
     "CorruptDataError", "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind",

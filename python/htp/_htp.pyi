@@ -1,8 +1,6 @@
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 import enum
-from typing import Annotated
-
-from numpy.typing import NDArray
+import os
 
 from htp import (
     CorruptDataError as CorruptDataError,
@@ -102,9 +100,9 @@ class Device:
 
     def __repr__(self) -> str: ...
 
-def make_device(backend: str = 'auto', ordinal: int = 0, sim: SimConfig = ...) -> Device:
+def make_device(backend: str = 'auto', ordinal: int = 0, **sim) -> Device:
     """
-    Creates a device. backend: 'auto' (cuda when a GPU is usable, else sim, with a warning logged), 'cuda' (raises CudaError when it cannot run) or 'sim'. Thread-safe.
+    A device: 'auto' (cuda when a GPU is usable, else sim, with a warning logged), 'cuda' (raises CudaError when it cannot run, saying why) or 'sim'. Keyword arguments are SimConfig fields (device_memory_bytes="8GiB", h2d_bytes_per_second=...), for sim only. Thread-safe.
     """
 
 def cuda_device_count() -> int:
@@ -327,6 +325,18 @@ class PagerConfig:
     @verify_page_ins.setter
     def verify_page_ins(self, arg: bool, /) -> None: ...
 
+def parse_bytes(value: int | float | str, what: str = 'size') -> int:
+    """
+    Bytes from an int (a float with no fraction) or a string such as "4GiB", "512 MB".
+
+    Raises InvalidArgumentError for a negative, fractional or unreadable value.
+    """
+
+def pager_config(**kwargs) -> PagerConfig:
+    """
+    A PagerConfig from keyword arguments: every field by its name (pager.hpp), plus hbm_budget/host_budget for the *_bytes fields; sizes may be strings ("4GiB"); enum fields take their names ("belady"); h2d/d2h take LinkConfig or a dict; latency_budget_ms a timedelta too.
+    """
+
 class Tensor:
     """A registered tensor: the pager's handle, name, dtype, shape."""
 
@@ -358,9 +368,11 @@ class Tensor:
 
     def __repr__(self) -> str: ...
 
-def write_companion(source: str, out: str, pager_chunk_bytes: int, threads: int) -> dict:
+def write_companion(source: str | os.PathLike, out: str | os.PathLike, pager_chunk_bytes: int | str | None = None, threads: int = 1) -> dict:
     """
-    Writes the compressed companion of a safetensors file (htp/companion.hpp).
+    Writes the compressed companion of the safetensors file `source` to `out`: every bfloat16, float16 and float32 tensor entropy-coded, cut for a pager whose chunk_bytes is `pager_chunk_bytes` (default: PagerConfig's). Others are listed as skipped. Returns the totals: tensors, skipped, logical_bytes, wire_bytes, chunk_bytes. Same as `python -m htp.compress source out`.
+
+    Raises CorruptDataError (a header that breaks the safetensors format: the tensor and the field), IoError (`source` cannot be read or `out` written), InvalidArgumentError (threads below 1, a chunk size that leaves no room).
     """
 
 class View:
@@ -391,64 +403,152 @@ class View:
         Served from mapped pinned host memory (the out-of-memory ladder's last rung).
         """
 
+class Acquired:
+    """
+    What Pager.acquired returns: `with pager.acquired(ts) as views:` acquires on entry and releases on exit, also on an error.
+    """
+
+    def __enter__(self) -> object:
+        """Acquires the tensors; returns the view (a list of views for a list)."""
+
+    def __exit__(self, type: object | None, value: object | None, traceback: object | None) -> bool:
+        """
+        Releases the tensors on the stream given, dirty as given; never swallows an error.
+        """
+
 class Pager:
-    """The C++ pager (pager.hpp); use htp.Pager, which wraps it."""
+    """
+    Pages registered tensors between pinned host memory and one GPU's HBM (pager.hpp).
 
-    def __init__(self, device: Device, config: PagerConfig) -> None: ...
+    `Pager(device, hbm_budget, host_budget=0, **config)`: `config` is every PagerConfig field by name (`prefetch_lookahead=4`, `eviction="belady"`, `checked=True`, ...); sizes may be strings ("64MiB"). Every method may be called from any thread; those that can block release the GIL.
+    """
 
-    @property
-    def device(self) -> Device: ...
-
-    def register_copy(self, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind) -> Tensor: ...
-
-    def register_at(self, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind, read_only: bool, lend: bool, keep: object | None) -> Tensor: ...
-
-    def register_file(self, name: str, path: str, offset: int, dtype: str, shape: Sequence[int]) -> Tensor: ...
-
-    def register_compressed(self, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind) -> Tensor: ...
-
-    def register_companion(self, path: str, names: Sequence[str]) -> dict: ...
-
-    def register_safetensors(self, path: str, names: Sequence[str] | None) -> dict: ...
-
-    def unregister(self, tensor: Tensor) -> None: ...
-
-    def acquire(self, tensors: Sequence[Tensor], stream: int | None, wait: bool) -> list: ...
-
-    def release(self, tensors: Sequence[Tensor], stream: int | None, dirty: bool) -> None: ...
-
-    def lend(self, ptr: int, bytes: int, kind: HostRegionKind) -> None: ...
-
-    def unlend(self, ptr: int) -> None: ...
-
-    def prefetch(self, tensor: Tensor) -> None: ...
-
-    def set_routed_group(self, anchor: Tensor, members: Sequence[Tensor], k: int) -> None: ...
-
-    def expect(self, tensors: Sequence[Tensor]) -> None: ...
-
-    def set_schedule(self, tensors: Sequence[Tensor], cyclic: bool) -> None: ...
-
-    def evict(self, tensor: Tensor) -> None: ...
-
-    def compact(self) -> int: ...
-
-    def copy_to_host(self, tensor: Tensor, out: Annotated[NDArray, dict(device='cpu')]) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-    def info(self, tensor: Tensor) -> dict: ...
-
-    def metrics_json(self) -> str: ...
-
-    def prometheus(self) -> str: ...
-
-    def reset_metrics(self) -> None: ...
-
-    def write_trace(self, path: str) -> None: ...
+    def __init__(self, device: Device, hbm_budget: int | str, host_budget: int | str = 0, **config) -> None: ...
 
     @property
-    def config(self) -> PagerConfig: ...
+    def device(self) -> Device:
+        """The device it pages into."""
+
+    @property
+    def config(self) -> PagerConfig:
+        """Its configuration (a copy)."""
+
+    def register(self, name: str, source: object, kind: str | TensorKind = 'weight', copy: bool = True, read_only: bool | None = None, compress: bool = False) -> Tensor:
+        """
+        Registers a tensor from a CPU torch tensor, numpy array, buffer or DLPack producer, keeping its dtype and shape.
+
+        `copy=True`: its bytes are copied into htp's pinned tier (host_budget); the source may be dropped afterwards. `copy=False`: no copy; the source's memory is the tensor's host copy (a pinned torch tensor is used as it is; other memory is registered with the driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors of one buffer: `lend` it first. `kind`: 'weight' or 'mutable' (written back when evicted dirty). `compress=True` (bfloat16, float16 or float32 weights, with `copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only the compressed bytes are kept; each page-in copies them and decodes on the GPU (docs/pager.md, "Compressed weights").
+
+        Raises InvalidArgumentError (not an array, bad dtype, not contiguous, not CPU memory, too large for the HBM budget, compress with a mutable tensor, another dtype or copy=False), OutOfMemoryError (host tier full).
+        """
+
+    def lend(self, source: object, read_only: bool = False) -> None:
+        """
+        Lends a whole CPU buffer (a numpy memmap of a checkpoint, a pinned torch tensor) so that several tensors inside it register with `copy=False`. Memory the device maps already (pinned) is used as it is; other memory is registered with the driver, read-only when `read_only`. The pager keeps `source` alive until `unlend`.
+        """
+
+    def unlend(self, source: object) -> None:
+        """Takes back a buffer given to `lend` (no tensor may still live in it)."""
+
+    def register_safetensors(self, path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+        """
+        Registers tensors of a `.safetensors` file as file-backed weights: no host copy; each page-in reads the file. The header is read and checked in C++ (offsets in order, inside the file, matching dtype x shape, no gap or overlap); no byte of the file passes through Python. `names`: all when None. Tensors with no elements are skipped. All or nothing: on an error none stays registered.
+
+        Raises CorruptDataError (a header that breaks the format: the tensor and the field), IoError (the file cannot be read: the path), InvalidArgumentError (a name the file does not hold, a dtype views cannot describe, a tensor larger than the HBM budget).
+        """
+
+    def register_companion(self, path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+        """
+        Registers tensors of a compressed companion (htp.write_companion or htp-compress wrote it) as compressed file-backed weights: each is verified now, and each page-in reads its compressed bytes and decodes them on the GPU. `names`: all when None. All or nothing: on an error none stays registered.
+
+        Raises InvalidArgumentError (not a companion, an unknown name, pieces larger than this pager's chunk_bytes), CorruptDataError (a truncated or malformed index, a sequence that fails its checks), IoError (the file cannot be read).
+        """
+
+    def register_file(self, name: str, path: str, offset: int, dtype: str, shape: Sequence[int]) -> Tensor:
+        """
+        Registers one file-backed weight: `dtype` (a safetensors name such as 'F32' or a numpy one) x `shape` at byte `offset` of the file at `path`. register_safetensors reads these from a header. Raises InvalidArgumentError (an unknown dtype, a range past the end of the file), IoError (the file cannot be read).
+        """
+
+    def unregister(self, tensor: Tensor) -> None:
+        """
+        Drops a tensor (it must not be acquired). A stale handle raises InvalidArgumentError.
+        """
+
+    def acquire(self, tensors: Tensor | Sequence[Tensor], stream: object = None, wait: bool = False) -> View | list[View]:
+        """
+        Pages the tensor(s) in if needed and pins them; returns a zero-copy view (a list for a list), usable on `stream`: a torch.cuda.Stream, a raw cudaStream_t int, or None for torch's current stream on cuda (the host waits for the bytes when torch is not in use; on sim always). `wait`: the host waits for the bytes in any case. Turn a view into a tensor with torch.from_dlpack(view) or numpy.from_dlpack(view). A view used after its release reads whatever the pager put there next (in checked mode, htp's poison pattern once its extent is freed): keep views inside acquire/release, or use `acquired`.
+        """
+
+    def release(self, tensors: Tensor | Sequence[Tensor], stream: object = None, dirty: bool = False) -> None:
+        """
+        Unpins the tensor(s), ordered after the work queued on `stream` so far (one event). `dirty`: kernels wrote them (mutable tensors only).
+        """
+
+    def acquired(self, tensors: Tensor | Sequence[Tensor], stream: object = None, dirty: bool = False) -> Acquired:
+        """
+        `with pager.acquired(ts) as views:` acquire on entry, release on exit (also on error). `dirty` is checked before the acquire (weights cannot be dirty), so the exit's release cannot fail on it and leave the tensors pinned.
+        """
+
+    def prefetch(self, tensor: Tensor) -> None:
+        """
+        Hint: bring the tensor in at prefetch priority; never blocks, never evicts sooner-needed.
+        """
+
+    def set_schedule(self, tensors: Sequence[Tensor], cyclic: bool = False) -> None:
+        """
+        Declares the access order (Belady's rule, prefetch); `cyclic` for decode steps.
+        """
+
+    def set_routed_group(self, anchor: Tensor, members: Sequence[Tensor], k: int) -> None:
+        """
+        Declares tensors used in a data-dependent way after `anchor` (a mixture-of-experts layer's expert weights after its router, `k` chosen each time), kept out of the schedule: htp ranks them by popularity, guesses the `k` most popular ahead of the router (into free room only) and evicts the least popular first. An empty `members` removes the group. Raises InvalidArgumentError for a member in two groups, an anchor that is a member, or k outside [1, len(members)].
+        """
+
+    def expect(self, tensors: Tensor | Sequence[Tensor]) -> None:
+        """
+        The router chose `tensors` (members of a routed group): load them now, ahead of their acquire, evicting the least popular other members if room is short.
+        """
+
+    def evict(self, tensor: Tensor) -> None:
+        """Evicts an unpinned tensor now (writing it back if dirty), blocking."""
+
+    def compact(self) -> int:
+        """Compacts HBM now, blocking; returns the moves made."""
+
+    def copy_to_host(self, tensor: Tensor, out: object = None) -> object:
+        """
+        The tensor's current bytes, copied into `out` (a writable CPU array of its size) or into a new torch tensor (numpy array without torch) of its dtype and shape; returns it.
+        """
+
+    def synchronize(self) -> None:
+        """Blocks until every copy the pager started has completed."""
+
+    def info(self, tensor: Tensor) -> dict:
+        """
+        The tensor's state: where ('host', 'loading', 'resident', 'writing_back'), pins, dirty, ...
+        """
+
+    def metrics(self) -> dict:
+        """
+        The metrics as a plain dict (the field names of htp/metrics.hpp; the keys and nesting of metrics_json).
+        """
+
+    def metrics_json(self) -> str:
+        """The metrics as JSON text (htp::to_json), for files."""
+
+    def to_prometheus(self) -> str:
+        """The metrics in Prometheus' text exposition format."""
+
+    def reset_metrics(self) -> None:
+        """Starts counters, histograms and the trace afresh (e.g. after warm-up)."""
+
+    def write_trace(self, path: str) -> None:
+        """Writes the Chrome/Perfetto trace (needs `trace=True`)."""
+
+def node_config(**kwargs) -> NodeConfig:
+    """
+    A NodeConfig from keyword arguments (node.hpp), as pager_config makes a PagerConfig; `gpu` takes a PagerConfig or a dict.
+    """
 
 class NodeConfig:
     """A node's configuration (node.hpp, node_config)."""
@@ -510,25 +610,37 @@ class NodeTensor:
     def name(self) -> str: ...
 
 class Node:
-    """N GPUs over one pinned host tier (node.hpp)."""
+    """
+    N GPUs over one pinned host tier (node.hpp): weights held once for all GPUs, shards, and each GPU's own tensors. `Node(devices, host_budget, gpu=dict(hbm_budget=...), **config)`: `gpu` is a PagerConfig or a dict of its fields, `config` NodeConfig's fields by name.
+    """
 
-    def __init__(self, devices: Sequence[Device], config: NodeConfig) -> None: ...
+    def __init__(self, devices: Sequence[Device], host_budget: int | str, gpu: object, **config) -> None: ...
 
     @property
-    def gpu_count(self) -> int: ...
+    def gpu_count(self) -> int:
+        """The GPUs it spans."""
 
     def gpu(self, g: int) -> Pager:
-        """GPU g's pager (the C++ object; htp.Node wraps it)."""
+        """GPU g's pager: acquire, release, schedules, metrics as for one GPU."""
 
-    def register_replicated(self, name: str, source: Annotated[NDArray, dict(writable=False)], compress: bool) -> NodeTensor: ...
+    def register_replicated(self, name: str, source: object, compress: bool = False) -> NodeTensor:
+        """
+        A weight any GPU may page in, with one host copy (`compress=True`: one compressed copy that every GPU decodes; bfloat16, float16 or float32).
+        """
 
-    def register_sharded(self, name: str, shards: Sequence[Annotated[NDArray, dict(writable=False)]], kind: TensorKind, compress: bool) -> NodeTensor: ...
+    def register_sharded(self, name: str, shards: Sequence[object], kind: str | TensorKind = 'weight', compress: bool = False) -> NodeTensor:
+        """
+        One shard per GPU (shard g pages into GPU g only); `compress=True` keeps each weight shard compressed, as Pager.register does.
+        """
 
-    def register_local(self, g: int, name: str, source: Annotated[NDArray, dict(writable=False)], kind: TensorKind) -> NodeTensor: ...
+    def register_local(self, g: int, name: str, source: object, kind: str | TensorKind = 'mutable') -> NodeTensor:
+        """A tensor of GPU g alone (its KV blocks), held in the shared tier."""
 
     def on(self, tensor: NodeTensor, g: int) -> Tensor:
-        """The tensor as GPU g's pager names it."""
+        """The tensor as GPU g's pager names it (for gpu(g).acquire)."""
 
-    def unregister(self, tensor: NodeTensor) -> None: ...
+    def unregister(self, tensor: NodeTensor) -> None:
+        """Drops a node tensor from every GPU and the shared tier."""
 
-    def prometheus(self) -> str: ...
+    def to_prometheus(self) -> str:
+        """The node's metrics in Prometheus' text exposition format."""

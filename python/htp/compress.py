@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._pager import write_companion
-from ._htp import Error
+from ._htp import Error, write_companion
 
 
 def main(argv: list[str] | None = None) -> int:

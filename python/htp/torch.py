@@ -19,12 +19,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from ._config import parse_bytes
-from ._htp import Device, InvalidArgumentError, Tensor
-from ._config import make_device
+from ._htp import Device, InvalidArgumentError, Pager, Tensor, make_device, parse_bytes
 from ._offloaded import (OffloadedError, OffloadedParameter, OffloadedTensor, guard_optimizer,
                          map_tensors, refuse_backward, unguard_optimizer)
-from ._pager import Pager
 
 __all__ = ["AccelerateWeights", "Offload", "OffloadedError", "OffloadedParameter",
            "OffloadedTensor", "accelerate_weights", "offload"]

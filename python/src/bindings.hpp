@@ -1,8 +1,11 @@
-// What the binding's files share: the Python-side objects that own a device and a pager, and the
-// per-file bind functions module.cpp calls. See docs/python.md.
+// What the binding's files share: the Python-side objects that own a device and a pager, the
+// conversions of Python arguments (options by name, sizes, kinds, tensor lists, sources), and the
+// per-file bind functions module.cpp calls. Each Python method is defined once, here in C++: the
+// classes of htp._htp are what htp exports (docs/python.md, "Layering").
 #pragma once
 
 #include <htp/device.hpp>
+#include <htp/node.hpp>
 #include <htp/pager.hpp>
 
 #include <nanobind/nanobind.h>
@@ -51,11 +54,14 @@ struct pager_state : std::enable_shared_from_this<pager_state> {
   htp::pager* pager = nullptr;
   std::unique_ptr<stream_binder> streams;
 
-  std::mutex mutex;  ///< guards the two maps below
+  std::mutex mutex;  ///< guards the three maps below
   /// Caller objects whose memory a tensor registered without a copy lives in, by handle.
   std::unordered_map<std::uint64_t, nb::object> keep_alive;
   /// Regions lent with add_host_region for one tensor (removed when it is unregistered), by handle.
   std::unordered_map<std::uint64_t, void*> own_regions;
+  /// The buffers lent with Pager.lend, by start address, kept alive until Pager.unlend (the pager
+  /// itself knows the regions: pager::in_host_region; this only holds the objects).
+  std::unordered_map<std::uintptr_t, nb::object> lent;
 
   pager_state(std::shared_ptr<py_device> d, std::unique_ptr<htp::pager> p);
   pager_state(std::shared_ptr<py_device> d, std::shared_ptr<void> node_owner, htp::pager& p);
@@ -76,6 +82,53 @@ struct host_array {
 /// `a` as a host_array (pager.cpp). @throws htp::invalid_argument naming `name` for memory that is
 /// not the CPU's, a non-contiguous layout, an unsupported dtype or no bytes.
 host_array host_array_of(const nb::ndarray<nb::ro>& a, const std::string& name);
+
+/// An argument parse_bytes reads (any object; typed "int | str" in the stubs).
+class size_arg : public nb::object {
+  NB_OBJECT_DEFAULT(size_arg, object, "int | str", [](PyObject*) { return true; })
+};
+/// A device argument, checked by the callee so that a wrong one raises InvalidArgumentError (typed
+/// "Device" in the stubs).
+class device_arg : public nb::object {
+  NB_OBJECT_DEFAULT(device_arg, object, "Device", [](PyObject*) { return true; })
+};
+
+/// What nanobind's ndarray caster takes of a caller's source: a torch tensor detached (DLPack
+/// refuses one that requires grad), anything else as it is (numpy arrays, buffers, DLPack
+/// producers).
+nb::object exportable(nb::handle source);
+/// `source` (after exportable) as an array, for `what` (e.g. "register 'w'").
+/// @throws htp::invalid_argument when it is not one htp can read (no DLPack, no buffer protocol).
+nb::ndarray<nb::ro> array_of(nb::handle source, const std::string& what);
+/// A tensor kind from htp.TensorKind or its name: "weight", "mutable" or "mutable_state".
+/// @throws htp::invalid_argument for another name.
+tensor_kind kind_of(nb::handle kind);
+/// An htp.Tensor or an iterable of them, as a list; `single` (when given) says it was one tensor.
+/// @throws htp::invalid_argument for anything else.
+std::vector<py_tensor> tensors_of(nb::handle tensors, bool* single = nullptr);
+/// repr(value).
+std::string repr_of(nb::handle value);
+
+// pager_config.cpp: options by name.
+/// Bytes from an int (a float with no fraction) or a string such as "4GiB" or "512 MB" (units
+/// B, kB, MB, GB, TB, KiB, MiB, GiB, TiB, any case). @throws htp::invalid_argument naming `what`
+/// for a bool, a negative, fractional or unreadable value.
+std::size_t parse_bytes(nb::handle value, const std::string& what);
+/// Sets each field of the bound config object `obj` that `options` names (hbm_budget and
+/// host_budget stand for their *_bytes fields): enums by member name, sizes as parse_bytes reads
+/// them, LinkConfig and PagerConfig fields from dicts, latency_budget_ms from a timedelta.
+/// Returns `obj`. @throws htp::invalid_argument naming `what` and the field for an unknown name,
+/// an unknown enum name, an unreadable size or a value of the wrong type.
+nb::object configure(nb::object obj, const nb::dict& options, const std::string& what);
+/// A pager_config from keyword options (configure). @throws as configure.
+pager_config make_pager_config(const nb::dict& options);
+/// A node_config from keyword options (configure; `gpu` takes a PagerConfig or a dict).
+node_config make_node_config(const nb::dict& options);
+
+// metrics.cpp
+/// The metrics as a dict with the keys and nesting of to_json (htp/metrics.hpp), built from the
+/// counter lists directly.
+nb::dict metrics_dict(const pager_metrics& m);
 
 /// The pager's handles of `ts`, in order.
 inline std::vector<htp::tensor_handle> handles_of(const std::vector<py_tensor>& ts) {
@@ -137,12 +190,16 @@ class view {
   device_span span_;
 };
 void bind_view(nb::module_& m);
-/// Acquires `ts` (one lock, all or nothing) on the stream `raw` names (streams.hpp) and returns
-/// one DLPack view per tensor, in order, each keeping `self` alive. The GIL is released meanwhile.
-nb::list acquire_views(pager_state& self, const std::vector<py_tensor>& ts,
-                       std::optional<std::uintptr_t> raw, bool wait);
-/// Releases `ts` on the stream `raw` names (one event). The GIL is released meanwhile.
-void release_views(pager_state& self, const std::vector<py_tensor>& ts,
-                   std::optional<std::uintptr_t> raw, bool dirty);
+/// Pager.acquire: acquires `tensors` (an htp.Tensor or a list; one lock, all or nothing) on the
+/// stream the caller's `stream` names (stream_binder::resolve) and returns one DLPack view per
+/// tensor (the view alone for one tensor), each keeping `self` alive. The GIL is released while
+/// the pager works.
+nb::object acquire_views(pager_state& self, nb::handle tensors, nb::handle stream, bool wait);
+/// Pager.release: releases `tensors` on the stream `stream` names (one event). The GIL is released
+/// while the pager works.
+void release_views(pager_state& self, nb::handle tensors, nb::handle stream, bool dirty);
+/// Pager.acquired: a context manager (htp._htp.Acquired) over acquire_views and release_views.
+nb::object acquired(pager_state& self, nb::object tensors, nb::object stream, bool dirty);
+void bind_acquired(nb::module_& m);
 
 }  // namespace htp::python

@@ -72,10 +72,25 @@ void bind_device(nb::module_& m) {
         return "<htp.Device " + d.backend + ":" + std::to_string(d.ordinal) + " '" +
                d.dev->properties().name + "'>";
       });
-  m.def("make_device", &make_py_device, nb::arg("backend") = "auto", nb::arg("ordinal") = 0,
-        nb::arg("sim") = sim_config{},
-        "Creates a device. backend: 'auto' (cuda when a GPU is usable, else sim, with a warning "
-        "logged), 'cuda' (raises CudaError when it cannot run) or 'sim'. Thread-safe.");
+  m.def(
+      "make_device",
+      [](const std::string& backend, int ordinal, nb::kwargs sim) {
+        if (nb::len(sim) != 0 && backend != "sim") {
+          std::string names;
+          for (auto [key, value] : sim)
+            names += (names.empty() ? "" : ", ") + nb::cast<std::string>(key);
+          throw htp::invalid_argument("make_device: " + names +
+                                      " configure a sim device; pass backend='sim'");
+        }
+        const sim_config config =
+            nb::cast<sim_config>(configure(nb::cast(sim_config{}), sim, "SimConfig"));
+        return make_py_device(backend, ordinal, config);
+      },
+      nb::arg("backend") = "auto", nb::arg("ordinal") = 0, nb::arg("sim"),
+      "A device: 'auto' (cuda when a GPU is usable, else sim, with a warning logged), 'cuda' "
+      "(raises CudaError when it cannot run, saying why) or 'sim'. Keyword arguments are "
+      "SimConfig fields (device_memory_bytes=\"8GiB\", h2d_bytes_per_second=...), for sim only. "
+      "Thread-safe.");
   m.def(
       "cuda_device_count", []() { return cuda_device_count(); },
       "GPUs visible to htp's CUDA runtime (0 without a driver or a CUDA build).");

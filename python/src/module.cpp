@@ -1,4 +1,5 @@
-// htp._htp: the C++ API for Python. The package htp (python/htp/) wraps it; see docs/python.md.
+// htp._htp: the C++ API for Python, bound once: the package htp (python/htp/) re-exports its
+// classes and functions as they are (htp.Pager is htp._htp.Pager); see docs/python.md, "Layering".
 #include "bindings.hpp"
 
 #include <htp/version.hpp>

@@ -3,7 +3,9 @@
 #include "bindings.hpp"
 #include "streams.hpp"
 
-#include <nanobind/stl/optional.h>
+#include <htp/error.hpp>
+
+#include <nanobind/stl/string.h>
 
 namespace htp::python {
 
@@ -48,10 +50,11 @@ void bind_view(nb::module_& m) {
           "Served from mapped pinned host memory (the out-of-memory ladder's last rung).");
 }
 
-nb::list acquire_views(pager_state& self, const std::vector<py_tensor>& ts,
-                       std::optional<std::uintptr_t> raw, bool wait) {
+nb::object acquire_views(pager_state& self, nb::handle tensors, nb::handle stream, bool wait) {
+  bool single = false;
+  const std::vector<py_tensor> ts = tensors_of(tensors, &single);
   const std::vector<tensor_handle> hs = handles_of(ts);
-  const stream_binder::target target = self.streams->resolve(raw);
+  const stream_binder::target target = self.streams->resolve(stream);
   std::vector<device_span> spans;
   {
     nb::gil_scoped_release unlocked;
@@ -63,19 +66,68 @@ nb::list acquire_views(pager_state& self, const std::vector<py_tensor>& ts,
       throw;
     }
   }
-  nb::list views;
   const std::shared_ptr<pager_state> owner = self.shared_from_this();
+  if (single) return nb::cast(view(owner, ts[0], spans[0]));
+  nb::list views;
   for (std::size_t i = 0; i < ts.size(); ++i) views.append(nb::cast(view(owner, ts[i], spans[i])));
   return views;
 }
 
-void release_views(pager_state& self, const std::vector<py_tensor>& ts,
-                   std::optional<std::uintptr_t> raw, bool dirty) {
-  const std::vector<tensor_handle> hs = handles_of(ts);
-  const stream_binder::target target = self.streams->resolve(raw);
+void release_views(pager_state& self, nb::handle tensors, nb::handle stream, bool dirty) {
+  const std::vector<tensor_handle> hs = handles_of(tensors_of(tensors));
+  const stream_binder::target target = self.streams->resolve(stream);
   nb::gil_scoped_release unlocked;
   self.streams->before_release(target);
   self.pager->release(hs, target.ref, dirty);
+}
+
+namespace {
+
+/// What Pager.acquired returns: acquires on __enter__ (after checking `dirty`: weights cannot be
+/// dirty, so the exit's release cannot fail on it and leave the tensors pinned), releases on
+/// __exit__, also on an error. The stream is resolved at each end, as acquire and release do.
+struct acquired_scope {
+  std::shared_ptr<pager_state> pager;
+  nb::object tensors;
+  nb::object stream;
+  bool dirty = false;
+
+  nb::object enter() {
+    if (dirty) {
+      for (const py_tensor& t : tensors_of(tensors)) {
+        if (t.kind == tensor_kind::weight) {
+          throw htp::invalid_argument("acquired('" + t.name +
+                                      "', dirty=True): a weight is never dirty; register "
+                                      "kernel-written tensors with kind='mutable'");
+        }
+      }
+    }
+    return acquire_views(*pager, tensors, stream, false);
+  }
+  void exit() { release_views(*pager, tensors, stream, dirty); }
+};
+
+}  // namespace
+
+nb::object acquired(pager_state& self, nb::object tensors, nb::object stream, bool dirty) {
+  return nb::cast(
+      acquired_scope{self.shared_from_this(), std::move(tensors), std::move(stream), dirty});
+}
+
+void bind_acquired(nb::module_& m) {
+  nb::class_<acquired_scope>(m, "Acquired",
+                             "What Pager.acquired returns: `with pager.acquired(ts) as views:` "
+                             "acquires on entry and releases on exit, also on an error.")
+      .def("__enter__", &acquired_scope::enter,
+           "Acquires the tensors; returns the view (a list of views for a list).")
+      .def(
+          "__exit__",
+          [](acquired_scope& s, nb::handle, nb::handle, nb::handle) {
+            s.exit();
+            return false;
+          },
+          nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none(),
+          "Releases the tensors on the stream given, dirty as given; never swallows an error.");
 }
 
 }  // namespace htp::python

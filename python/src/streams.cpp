@@ -2,6 +2,10 @@
 
 #include <htp/error.hpp>
 
+#include <nanobind/stl/string.h>
+
+#include <optional>
+
 namespace htp::python {
 
 stream_binder::stream_binder(py_device& dev) : dev_(dev), own_(dev.dev->create_stream()) {
@@ -10,7 +14,37 @@ stream_binder::stream_binder(py_device& dev) : dev_(dev), own_(dev.dev->create_s
 
 stream_binder::~stream_binder() { dev_.dev->destroy_stream(own_); }
 
-stream_binder::target stream_binder::resolve(std::optional<std::uintptr_t> raw) const {
+stream_binder::target stream_binder::resolve(nb::handle stream) const {
+  std::optional<std::uintptr_t> raw;
+  const auto handle_of = [&](nb::handle h) {
+    std::uintptr_t v = 0;
+    if (!nb::isinstance<nb::int_>(h) || PyBool_Check(h.ptr()) || !nb::try_cast(h, v, false)) {
+      return false;
+    }
+    raw = v;
+    return true;
+  };
+  if (stream.is_none()) {
+    if (dev_.is_cuda()) {
+      const nb::object torch = nb::module_::import_("sys").attr("modules").attr("get")("torch");
+      if (!torch.is_none() && nb::cast<bool>(torch.attr("cuda").attr("is_available")())) {
+        handle_of(torch.attr("cuda").attr("current_stream")(dev_.ordinal).attr("cuda_stream"));
+      }
+    }
+  } else if (PyBool_Check(stream.ptr())) {
+    throw htp::invalid_argument("stream: pass a torch.cuda.Stream, a cudaStream_t int or None");
+  } else if (!handle_of(stream)) {
+    bool found = false;
+    for (const char* attr : {"cuda_stream", "ptr"}) {  // torch.cuda.Stream, cupy.cuda.Stream
+      if (!found && nb::hasattr(stream, attr)) found = handle_of(stream.attr(attr));
+    }
+    if (!found) {
+      throw htp::invalid_argument(
+          "stream: " + nb::cast<std::string>(stream.type().attr("__name__")) +
+          " is not a stream; pass a torch.cuda.Stream, a cudaStream_t int or None (torch's "
+          "current stream)");
+    }
+  }
   if (!raw) return {own_, true, false};
   if (!dev_.is_cuda()) {
     throw htp::invalid_argument(

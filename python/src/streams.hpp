@@ -1,10 +1,13 @@
-// How a Python caller's stream argument becomes the stream htp orders an acquire or release on.
-//  - None: the pager's own stream, and acquires block the host until the bytes are there, so the
-//    view is usable by anything (numpy, torch on the CPU, a kernel on any stream).
-//  - an int on cuda: a cudaStream_t (torch.cuda.Stream.cuda_stream). 0 and 1 are the legacy default
-//    stream, which htp refuses in C++; the binding bridges it through its own stream with events
-//    (legacy waits for the acquire; the release waits for the legacy stream's work so far).
-//  - an int on sim: refused (sim streams are not caller objects).
+// How a Python caller's stream argument becomes the stream htp orders an acquire or release on:
+// stream_binder::resolve is the one place that reads it.
+//  - None on cuda: torch's current stream on the pager's GPU when torch is imported and sees a GPU;
+//    otherwise (and always on sim) the pager's own stream, and acquires block the host until the
+//    bytes are there, so the view is usable by anything (numpy, torch on the CPU, any stream).
+//  - a torch.cuda.Stream (its cuda_stream), a cupy stream (its ptr) or an int: a cudaStream_t.
+//    0 and 1 are the legacy default stream, which htp refuses in C++; the binding bridges it
+//    through its own stream with events (legacy waits for the acquire; the release waits for the
+//    legacy stream's work so far). 2 (cudaStreamPerThread) is refused.
+//  - anything on sim but None: refused (sim streams are not caller objects).
 #pragma once
 
 #include "bindings.hpp"
@@ -36,9 +39,10 @@ class stream_binder {
     bool host_wait = false;  ///< acquire(..., wait = true)
     bool legacy = false;     ///< bridged from the legacy default stream
   };
-  /// The target for the caller's argument (see the file comment). Thread-safe.
-  /// @throws htp::invalid_argument for an int on sim or cudaStreamPerThread (2).
-  target resolve(std::optional<std::uintptr_t> raw) const;
+  /// The target for the caller's stream argument (see the file comment). Call with the GIL held.
+  /// Thread-safe. @throws htp::invalid_argument for what is not a stream, a stream on sim, or
+  /// cudaStreamPerThread (2).
+  target resolve(nb::handle stream) const;
   /// After the pager's acquire on t.ref: makes a legacy caller's stream wait for it. Thread-safe.
   void after_acquire(const target& t);
   /// Before the pager's release on t.ref: makes it wait for a legacy caller's work. Thread-safe.

@@ -180,6 +180,32 @@ def test_reports_metrics_prometheus_and_trace(sim, tmp_path):
     assert p.metrics()["faults"] == 0
 
 
+def _flat(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
+
+
+def test_metrics_is_the_json_as_a_dict_built_without_json(pager):
+    # metrics() is built in C++ from the counter lists; metrics_json() is to_json (what files get).
+    # Same keys, nesting, types and values; only what the clock moves between the two snapshots
+    # may differ.
+    t = pager.register("m", np.arange(1024, dtype=np.float32))
+    with pager.acquired(t):
+        pass
+    pager.evict(t)
+    pager.synchronize()
+    d, j = _flat(pager.metrics()), _flat(json.loads(pager.metrics_json()))
+    assert d.keys() == j.keys()
+    assert d["acquires"] == 1 and d["oom_ladder.thrown"] == 0 and d["transfers.h2d.bytes"] == 4096
+    timed = {"elapsed_ms", "fault_rate_per_ms", "hbm.mean_pct", "host.mean_pct", "transfers.elapsed_ns"}
+    for key in d:
+        assert type(d[key]) is type(j[key]), key
+        if key not in timed:
+            assert d[key] == j[key], key
+
+
 def test_threads_share_a_pager_with_the_gil_released(sim):
     p = htp.Pager(sim, hbm_budget="1MiB", host_budget="4MiB", slab_bytes="1MiB", page_bytes=4096)
     arrays = [np.full(64 << 10, i, dtype=np.uint8) for i in range(24)]  # 1.5 MiB: evictions
@@ -268,7 +294,7 @@ def test_a_wrong_size_or_shape_is_refused(pager, tmp_path):
     with pytest.raises(htp.CorruptDataError, match="spans 64 bytes, but F32 \\[1024\\] takes 4096"):
         pager.register_safetensors(str(path))
     with pytest.raises(htp.InvalidArgumentError, match="unknown dtype"):
-        pager._p.register_file("x", str(path), 0, "F8_E4M3", [4])
+        pager.register_file("x", str(path), 0, "F8_E4M3", [4])
 
 
 def test_compressed_weights_page_in_bit_exact_and_refuse_what_they_cannot_hold(sim):

@@ -189,6 +189,12 @@ void pager::add_host_region(void* ptr, std::size_t bytes, host_region_kind kind)
   p.host_regions.emplace(static_cast<const char*>(ptr), detail::host_region{bytes, kind, 0});
 }
 
+bool pager::in_host_region(const void* ptr, std::size_t bytes) const {
+  auto& p = *impl_;
+  std::lock_guard lock(p.mutex);
+  return p.region_of(ptr, bytes) != nullptr;
+}
+
 void pager::remove_host_region(void* ptr) {
   auto& p = *impl_;
   host_region_kind kind;
