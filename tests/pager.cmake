@@ -28,3 +28,6 @@ target_include_directories(test_companion PRIVATE ${PROJECT_SOURCE_DIR}/bench)
 # htp::corrupt_data and nothing else (synthetic weights from bench/common).
 htp_add_test(test_pager_verify pager_verify_test.cpp)
 target_include_directories(test_pager_verify PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+# The pager's components alone (src/pager/room_maker.hpp, prefetcher.hpp): their invariants.
+htp_add_test(test_pager_components pager_room_maker_test.cpp pager_prefetcher_test.cpp)
+target_include_directories(test_pager_components PRIVATE ${PROJECT_SOURCE_DIR}/src)

@@ -11,43 +11,8 @@ namespace htp {
 using detail::pending_kind;
 using detail::tensor_record;
 
-namespace {
-
-/// One finished copy of a registered tensor: its transition in the tensor table (which tells the
-/// observers), and the HBM it gave up back to the room maker.
-void copy_done(detail::tensor_table& tensors, detail::room_maker& room, std::uint32_t slot,
-               const finished_transfer& done) {
-  const bool ok = done.status == transfer_status::complete;
-  switch (tensors[slot].pending) {
-    case pending_kind::load:
-      if (ok) {
-        tensors.finish_load(slot, done.latency);
-      } else {
-        room.free_hbm(tensors.fail_load(slot, done.error));
-      }
-      break;
-    case pending_kind::write_back:
-      if (ok) {
-        if (const auto freed = tensors.finish_write_back(slot, done.latency)) room.free_hbm(*freed);
-      } else {
-        tensors.fail_write_back(slot);
-      }
-      break;
-    case pending_kind::move: room.finish_move(slot, ok, done.latency); break;
-    case pending_kind::none: break;
-  }
-}
-
-}  // namespace
-
 void pager::impl::reap() {
-  for (const finished_transfer& done : tiers.engine->take_finished()) {
-    if (const auto slot = tensors.slot_of_ticket(done.ticket.id)) {
-      copy_done(tensors, room, *slot, done);
-    } else {
-      room.detached_load_done(done);  // or a copy the pager no longer waits for
-    }
-  }
+  for (const finished_transfer& done : tiers.engine->take_finished()) room.complete(done);
   tensors.retire_all_releases();
   prefetch.harvest();
   room.drop_fences();

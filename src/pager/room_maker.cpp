@@ -363,6 +363,35 @@ void room_maker::evict_loading(std::uint32_t slot, cause why) {
   free_hbm(tensors_.detach_load(slot, why));
 }
 
+// ---- completions -------------------------------------------------------------------------------
+
+void room_maker::complete(const finished_transfer& done) {
+  const auto slot = tensors_.slot_of_ticket(done.ticket.id);
+  if (!slot) {
+    detached_load_done(done);  // or a copy the pager no longer waits for
+    return;
+  }
+  const bool ok = done.status == transfer_status::complete;
+  switch (tensors_[*slot].pending) {
+    case pending_kind::load:
+      if (ok) {
+        tensors_.finish_load(*slot, done.latency);
+      } else {
+        free_hbm(tensors_.fail_load(*slot, done.error));
+      }
+      break;
+    case pending_kind::write_back:
+      if (ok) {
+        if (const auto freed = tensors_.finish_write_back(*slot, done.latency)) free_hbm(*freed);
+      } else {
+        tensors_.fail_write_back(*slot);
+      }
+      break;
+    case pending_kind::move: finish_move(*slot, ok, done.latency); break;
+    case pending_kind::none: break;
+  }
+}
+
 // ---- loads detached by evict_loading -----------------------------------------------------------
 
 bool room_maker::detached_load_done(const finished_transfer& done) {

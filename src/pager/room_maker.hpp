@@ -95,15 +95,14 @@ class room_maker {
   std::size_t compact(std::size_t request_bytes, cause why);
   /// Starts a compaction when fragmentation passed the threshold (amortised O(1) per call).
   void maybe_compact();
-  /// A move of `slot` ended: committed (`ok`) or cancelled, `latency` after it started.
-  void finish_move(std::uint32_t slot, bool ok, std::chrono::nanoseconds latency);
+  /// A copy the room maker started finished (`done`, from the engine's queue): its tensor's
+  /// transition (a load resident or failed, a write-back ended, a move committed or cancelled),
+  /// the HBM it gave up freed; or the end of a detached load.
+  void complete(const finished_transfer& done);
   /// The moves in flight, into `w`.
   void add_move_waits(wait_set& w) const;
 
   // ---- loads detached by evict_loading ---------------------------------------------------------
-  /// True when `ticket` is a detached load; then it is forgotten and its end told to the
-  /// observers (and, if it failed, logged: kernels after that acquire read undefined bytes).
-  bool detached_load_done(const finished_transfer& done);
   /// The tickets of the detached loads still reading `slot`'s source, into `out`.
   void detached_loads_of(std::uint32_t slot, std::vector<transfer_ticket>& out) const;
   /// Every detached load in flight, into `out`.
@@ -146,6 +145,10 @@ class room_maker {
 
  private:
   bool evict_for_demand(wait_set& waits);
+  void finish_move(std::uint32_t slot, bool ok, std::chrono::nanoseconds latency);
+  /// True when `done` is a detached load; then it is forgotten and its end told to the observers
+  /// (and, if it failed, logged: kernels after that acquire read undefined bytes).
+  bool detached_load_done(const finished_transfer& done);
   bool compact_for(std::size_t bytes, wait_set& waits);
   std::optional<extent> allocate(std::size_t bytes);
   std::size_t free_bytes() const;
