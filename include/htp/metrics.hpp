@@ -157,6 +157,13 @@ struct pager_metrics {
   transfer_metrics transfers;  ///< bytes per direction, GB/s, utilisation, token waits.
 };
 
+/// Walks a snapshot in the names and nesting to_json writes: `v.number(name, value)` for each
+/// field (value a std::uint64_t or a double), `v.open(name)` ... `v.close()` around each nested
+/// object. Every writer of the nested form walks this one list (to_json here; Python's
+/// Pager.metrics() builds its dict with it), so each field is named once. Thread-safe (reads `m`).
+template <typename V>
+void visit_metrics(const pager_metrics& m, V&& v);
+
 /// The metrics as a JSON object (stable field names, as in this header). Thread-safe (a pure
 /// function); throws nothing but std::bad_alloc.
 std::string to_json(const pager_metrics& m);
@@ -168,5 +175,112 @@ std::string to_json(const pager_metrics& m);
 /// everything else (levels, occupancy, latency summaries, transfers) as `later` has it.
 /// Thread-safe (a pure function); throws nothing.
 pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& earlier) noexcept;
+
+namespace detail {
+
+template <typename V>
+void visit_latency(const char* name, const latency_summary& s, V& v) {
+  v.open(name);
+  v.number("count", s.count);
+  v.number("p50_ns", s.p50_ns);
+  v.number("p95_ns", s.p95_ns);
+  v.number("p99_ns", s.p99_ns);
+  v.number("max_ns", s.max_ns);
+  v.number("mean_ns", s.mean_ns);
+  v.close();
+}
+
+template <typename V>
+void visit_occupancy(const char* name, const tier_occupancy& o, V& v) {
+  v.open(name);
+  v.number("capacity_bytes", std::uint64_t{o.capacity_bytes});
+  v.number("used_bytes", std::uint64_t{o.used_bytes});
+  v.number("occupancy_pct", o.occupancy_pct);
+  v.number("peak_pct", o.peak_pct);
+  v.number("mean_pct", o.mean_pct);
+  v.number("fragmentation_pct", o.fragmentation_pct);
+  v.number("largest_free_extent_bytes", std::uint64_t{o.largest_free_extent_bytes});
+  v.close();
+}
+
+template <typename V>
+void visit_direction(const char* name, const transfer_direction_metrics& d, V& v) {
+  v.open(name);
+  v.number("bytes", d.bytes);
+  v.number("chunks", d.chunks);
+  v.number("busy_ns", d.busy_ns);
+  v.number("achieved_gbps", d.achieved_gbps);
+  v.number("utilization", d.utilization);
+  v.number("token_wait_ns", d.token_wait_ns);
+  v.number("rate_cap_bytes_per_second", d.rate_cap_bytes_per_second);
+  v.number("link_peak_bytes_per_second", d.link_peak_bytes_per_second);
+  v.close();
+}
+
+template <typename V>
+void visit_fault_wait(const fault_wait_summary& w, V& v) {
+  v.open("fault_wait");
+  v.number("count", std::uint64_t{w.count});
+  v.number("dropped", w.dropped);
+  v.number("bytes", w.bytes);
+  v.number("p50_ms", w.p50_ms);
+  v.number("p90_ms", w.p90_ms);
+  v.number("p99_ms", w.p99_ms);
+  v.number("max_ms", w.max_ms);
+  v.number("mean_ms", w.mean_ms);
+  v.number("ms_per_64mib_page", w.ms_per_64mib_page);
+  v.number("floor_multiple_p50", w.floor_multiple_p50);
+  v.number("floor_multiple_p99", w.floor_multiple_p99);
+  v.close();
+}
+
+template <typename V>
+void visit_transfers(const transfer_metrics& t, V& v) {
+  v.open("transfers");
+  visit_direction("h2d", t.h2d, v);
+  visit_direction("d2h", t.d2h, v);
+  visit_direction("d2d", t.d2d, v);
+  v.open("classes");
+  for (std::size_t i = 0; i < transfer_priority_count; ++i) {
+    const transfer_class_metrics& c = t.classes[i];
+    v.open(to_string(static_cast<transfer_priority>(i)));
+    v.number("queue_depth", c.queue_depth);
+    v.number("submitted", c.submitted);
+    v.number("completed", c.completed);
+    v.number("cancelled", c.cancelled);
+    v.number("failed", c.failed);
+    visit_latency("latency", c.latency, v);
+    v.close();
+  }
+  v.close();
+  v.number("elapsed_ns", t.elapsed_ns);
+  v.close();
+}
+
+}  // namespace detail
+
+template <typename V>
+void visit_metrics(const pager_metrics& m, V&& v) {
+  v.number("elapsed_ms", m.elapsed_ms);
+  v.number("latency_budget_ms", m.latency_budget_ms);
+  detail::visit_occupancy("hbm", m.hbm, v);
+  detail::visit_occupancy("host", m.host, v);
+  v.number("caller_host_bytes", std::uint64_t{m.caller_host_bytes});
+  v.number("events_created", std::uint64_t{m.events_created});
+  v.number("fault_rate_per_ms", m.fault_rate_per_ms);
+  detail::visit_latency("fault_latency", m.fault_latency, v);
+  v.number("prefetch_timely_share", m.prefetch_timely_share);
+  detail::visit_latency("prefetch_lateness", m.prefetch_lateness, v);
+  detail::visit_fault_wait(m.fault_wait, v);
+  detail::visit_transfers(m.transfers, v);
+#define HTP_VISIT_COUNTER(field, kind, help) v.number(#field, std::uint64_t{m.field});
+  HTP_PAGER_COUNTERS(HTP_VISIT_COUNTER)
+#undef HTP_VISIT_COUNTER
+  v.open("oom_ladder");
+#define HTP_VISIT_RUNG(field, help) v.number(#field, m.oom.field);
+  HTP_OOM_LADDER_RUNGS(HTP_VISIT_RUNG)
+#undef HTP_VISIT_RUNG
+  v.close();
+}
 
 }  // namespace htp

@@ -398,73 +398,30 @@ void bind_tensor(nb::module_& m) {
 
 }  // namespace
 
-void bind_pager(nb::module_& m) {
-  bind_tensor(m);
-  m.def("write_companion", &write_companion, nb::arg("source"), nb::arg("out"),
-        nb::arg("pager_chunk_bytes").none() = nb::none(), nb::arg("threads") = 1,
-        nb::sig("def write_companion(source: str | os.PathLike, out: str | os.PathLike, "
-                "pager_chunk_bytes: int | str | None = None, threads: int = 1) -> dict"),
-        "Writes the compressed companion of the safetensors file `source` to `out`: every "
-        "bfloat16, float16 and float32 tensor entropy-coded, cut for a pager whose chunk_bytes is "
-        "`pager_chunk_bytes` (default: PagerConfig's). Others are listed as skipped. Returns the "
-        "totals: tensors, skipped, logical_bytes, wire_bytes, chunk_bytes. Same as "
-        "`python -m htp.compress source out`.\n\n"
-        "Raises CorruptDataError (a header that breaks the safetensors format: the tensor and the "
-        "field), IoError (`source` cannot be read or `out` written), InvalidArgumentError (threads "
-        "below 1, a chunk size that leaves no room).");
-  bind_view(m);
-  bind_acquired(m);
+/// Pager: registering tensors, lending memory, unregistering.
+void bind_pager_registration(nb::class_<pager_state>& cls) {
   using gil_free = nb::call_guard<nb::gil_scoped_release>;
-  nb::class_<pager_state>(
-      m, "Pager", nb::is_weak_referenceable(),
-      "Pages registered tensors between pinned host memory and one GPU's HBM (pager.hpp).\n\n"
-      "`Pager(device, hbm_budget, host_budget=0, **config)`: `config` is every PagerConfig field "
-      "by name (`prefetch_lookahead=4`, `eviction=\"belady\"`, `checked=True`, ...); sizes may be "
-      "strings (\"64MiB\"). Every method may be called from any thread; those that can block "
-      "release the GIL.")
-      .def(nb::new_(
-               [](device_arg device, size_arg hbm_budget, size_arg host_budget, nb::kwargs config) {
-                 if (!nb::isinstance<py_device>(device)) {
-                   throw htp::invalid_argument("Pager: device must come from htp.make_device()");
-                 }
-                 config["hbm_budget"] = hbm_budget;
-                 config["host_budget"] = host_budget;
-                 const pager_config c = make_pager_config(config);
-                 std::shared_ptr<py_device> d = nb::cast<std::shared_ptr<py_device>>(device);
-                 std::unique_ptr<htp::pager> p;
-                 {
-                   nb::gil_scoped_release unlocked;  // reserves and pins both tiers: slow
-                   p = std::make_unique<htp::pager>(*d->dev, c);
-                 }
-                 return std::make_shared<pager_state>(std::move(d), std::move(p));
-               }),
-           nb::arg("device"), nb::arg("hbm_budget"), nb::arg("host_budget") = 0, nb::arg("config"))
-      .def_prop_ro(
-          "device", [](const pager_state& s) { return s.device; }, "The device it pages into.")
-      .def_prop_ro(
-          "config", [](const pager_state& s) { return s.pager->config(); },
-          "Its configuration (a copy).")
-      .def("register", &register_any, nb::arg("name"), nb::arg("source"),
-           nb::arg("kind") = "weight", nb::arg("copy") = true,
-           nb::arg("read_only").none() = nb::none(), nb::arg("compress") = false,
-           nb::sig("def register(self, name: str, source: object, kind: str | TensorKind = "
-                   "'weight', copy: bool = True, read_only: bool | None = None, "
-                   "compress: bool = False) -> Tensor"),
-           "Registers a tensor from a CPU torch tensor, numpy array, buffer or DLPack producer, "
-           "keeping its dtype and shape.\n\n"
-           "`copy=True`: its bytes are copied into htp's pinned tier (host_budget); the source may "
-           "be dropped afterwards. `copy=False`: no copy; the source's memory is the tensor's host "
-           "copy (a pinned torch tensor is used as it is; other memory is registered with the "
-           "driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a "
-           "memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors "
-           "of one buffer: `lend` it first. `kind`: 'weight' or 'mutable' (written back when "
-           "evicted dirty). `compress=True` (bfloat16, float16 or float32 weights, with "
-           "`copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only "
-           "the compressed bytes are kept; each page-in copies them and decodes on the GPU "
-           "(docs/pager.md, \"Compressed weights\").\n\n"
-           "Raises InvalidArgumentError (not an array, bad dtype, not contiguous, not CPU memory, "
-           "too large for the HBM budget, compress with a mutable tensor, another dtype or "
-           "copy=False), OutOfMemoryError (host tier full).")
+  cls.def("register", &register_any, nb::arg("name"), nb::arg("source"), nb::arg("kind") = "weight",
+          nb::arg("copy") = true, nb::arg("read_only").none() = nb::none(),
+          nb::arg("compress") = false,
+          nb::sig("def register(self, name: str, source: object, kind: str | TensorKind = "
+                  "'weight', copy: bool = True, read_only: bool | None = None, "
+                  "compress: bool = False) -> Tensor"),
+          "Registers a tensor from a CPU torch tensor, numpy array, buffer or DLPack producer, "
+          "keeping its dtype and shape.\n\n"
+          "`copy=True`: its bytes are copied into htp's pinned tier (host_budget); the source may "
+          "be dropped afterwards. `copy=False`: no copy; the source's memory is the tensor's host "
+          "copy (a pinned torch tensor is used as it is; other memory is registered with the "
+          "driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a "
+          "memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors "
+          "of one buffer: `lend` it first. `kind`: 'weight' or 'mutable' (written back when "
+          "evicted dirty). `compress=True` (bfloat16, float16 or float32 weights, with "
+          "`copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only "
+          "the compressed bytes are kept; each page-in copies them and decodes on the GPU "
+          "(docs/pager.md, \"Compressed weights\").\n\n"
+          "Raises InvalidArgumentError (not an array, bad dtype, not contiguous, not CPU memory, "
+          "too large for the HBM budget, compress with a mutable tensor, another dtype or "
+          "copy=False), OutOfMemoryError (host tier full).")
       .def("lend", &lend, nb::arg("source"), nb::arg("read_only") = false,
            "Lends a whole CPU buffer (a numpy memmap of a checkpoint, a pinned torch tensor) so "
            "that several tensors inside it register with `copy=False`. Memory the device maps "
@@ -511,20 +468,25 @@ void bind_pager(nb::module_& m) {
            "past the end of the file), IoError (the file cannot be read).")
       .def("unregister", &unregister, nb::arg("tensor"),
            "Drops a tensor (it must not be acquired). A stale handle raises "
-           "InvalidArgumentError.")
-      .def("acquire", &acquire_views, nb::arg("tensors"), nb::arg("stream").none() = nb::none(),
-           nb::arg("wait") = false,
-           nb::sig("def acquire(self, tensors: Tensor | collections.abc.Sequence[Tensor], stream: "
-                   "object = None, "
-                   "wait: bool = False) -> View | list[View]"),
-           "Pages the tensor(s) in if needed and pins them; returns a zero-copy view (a list for "
-           "a list), usable on `stream`: a torch.cuda.Stream, a raw cudaStream_t int, or None for "
-           "torch's current stream on cuda (the host waits for the bytes when torch is not in "
-           "use; on sim always). `wait`: the host waits for the bytes in any case. Turn a view "
-           "into a tensor with torch.from_dlpack(view) or numpy.from_dlpack(view). A view used "
-           "after its release reads whatever the pager put there next (in checked mode, htp's "
-           "poison pattern once its extent is freed): keep views inside acquire/release, or use "
-           "`acquired`.")
+           "InvalidArgumentError.");
+}
+
+/// Pager: acquire and release, one tensor or a list (views on the device).
+void bind_pager_access(nb::class_<pager_state>& cls) {
+  using gil_free = nb::call_guard<nb::gil_scoped_release>;
+  cls.def("acquire", &acquire_views, nb::arg("tensors"), nb::arg("stream").none() = nb::none(),
+          nb::arg("wait") = false,
+          nb::sig("def acquire(self, tensors: Tensor | collections.abc.Sequence[Tensor], stream: "
+                  "object = None, "
+                  "wait: bool = False) -> View | list[View]"),
+          "Pages the tensor(s) in if needed and pins them; returns a zero-copy view (a list for "
+          "a list), usable on `stream`: a torch.cuda.Stream, a raw cudaStream_t int, or None for "
+          "torch's current stream on cuda (the host waits for the bytes when torch is not in "
+          "use; on sim always). `wait`: the host waits for the bytes in any case. Turn a view "
+          "into a tensor with torch.from_dlpack(view) or numpy.from_dlpack(view). A view used "
+          "after its release reads whatever the pager put there next (in checked mode, htp's "
+          "poison pattern once its extent is freed): keep views inside acquire/release, or use "
+          "`acquired`.")
       .def("release", &release_views, nb::arg("tensors"), nb::arg("stream").none() = nb::none(),
            nb::arg("dirty") = false,
            nb::sig("def release(self, tensors: Tensor | collections.abc.Sequence[Tensor], stream: "
@@ -539,12 +501,17 @@ void bind_pager(nb::module_& m) {
                    "dirty: bool = False) -> Acquired"),
            "`with pager.acquired(ts) as views:` acquire on entry, release on exit (also on "
            "error). `dirty` is checked before the acquire (weights cannot be dirty), so the exit's "
-           "release cannot fail on it and leave the tensors pinned.")
-      .def(
-          "prefetch", [](pager_state& s, const py_tensor& t) { s.pager->prefetch(t.handle); },
-          gil_free(), nb::arg("tensor"),
-          "Hint: bring the tensor in at prefetch priority; never blocks, never evicts "
-          "sooner-needed.")
+           "release cannot fail on it and leave the tensors pinned.");
+}
+
+/// Pager: what comes next (prefetch, schedule, routed groups, expect), evict, compact.
+void bind_pager_hints(nb::class_<pager_state>& cls) {
+  using gil_free = nb::call_guard<nb::gil_scoped_release>;
+  cls.def(
+         "prefetch", [](pager_state& s, const py_tensor& t) { s.pager->prefetch(t.handle); },
+         gil_free(), nb::arg("tensor"),
+         "Hint: bring the tensor in at prefetch priority; never blocks, never evicts "
+         "sooner-needed.")
       .def(
           "set_schedule",
           [](pager_state& s, nb::handle tensors, bool cyclic) {
@@ -589,12 +556,17 @@ void bind_pager(nb::module_& m) {
           nb::arg("tensor"), "Evicts an unpinned tensor now (writing it back if dirty), blocking.")
       .def(
           "compact", [](pager_state& s) { return s.pager->compact(); }, gil_free(),
-          "Compacts HBM now, blocking; returns the moves made.")
-      .def("copy_to_host", &copy_to_host, nb::arg("tensor"), nb::arg("out").none() = nb::none(),
-           nb::sig("def copy_to_host(self, tensor: Tensor, out: object = None) -> object"),
-           "The tensor's current bytes, copied into `out` (a writable CPU array of its size) or "
-           "into a new torch tensor (numpy array without torch) of its dtype and shape; returns "
-           "it.")
+          "Compacts HBM now, blocking; returns the moves made.");
+}
+
+/// Pager: reading back (copy_to_host, info), synchronize, metrics and traces.
+void bind_pager_reports(nb::class_<pager_state>& cls) {
+  using gil_free = nb::call_guard<nb::gil_scoped_release>;
+  cls.def("copy_to_host", &copy_to_host, nb::arg("tensor"), nb::arg("out").none() = nb::none(),
+          nb::sig("def copy_to_host(self, tensor: Tensor, out: object = None) -> object"),
+          "The tensor's current bytes, copied into `out` (a writable CPU array of its size) or "
+          "into a new torch tensor (numpy array without torch) of its dtype and shape; returns "
+          "it.")
       .def(
           "synchronize", [](pager_state& s) { s.pager->synchronize(); }, gil_free(),
           "Blocks until every copy the pager started has completed.")
@@ -618,6 +590,58 @@ void bind_pager(nb::module_& m) {
           "write_trace",
           [](const pager_state& s, const std::string& path) { s.pager->write_trace(path); },
           gil_free(), nb::arg("path"), "Writes the Chrome/Perfetto trace (needs `trace=True`).");
+}
+
+void bind_pager(nb::module_& m) {
+  bind_tensor(m);
+  m.def("write_companion", &write_companion, nb::arg("source"), nb::arg("out"),
+        nb::arg("pager_chunk_bytes").none() = nb::none(), nb::arg("threads") = 1,
+        nb::sig("def write_companion(source: str | os.PathLike, out: str | os.PathLike, "
+                "pager_chunk_bytes: int | str | None = None, threads: int = 1) -> dict"),
+        "Writes the compressed companion of the safetensors file `source` to `out`: every "
+        "bfloat16, float16 and float32 tensor entropy-coded, cut for a pager whose chunk_bytes is "
+        "`pager_chunk_bytes` (default: PagerConfig's). Others are listed as skipped. Returns the "
+        "totals: tensors, skipped, logical_bytes, wire_bytes, chunk_bytes. Same as "
+        "`python -m htp.compress source out`.\n\n"
+        "Raises CorruptDataError (a header that breaks the safetensors format: the tensor and the "
+        "field), IoError (`source` cannot be read or `out` written), InvalidArgumentError (threads "
+        "below 1, a chunk size that leaves no room).");
+  bind_view(m);
+  bind_acquired(m);
+  using gil_free = nb::call_guard<nb::gil_scoped_release>;
+  nb::class_<pager_state> cls(
+      m, "Pager", nb::is_weak_referenceable(),
+      "Pages registered tensors between pinned host memory and one GPU's HBM (pager.hpp).\n\n"
+      "`Pager(device, hbm_budget, host_budget=0, **config)`: `config` is every PagerConfig field "
+      "by name (`prefetch_lookahead=4`, `eviction=\"belady\"`, `checked=True`, ...); sizes may be "
+      "strings (\"64MiB\"). Every method may be called from any thread; those that can block "
+      "release the GIL.");
+  cls.def(nb::new_(
+              [](device_arg device, size_arg hbm_budget, size_arg host_budget, nb::kwargs config) {
+                if (!nb::isinstance<py_device>(device)) {
+                  throw htp::invalid_argument("Pager: device must come from htp.make_device()");
+                }
+                config["hbm_budget"] = hbm_budget;
+                config["host_budget"] = host_budget;
+                const pager_config c = make_pager_config(config);
+                std::shared_ptr<py_device> d = nb::cast<std::shared_ptr<py_device>>(device);
+                std::unique_ptr<htp::pager> p;
+                {
+                  nb::gil_scoped_release unlocked;  // reserves and pins both tiers: slow
+                  p = std::make_unique<htp::pager>(*d->dev, c);
+                }
+                return std::make_shared<pager_state>(std::move(d), std::move(p));
+              }),
+          nb::arg("device"), nb::arg("hbm_budget"), nb::arg("host_budget") = 0, nb::arg("config"))
+      .def_prop_ro(
+          "device", [](const pager_state& s) { return s.device; }, "The device it pages into.")
+      .def_prop_ro(
+          "config", [](const pager_state& s) { return s.pager->config(); },
+          "Its configuration (a copy).");
+  bind_pager_registration(cls);
+  bind_pager_access(cls);
+  bind_pager_hints(cls);
+  bind_pager_reports(cls);
 }
 
 }  // namespace htp::python

@@ -5,6 +5,7 @@
 #include "pager/pager_impl.hpp"
 
 #include <algorithm>
+#include <array>
 #include <htp/detail/check.hpp>
 #include <utility>
 
@@ -119,17 +120,20 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
 namespace {
 
 /// What the observers learn of an acquire that succeeded: each element's outcome, and the load
-/// it waits for (still in flight) or when its last load's bytes arrived.
-std::vector<detail::acquired_element> elements_of(const detail::tensor_table& tensors,
-                                                  const tensor_handle* hs,
-                                                  const std::vector<acquire_outcome>& outcomes) {
-  std::vector<detail::acquired_element> out(outcomes.size());
+/// it waits for (still in flight) or when its last load's bytes arrived. On the stack for a short
+/// list (the common call: one tensor, or a layer's few).
+void tell_acquired(detail::pager_observer& observe, const detail::tensor_table& tensors,
+                   const tensor_handle* hs, const std::vector<acquire_outcome>& outcomes,
+                   std::chrono::steady_clock::time_point called) {
+  std::array<detail::acquired_element, 8> few;
+  std::vector<detail::acquired_element> many(outcomes.size() > few.size() ? outcomes.size() : 0);
+  detail::acquired_element* out = many.empty() ? few.data() : many.data();
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const tensor_record& t = tensors[hs[i].index];
     out[i] = {outcomes[i], t.bytes, t.pending == pending_kind::load ? t.ticket : transfer_ticket{},
-              t.notes.loaded_at};
+              t.times.loaded_at};
   }
-  return out;
+  observe.acquire_succeeded(out, outcomes.size(), called);
 }
 
 }  // namespace
@@ -203,7 +207,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   lock.lock();
   if (wait) observe.all.blocked(blocked_from);
   let_go_of_writes();
-  observe.all.acquire_succeeded(elements_of(tensors, hs, outcomes), called);
+  tell_acquired(observe.all, tensors, hs, outcomes, called);
 }
 
 void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute,
@@ -261,7 +265,7 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
     room.free_hbm(std::move(*freed));
     if (failed.empty()) {
       failed = tensors[slot].name;
-      cause = tensors[slot].notes.load_error;
+      cause = tensors[slot].times.load_error;
     }
   }
   if (!failed.empty()) {

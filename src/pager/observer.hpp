@@ -94,8 +94,8 @@ class pager_observer {
   virtual void prefetches_late(std::uint32_t /*n*/, std::chrono::nanoseconds /*stall*/) {}
 
   // ---- calls, once each, when they end ---------------------------------------------------------
-  /// An acquire of `elements.size()` tensors called at `called` succeeded.
-  virtual void acquire_succeeded(const std::vector<acquired_element>& /*elements*/,
+  /// An acquire of `n` tensors (`elements`) called at `called` succeeded.
+  virtual void acquire_succeeded(const acquired_element* /*elements*/, std::size_t /*n*/,
                                  clock::time_point /*called*/) {}
   /// An acquire of `n` tensors failed; `exhausted`: the ladder's last rung failed one of them
   /// (ladder_exhausted told already).
@@ -156,9 +156,9 @@ class observer_list final : public pager_observer {
   void prefetches_late(std::uint32_t n, std::chrono::nanoseconds stall) override {
     each(&pager_observer::prefetches_late, n, stall);
   }
-  void acquire_succeeded(const std::vector<acquired_element>& e,
+  void acquire_succeeded(const acquired_element* e, std::size_t n,
                          clock::time_point called) override {
-    each(&pager_observer::acquire_succeeded, e, called);
+    each(&pager_observer::acquire_succeeded, e, n, called);
   }
   void acquire_failed(std::size_t n, bool exhausted) override {
     each(&pager_observer::acquire_failed, n, exhausted);

@@ -89,7 +89,7 @@ void pager_stats::load_finished(const tensor_record& t, transfer_ticket ticket,
   const char* why = t.notes.fault_load                                    ? "fault"
                     : t.notes.ticket_priority == transfer_priority::fault ? "late prefetch"
                                                                           : "prefetch";
-  trace_->add(trace_track::prefetch, t.name, why, t.notes.ticket_start, at);
+  trace_->add(trace_track::prefetch, t.name, why, t.times.ticket_start, at);
 }
 
 void pager_stats::load_failed(const tensor_record&, transfer_ticket ticket,
@@ -107,9 +107,9 @@ void pager_stats::load_failed(const tensor_record&, transfer_ticket ticket,
 
 void pager_stats::copy_finished(const tensor_record& t, bool ok, std::chrono::nanoseconds latency) {
   if (!ok || !trace_) return;
-  const auto end = t.notes.ticket_start + std::chrono::duration_cast<clock::duration>(latency);
+  const auto end = t.times.ticket_start + std::chrono::duration_cast<clock::duration>(latency);
   trace_->add(trace_track::reduction, t.name, to_string(t.notes.ticket_priority),
-              t.notes.ticket_start, end);
+              t.times.ticket_start, end);
 }
 
 void pager_stats::detached_load_finished(transfer_ticket ticket, bool ok, bool fault,
@@ -150,11 +150,12 @@ void pager_stats::fault_wait(clock::time_point from, clock::time_point to, std::
   fault_waits_.push_back({ns_between(from, to), bytes});
 }
 
-void pager_stats::acquire_succeeded(const std::vector<acquired_element>& elements,
+void pager_stats::acquire_succeeded(const acquired_element* elements, std::size_t n,
                                     clock::time_point called) {
   auto& c = counters_;
-  c.acquires += elements.size();
-  for (const acquired_element& e : elements) {
+  c.acquires += n;
+  for (std::size_t i = 0; i < n; ++i) {
+    const acquired_element& e = elements[i];
     switch (e.outcome) {
       case acquire_outcome::hit: ++c.hits; break;
       case acquire_outcome::prefetch_hit:
@@ -206,7 +207,7 @@ void pager_stats::blocked(clock::time_point from) {
 
 void pager_stats::last_release(const tensor_record& t) {
   if (trace_)
-    trace_->add(trace_track::host_acquired, t.name, "acquired", t.notes.acquired_at, clock::now());
+    trace_->add(trace_track::host_acquired, t.name, "acquired", t.times.acquired_at, clock::now());
 }
 
 void pager_stats::compute_span(const std::string& name, clock::time_point begin,
@@ -320,78 +321,34 @@ pager_metrics metrics_delta(const pager_metrics& later, const pager_metrics& ear
   return d;
 }
 
-std::string to_json(const pager_metrics& m) {
-  using nlohmann::json;
-  const auto lat = [](const latency_summary& s) {
-    return json{{"count", s.count},   {"p50_ns", s.p50_ns}, {"p95_ns", s.p95_ns},
-                {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns}, {"mean_ns", s.mean_ns}};
-  };
-  const auto occ = [](const tier_occupancy& o) {
-    return json{{"capacity_bytes", o.capacity_bytes},
-                {"used_bytes", o.used_bytes},
-                {"occupancy_pct", o.occupancy_pct},
-                {"peak_pct", o.peak_pct},
-                {"mean_pct", o.mean_pct},
-                {"fragmentation_pct", o.fragmentation_pct},
-                {"largest_free_extent_bytes", o.largest_free_extent_bytes}};
-  };
-  const auto dir = [](const transfer_direction_metrics& d) {
-    return json{{"bytes", d.bytes},
-                {"chunks", d.chunks},
-                {"busy_ns", d.busy_ns},
-                {"achieved_gbps", d.achieved_gbps},
-                {"utilization", d.utilization},
-                {"token_wait_ns", d.token_wait_ns},
-                {"rate_cap_bytes_per_second", d.rate_cap_bytes_per_second},
-                {"link_peak_bytes_per_second", d.link_peak_bytes_per_second}};
-  };
-  json classes = json::object();
-  for (std::size_t i = 0; i < transfer_priority_count; ++i) {
-    const auto& c = m.transfers.classes[i];
-    classes[to_string(static_cast<transfer_priority>(i))] = {
-        {"queue_depth", c.queue_depth}, {"submitted", c.submitted}, {"completed", c.completed},
-        {"cancelled", c.cancelled},     {"failed", c.failed},       {"latency", lat(c.latency)}};
+namespace {
+
+/// Builds the nested JSON object visit_metrics walks.
+struct json_writer {
+  std::vector<nlohmann::json> open_objects{nlohmann::json::object()};
+  std::vector<std::string> names;
+  template <typename T>
+  void number(const std::string& name, T value) {
+    open_objects.back()[name] = value;
   }
-  const auto& w = m.fault_wait;
-  json j{
-      {"elapsed_ms", m.elapsed_ms},
-      {"latency_budget_ms", m.latency_budget_ms},
-      {"hbm", occ(m.hbm)},
-      {"host", occ(m.host)},
-      {"caller_host_bytes", m.caller_host_bytes},
-      {"events_created", m.events_created},
-      {"fault_rate_per_ms", m.fault_rate_per_ms},
-      {"fault_latency", lat(m.fault_latency)},
-      {"prefetch_timely_share", m.prefetch_timely_share},
-      {"prefetch_lateness", lat(m.prefetch_lateness)},
-      {"fault_wait",
-       {{"count", w.count},
-        {"dropped", w.dropped},
-        {"bytes", w.bytes},
-        {"p50_ms", w.p50_ms},
-        {"p90_ms", w.p90_ms},
-        {"p99_ms", w.p99_ms},
-        {"max_ms", w.max_ms},
-        {"mean_ms", w.mean_ms},
-        {"ms_per_64mib_page", w.ms_per_64mib_page},
-        {"floor_multiple_p50", w.floor_multiple_p50},
-        {"floor_multiple_p99", w.floor_multiple_p99}}},
-      {"transfers",
-       {{"h2d", dir(m.transfers.h2d)},
-        {"d2h", dir(m.transfers.d2h)},
-        {"d2d", dir(m.transfers.d2d)},
-        {"classes", classes},
-        {"elapsed_ns", m.transfers.elapsed_ns}}},
-  };
-#define HTP_JSON_COUNTER(field, kind, help) j[#field] = m.field;
-  HTP_PAGER_COUNTERS(HTP_JSON_COUNTER)
-#undef HTP_JSON_COUNTER
-  json rungs = json::object();
-#define HTP_JSON_RUNG(field, help) rungs[#field] = m.oom.field;
-  HTP_OOM_LADDER_RUNGS(HTP_JSON_RUNG)
-#undef HTP_JSON_RUNG
-  j["oom_ladder"] = rungs;
-  return j.dump(2);
+  void open(const std::string& name) {
+    names.push_back(name);
+    open_objects.push_back(nlohmann::json::object());
+  }
+  void close() {
+    nlohmann::json done = std::move(open_objects.back());
+    open_objects.pop_back();
+    open_objects.back()[names.back()] = std::move(done);
+    names.pop_back();
+  }
+};
+
+}  // namespace
+
+std::string to_json(const pager_metrics& m) {
+  json_writer w;
+  visit_metrics(m, w);
+  return w.open_objects.front().dump(2);
 }
 
 }  // namespace htp

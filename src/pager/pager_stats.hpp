@@ -54,7 +54,7 @@ class pager_stats final : public pager_observer {
   void prefetch_skipped(const tensor_record&) override { ++counters_.prefetch_skipped; }
   void prefetches_on_time(std::uint32_t n) override { counters_.prefetches_on_time += n; }
   void prefetches_late(std::uint32_t n, std::chrono::nanoseconds stall) override;
-  void acquire_succeeded(const std::vector<acquired_element>& elements,
+  void acquire_succeeded(const acquired_element* elements, std::size_t n,
                          clock::time_point called) override;
   void acquire_failed(std::size_t n, bool exhausted) override;
   void blocked(clock::time_point from) override;

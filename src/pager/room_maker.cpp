@@ -353,7 +353,7 @@ void room_maker::evict(std::uint32_t slot, cause why) {
 
 void room_maker::evict_loading(std::uint32_t slot, cause why) {
   const tensor_record& t = tensors_[slot];
-  detached_.emplace(t.ticket.id, detached_load{t.notes.fault_load, t.notes.ticket_start, t.bytes,
+  detached_.emplace(t.ticket.id, detached_load{t.notes.fault_load, t.times.ticket_start, t.bytes,
                                                slot, t.generation, t.name});
   // Each release event follows the compute stream's wait for the load: a copy into this memory
   // that waits for them (the fence) starts after the load's last byte. That copy's wait never sits

@@ -166,7 +166,7 @@ void tensor_table::begin_load(std::uint32_t slot, extent where, transfer_ticket 
 
 void tensor_table::stamp(tensor_record& t, transfer_priority priority) {
   t.notes.ticket_priority = priority;
-  t.notes.ticket_start = std::chrono::steady_clock::now();
+  t.times.ticket_start = std::chrono::steady_clock::now();
 }
 
 void tensor_table::raise_to_fault(std::uint32_t slot) {
@@ -176,9 +176,9 @@ void tensor_table::raise_to_fault(std::uint32_t slot) {
 void tensor_table::finish_load(std::uint32_t slot, std::chrono::nanoseconds latency) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pending == pending_kind::load, "finishing a load of '", t.name, "'");
-  t.notes.loaded_at = t.notes.ticket_start +
+  t.times.loaded_at = t.times.ticket_start +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(latency);
-  observe_.load_finished(t, t.ticket, t.notes.loaded_at, latency);
+  observe_.load_finished(t, t.ticket, t.times.loaded_at, latency);
   t.where = residency::resident;
   t.notes.fault_load = false;
   set_pending(slot, pending_kind::none);
@@ -190,7 +190,7 @@ std::optional<freed_hbm> tensor_table::fail_load(std::uint32_t slot, std::except
   HTP_ASSERT(t.pending == pending_kind::load, "failing a load of '", t.name, "'");
   // Counted here, where it is decided, whether or not it was acquired.
   observe_.load_failed(t, t.ticket, why);
-  t.notes.load_error = std::move(why);
+  t.times.load_error = std::move(why);
   t.notes.fault_load = false;
   set_pending(slot, pending_kind::none);
   std::optional<freed_hbm> freed;
@@ -320,7 +320,7 @@ void tensor_table::pin(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.hbm && !t.degraded && !t.load_failed, "pinning '", t.name, "'");
   t.notes.prefetched_unused = false;
-  if (t.pins++ == 0 && stamp_pins_) t.notes.acquired_at = std::chrono::steady_clock::now();
+  if (t.pins++ == 0 && stamp_pins_) t.times.acquired_at = std::chrono::steady_clock::now();
   done(slot);
 }
 
@@ -414,13 +414,11 @@ void tensor_table::retire_all_releases() {
 
 bool tensor_table::settle(std::uint32_t slot) {
   auto& ev = at(slot).release_events;
-  ev.erase(std::remove_if(ev.begin(), ev.end(),
-                          [&](const release_point& r) {
-                            if (!dev_.query(r.event)) return false;
-                            events_.release(r.event);
-                            return true;
-                          }),
-           ev.end());
+  ev.remove_if([&](const release_point& r) {
+    if (!dev_.query(r.event)) return false;
+    events_.release(r.event);
+    return true;
+  });
   return ev.empty();
 }
 

@@ -29,6 +29,7 @@
 
 #include "pager/event_pool.hpp"
 #include "pager/observer.hpp"
+#include "pager/release_points.hpp"
 #include "pager/routed_groups.hpp"
 #include "pager/schedule.hpp"
 #include "pager/victim_index.hpp"
@@ -49,14 +50,6 @@ namespace htp::detail {
 /// What a pending copy of a tensor is doing.
 enum class pending_kind { none, load, write_back, move };
 
-/// A release point: an event recorded on the stream that released the tensor. A later release on
-/// the same stream supersedes it (streams run in order), so a tensor holds at most one per stream.
-struct release_point {
-  event_ref event;  // held (event_pool reference) while the point is
-  stream_ref stream;
-  std::uint64_t seq = 0;  // release number, to match the stream's retirement queue
-};
-
 inline constexpr std::uint32_t not_in_flight = 0xffffffffu;
 
 /// Bookkeeping the pager's policy and metrics keep per tensor. Not part of the state machine's
@@ -66,20 +59,25 @@ struct tensor_notes {
   bool fault_load = false;         // the pending load is a demand fault (for latency metrics)
   bool access_counted = false;     // the current run of overlapping pins was counted as an access
                                    // of the schedule (cleared when pins drop to 0)
-  std::uint64_t list_mark = 0;     // the list call that last named it (duplicate check)
   transfer_priority ticket_priority = transfer_priority::prefetch;
-  std::chrono::steady_clock::time_point ticket_start;
-  std::chrono::steady_clock::time_point loaded_at{};  // when the last load's bytes arrived
-  std::chrono::steady_clock::time_point acquired_at;  // first pin, for the trace
+  std::uint64_t list_mark = 0;  // the list call that last named it (duplicate check)
+};
+
+/// When a tensor's copies ran and how the last load failed: read on loads, failures and traces
+/// only, so kept apart from the hot fields (written by the table's transitions only).
+struct tensor_times {
+  std::chrono::steady_clock::time_point ticket_start;  // the pending copy's start
+  std::chrono::steady_clock::time_point loaded_at{};   // when the last load's bytes arrived
+  std::chrono::steady_clock::time_point acquired_at;   // first pin, for the trace
   std::exception_ptr load_error;  // the typed cause of the last failed load (io_error,
                                   // corrupt_data; null for a device error): the release that
                                   // reports a load_failed extent rethrows it
 };
 
 /// One registered tensor (a slot of the handle table). The fields an acquire or release touches
-/// come first, so a call on a cold tensor costs few cache misses at 10^6 tensors. Only
-/// tensor_table writes the state fields.
-struct tensor_record {
+/// come first and fill the first two cache lines of a line-aligned record, so a call on a cold
+/// tensor costs few cache misses at 10^6 tensors. Only tensor_table writes the state fields.
+struct alignas(64) tensor_record {
   // ---- state (hot) ----
   bool live = false;
   bool degraded = false;         // acquired in zero-copy mode (pins > 0)
@@ -98,10 +96,12 @@ struct tensor_record {
   int pins = 0;
   std::uint32_t in_flight_pos = not_in_flight;  // index in the in-flight list while pending
   std::size_t bytes = 0;
-  std::optional<extent> hbm;                  // present while loading, resident, writing back
-  transfer_ticket ticket;                     // the pending copy
-  std::vector<release_point> release_events;  // recorded at release; dropped once complete
+  std::optional<extent> hbm;      // present while loading, resident, writing back
+  transfer_ticket ticket;         // the pending copy
+  release_points release_events;  // recorded at release; dropped once complete
   tensor_notes notes;
+
+  tensor_times times;
 
   // ---- identity (set at registration) ----
   std::optional<slab_move> move;  // while pending == move: the planned move to commit
