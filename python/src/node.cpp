@@ -97,6 +97,33 @@ void bind_node_config(nb::module_& m) {
 
 }  // namespace
 
+/// Node.register_sharded: one shard per GPU, from any array-like each.
+py_node_tensor register_sharded(py_node& n, std::string name, nb::handle parts, nb::handle kind_arg,
+                                bool compress) {
+  const tensor_kind kind = kind_of(kind_arg);
+  py_node_tensor out;
+  std::vector<std::size_t> bytes;
+  std::vector<const void*> sources;
+  weight_format f = weight_format::bf16;
+  for (nb::handle a : nb::iter(parts)) {
+    const shard_source s = source_of(a, name, kind);
+    if (compress) f = weight_format_of(s.meta.dtype, name);
+    out.shards.push_back(s.meta);
+    bytes.push_back(s.meta.nbytes);
+    sources.push_back(s.data);
+  }
+  if (compress && kind != tensor_kind::weight) {
+    throw htp::invalid_argument("register_sharded '" + name +
+                                "' with compress=True: only weights are compressed "
+                                "(a mutable tensor would be re-encoded at every "
+                                "write-back); pass kind='weight' or compress=False");
+  }
+  nb::gil_scoped_release unlocked;
+  out.t = compress ? n.node->register_sharded_compressed(name, bytes, f, sources)
+                   : n.node->register_sharded(name, bytes, kind, sources);
+  return out;
+}
+
 void bind_node(nb::module_& m) {
   bind_node_config(m);
   nb::class_<py_node_tensor>(m, "NodeTensor", "A tensor registered with a node.")
@@ -129,33 +156,8 @@ void bind_node(nb::module_& m) {
           "A weight any GPU may page in, with one host copy (`compress=True`: one compressed "
           "copy that every GPU decodes; bfloat16, float16 or float32).")
       .def(
-          "register_sharded",
-          [](py_node& n, std::string name, nb::handle parts, nb::handle kind_arg, bool compress) {
-            const tensor_kind kind = kind_of(kind_arg);
-            py_node_tensor out;
-            std::vector<std::size_t> bytes;
-            std::vector<const void*> sources;
-            weight_format f = weight_format::bf16;
-            for (nb::handle a : nb::iter(parts)) {
-              const shard_source s = source_of(a, name, kind);
-              if (compress) f = weight_format_of(s.meta.dtype, name);
-              out.shards.push_back(s.meta);
-              bytes.push_back(s.meta.nbytes);
-              sources.push_back(s.data);
-            }
-            if (compress && kind != tensor_kind::weight) {
-              throw htp::invalid_argument("register_sharded '" + name +
-                                          "' with compress=True: only weights are compressed "
-                                          "(a mutable tensor would be re-encoded at every "
-                                          "write-back); pass kind='weight' or compress=False");
-            }
-            nb::gil_scoped_release unlocked;
-            out.t = compress ? n.node->register_sharded_compressed(name, bytes, f, sources)
-                             : n.node->register_sharded(name, bytes, kind, sources);
-            return out;
-          },
-          nb::arg("name"), nb::arg("shards"), nb::arg("kind") = "weight",
-          nb::arg("compress") = false,
+          "register_sharded", &register_sharded, nb::arg("name"), nb::arg("shards"),
+          nb::arg("kind") = "weight", nb::arg("compress") = false,
           nb::sig("def register_sharded(self, name: str, shards: collections.abc.Sequence[object], "
                   "kind: str | TensorKind = 'weight', compress: bool = False) -> NodeTensor"),
           "One shard per GPU (shard g pages into GPU g only); `compress=True` keeps each weight "

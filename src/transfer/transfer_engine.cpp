@@ -1,7 +1,7 @@
 // The transfer engine: request bookkeeping, one dispatcher and one completer thread per stream.
 // See Note [Transfer engine] in include/htp/transfer_engine.hpp.
-#include "transfer/engine_impl.hpp"
 #include <htp/detail/link_checks.hpp>
+#include "transfer/engine_impl.hpp"
 
 namespace htp {
 
