@@ -2,7 +2,7 @@
 
 #include <htp/detail/mix.hpp>
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 #include "cuda_kernels.hpp"
 
 namespace htp::cuda {

@@ -1,5 +1,5 @@
 // The cuda backend's weight decode kernel (device::decode_weights_async; the format is
-// src/codec/format.hpp, the same steps the CPU reference decoder runs).
+// include/htp/detail/codec_format.hpp, the same steps the CPU reference decoder runs).
 #pragma once
 
 #include <cuda_runtime.h>

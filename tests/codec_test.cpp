@@ -4,7 +4,7 @@
 #include <htp/codec.hpp>
 #include <htp/error.hpp>
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 #include "codec/huffman.hpp"
 #include "common/synthetic_weights.hpp"
 

@@ -233,8 +233,8 @@ TYPED_TEST(device_conformance, a_verified_decode_stores_its_status_and_never_fai
   EXPECT_EQ(std::memcmp(back.ptr, raw.data(), n), 0);
   // One flipped bit in a middle chunk's bytes, in chunk 1's directory checksum (the header's
   // check word covers it), in the magic;
-  // the destination's size wrong. codec::status (src/codec/format.hpp): 12 bad_chunk_checksum,
-  // 13 bad_header_checksum, 2 bad_magic, 20 wrong_decoded_size.
+  // the destination's size wrong. codec::status (include/htp/detail/codec_format.hpp): 12
+  // bad_chunk_checksum, 13 bad_header_checksum, 2 bad_magic, 20 wrong_decoded_size.
   const chunk_view& mid = view.chunk(view.chunk_count() / 2);
   EXPECT_EQ(decode([&](unsigned char* w) { w[mid.wire_offset + mid.wire_bytes / 2] ^= 0x08; }, n),
             12u);

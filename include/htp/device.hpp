@@ -263,12 +263,12 @@ class device {
   /// words) asks for a verified decode: the work first checks the header, its check word and
   /// every chunk's checksum (on cuda a verify kernel ahead of the decode, the checksums reduced in
   /// parallel on the GPU), then decodes, and stores 0 at `*status` when the frame is intact or a
-  /// nonzero htp::codec::status (src/codec/format.hpp: which check failed) when it is not. It is
-  /// there once the stream passes this point (synchronize or an event). A corrupt frame then never
-  /// fails the stream, and the destination bytes are undefined. On a timing-only sim it stores 0.
-  /// Without `status` nothing is verified: on sim a corrupt frame fails the stream's work (the
-  /// next synchronize throws htp::logic_error quoting the htp::corrupt_data, a sticky error), on
-  /// cuda the destination bytes are undefined.
+  /// nonzero htp::codec::status (include/htp/detail/codec_format.hpp: which check failed) when it
+  /// is not. It is there once the stream passes this point (synchronize or an event). A corrupt
+  /// frame then never fails the stream, and the destination bytes are undefined. On a timing-only
+  /// sim it stores 0. Without `status` nothing is verified: on sim a corrupt frame fails the
+  /// stream's work (the next synchronize throws htp::logic_error quoting the htp::corrupt_data, a
+  /// sticky error), on cuda the destination bytes are undefined.
   /// @throws htp::invalid_argument on a null pointer, zero bytes, or (sim) a status word outside
   /// this device's pinned memory; (cuda) htp::invalid_argument for a status word that is not
   /// mapped pinned memory, htp::cuda_error if the launch fails.

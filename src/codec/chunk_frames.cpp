@@ -5,7 +5,7 @@
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Length-limited Huffman code lengths (see huffman.hpp).
 #include "codec/huffman.hpp"
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 
 #include <algorithm>
 #include <functional>

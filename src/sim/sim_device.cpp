@@ -7,7 +7,7 @@
 #include <htp/detail/host_function.hpp>
 #include <htp/sim_device.hpp>
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 #include "sim/portable_pinned.hpp"
 #include "sim/sim_link.hpp"
 #include "sim/sim_stream.hpp"

@@ -3,7 +3,7 @@
 // order. See Note [Transfer engine] in include/htp/transfer_engine.hpp.
 #include "transfer/engine_impl.hpp"
 
-#include "codec/format.hpp"
+#include <htp/detail/codec_format.hpp>
 
 #include <cinttypes>
 #include <cstdio>

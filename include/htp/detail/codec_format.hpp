@@ -1,8 +1,8 @@
-// The codec's wire format and its decoding steps, shared by the CPU reference decoder
-// (src/codec/decode.cpp) and the CUDA kernel (cuda/codec_kernels.cu), so both read the same bytes
-// the same way. Plain C++ that nvcc also compiles for the device: no exceptions, no allocation,
-// no standard library beyond fixed-width integers; each step returns a status. docs/codec.md
-// describes the layout.
+// Internal (not part of the API): the codec's wire format and its decoding steps, shared by the
+// CPU reference decoder (src/codec/decode.cpp), the CUDA kernel (cuda/codec_kernels.cu), the sim
+// backend and the transfer engine (status words), so all read the same bytes the same way. Plain
+// C++ that nvcc also compiles for the device: no exceptions, no allocation, no standard library
+// beyond fixed-width integers; each step returns a status. docs/codec.md describes the layout.
 #pragma once
 
 #include <cstddef>
