@@ -4,8 +4,9 @@
 // Turned on by the environment, so that any program (a test, a bench, a Python script) can write
 // one without being changed: HTP_DECISION_LOG=<path> appends each pager's log to <path> when the
 // pager is destroyed, one line per decision, each line starting with the pager's number in the
-// process ("p3 load fault layer.7.w"). Off (no cost but a branch) when the variable is unset.
-// Not thread-safe: the pager's mutex guards it.
+// process ("p3 load fault layer.7.w"). An observer (observer.hpp): when the variable is unset the
+// pager does not add it to its observers, and it costs nothing. Not thread-safe: the pager's
+// mutex guards it.
 #pragma once
 
 #include "pager/observer.hpp"
