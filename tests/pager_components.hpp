@@ -72,7 +72,7 @@ struct components {
   }
   /// Loads `slot` as a fault would (the room must be there) and waits for it.
   void load(std::uint32_t slot) {
-    const detail::demand_result r = room.for_demand(slot, tensors[slot].bytes, true, false);
+    const detail::demand_result r = room.for_demand(tensors[slot].bytes, true, false);
     ASSERT_TRUE(r.room.has_value()) << tensors[slot].name;
     room.load(slot, *r.room, transfer_priority::fault);
     tiers.engine->wait(tensors[slot].ticket);

@@ -38,13 +38,13 @@ TEST(room_maker, a_dirty_victim_is_written_back_and_waited_for_and_a_pinned_one_
     c.load(t[i]);
     c.tensors.pin(t[i]);  // held by a kernel: never a victim
   }
-  detail::demand_result r = c.room.for_demand(t[4], slab, true, false);
+  detail::demand_result r = c.room.for_demand(slab, true, false);
   ASSERT_FALSE(r.room.has_value());
   ASSERT_EQ(r.waits.tickets.size(), 1u);  // the write-back of a, rung 2
   EXPECT_TRUE(c.seen.saw("evict a write-back demand"));
   c.tiers.engine->wait(r.waits.tickets[0]);
   c.reap();
-  r = c.room.for_demand(t[4], slab, true, false);
+  r = c.room.for_demand(slab, true, false);
   ASSERT_TRUE(r.room.has_value());
   c.room.free_hbm(*r.room);
   for (int i : {1, 2, 3}) EXPECT_EQ(c.tensors[t[i]].where, residency::resident);
@@ -62,7 +62,7 @@ TEST(room_maker, with_everything_pinned_the_ladder_is_exhausted_or_serves_degrad
       c.load(t[i]);
       c.tensors.pin(t[i]);
     }
-    const detail::demand_result r = c.room.for_demand(t[4], slab, true, /*may_degrade=*/true);
+    const detail::demand_result r = c.room.for_demand(slab, true, /*may_degrade=*/true);
     EXPECT_FALSE(r.room.has_value());
     EXPECT_EQ(r.degraded, degrade);
     EXPECT_EQ(r.exhausted(), !degrade);
@@ -87,7 +87,7 @@ TEST(room_maker, freed_memory_stays_fenced_until_its_readers_finish) {
   EXPECT_EQ(c.tensors[a].where, residency::host);
   EXPECT_FALSE(c.room.fence_events(was).empty());  // invariant 2: the next user waits for it
   // b lands in a's memory, the only free slab, and its load waits for the kernel.
-  const detail::demand_result r = c.room.for_demand(b, slab, true, false);
+  const detail::demand_result r = c.room.for_demand(slab, true, false);
   ASSERT_TRUE(r.room.has_value());
   EXPECT_EQ(r.room->ptr, was.ptr);
   c.room.load(b, *r.room, transfer_priority::fault);

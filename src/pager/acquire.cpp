@@ -21,7 +21,7 @@ bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot
                           acquire_outcome& outcome) {
   const tensor_record& t = tensors[slot];
   // A file or compressed tensor has no raw host copy to map: it cannot be served degraded.
-  detail::demand_result r = room.for_demand(slot, t.bytes, !compacted, t.source.raw_host());
+  detail::demand_result r = room.for_demand(t.bytes, !compacted, t.source.raw_host() != nullptr);
   compacted = compacted || r.waits.compacted;
   if (r.room) {
     room.load(slot, *r.room, transfer_priority::fault);

@@ -15,7 +15,7 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
   bool compacted = false;
   for (;;) {
     reap();
-    const detail::demand_result r = room.for_demand(slot, bytes, !compacted, /*may_degrade=*/false);
+    const detail::demand_result r = room.for_demand(bytes, !compacted, /*may_degrade=*/false);
     if (r.room) return *r.room;
     compacted = compacted || r.waits.compacted;
     if (r.exhausted()) {

@@ -34,8 +34,7 @@ std::size_t room_maker::free_bytes() const {
   return hbm_.capacity_bytes() - std::min(hbm_.capacity_bytes(), held_);
 }
 
-demand_result room_maker::for_demand(std::uint32_t slot, std::size_t bytes, bool allow_compaction,
-                                     bool may_degrade) {
+demand_result room_maker::for_demand(std::size_t bytes, bool allow_compaction, bool may_degrade) {
   demand_result r;
   // Larger than any HBM extent (registered under allow_degraded): no eviction can help, and the
   // allocator would reject the request as invalid: straight to rung 5.
@@ -69,7 +68,6 @@ demand_result room_maker::for_demand(std::uint32_t slot, std::size_t bytes, bool
     return r;
   }
   observe_.ladder_exhausted(bytes);
-  (void)slot;
   return r;
 }
 

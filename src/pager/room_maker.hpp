@@ -70,12 +70,11 @@ class room_maker {
   room_maker& operator=(const room_maker&) = delete;
 
   // ---- room ------------------------------------------------------------------------------------
-  /// One look of the ladder for `bytes` that tensor `slot` needs now: an extent (rungs 1-2 run as
+  /// One look of the ladder for `bytes` a tensor needs now: an extent (rungs 1-2 run as
   /// needed), copies to wait for (rung 3, or the moves of a compaction: rung 4, at most once per
   /// request, when `allow_compaction`), serve it degraded (rung 5, when on_oom allows it and
   /// `may_degrade`), or exhausted.
-  demand_result for_demand(std::uint32_t slot, std::size_t bytes, bool allow_compaction,
-                           bool may_degrade);
+  demand_result for_demand(std::size_t bytes, bool allow_compaction, bool may_degrade);
   /// Room for a prefetch of `slot` without blocking: only the evictions the later fault would
   /// make (invariant 4). Never compacts.
   std::optional<extent> for_prefetch(std::uint32_t slot);
