@@ -35,7 +35,6 @@ static_plan_input random_case(std::mt19937& rng, std::size_t tensors, bool coded
   static_plan_input in;
   in.link_bytes_per_second = 1e10;  // 10 bytes per ns
   in.decode_bytes_per_second = 4e10;
-  in.max_slots = 4;
   const std::size_t positions = 2 + rng() % 4;
   in.positions.resize(positions);
   std::size_t total = 0;
@@ -52,19 +51,26 @@ static_plan_input random_case(std::mt19937& rng, std::size_t tensors, bool coded
   return in;
 }
 
-/// The least predicted step over every resident set and slot count, through the public API.
+/// The least predicted step over every resident set and every ring size (each multiple of 256
+/// bytes from the largest use to all uses), through the public API.
 double brute_force(const static_plan_input& in) {
   const std::size_t n = in.tensors.size();
   double best = INFINITY;
   for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << n); ++mask) {
-    static_shape shape{std::vector<bool>(n), 1};
+    static_shape shape{std::vector<bool>(n), 0};
     for (std::size_t i = 0; i < n; ++i) shape.resident[i] = ((mask >> i) & 1) != 0;
-    for (std::size_t k = 1; k <= in.max_slots; ++k) {
-      shape.slots = k;
+    static_plan_input unlimited = in;
+    unlimited.hbm_budget = SIZE_MAX;
+    const auto all = make_static_plan(unlimited, shape);
+    std::size_t largest = 0;
+    for (const auto& use : all.uses) largest = std::max(largest, use.bytes);
+    for (std::size_t ring = largest; ring <= all.ring_bytes; ring += 256) {
+      shape.ring_bytes = ring;
       try {
         best = std::min(best, make_static_plan(in, shape).predicted.step_ns);
       } catch (const out_of_memory&) {
       }
+      if (ring == 0) break;
     }
   }
   return best;
@@ -113,13 +119,13 @@ TEST(static_plan, event_model_matches_a_hand_computed_step) {
   // Layers 0 and 2 resident, 1 and 3 streamed through one slot: use 0 = layer 1 (carried),
   // use 1 = layer 3. Layer 1 ends at 200; layer 3's load runs 200-300; layer 2 ends at 300;
   // layer 3 runs 300-400, then the carried load of layer 1 runs 400-500: the step is 500 ns.
-  const auto plan = make_static_plan(in, {{true, false, true, false}, 1});
+  const auto plan = make_static_plan(in, {{true, false, true, false}, 1024});
   ASSERT_EQ(plan.uses.size(), 2u);
   EXPECT_DOUBLE_EQ(plan.predicted.step_ns, 500);
   EXPECT_DOUBLE_EQ(plan.predicted.compute_ns, 400);
   EXPECT_DOUBLE_EQ(plan.predicted.link_ns, 200);
-  // Two slots: both uses keep their slot, nothing loads per step.
-  const auto two = make_static_plan(in, {{true, false, true, false}, 2});
+  // A ring of two: both uses keep their bytes, nothing loads per step.
+  const auto two = make_static_plan(in, {{true, false, true, false}, 2048});
   EXPECT_DOUBLE_EQ(two.predicted.step_ns, 400);
   EXPECT_EQ(two.streamed_bytes, 0u);
 }
@@ -131,7 +137,7 @@ TEST(static_plan, coded_pieces_overlap_copy_and_decode) {
   in.decode_bytes_per_second = 2e10;
   for (auto& t : in.tensors) t.wire_bytes = 500;
   in.hbm_budget = 1u << 20;
-  const auto plan = make_static_plan(in, {std::vector<bool>(6, false), 1});
+  const auto plan = make_static_plan(in, {std::vector<bool>(6, false), 2048});
   // Six pieces per step, copies back to back (300 ns), each decode 50 ns behind its copy.
   EXPECT_DOUBLE_EQ(plan.predicted.link_ns, 300);
   EXPECT_DOUBLE_EQ(plan.predicted.decode_ns, 300);
@@ -148,34 +154,39 @@ void check_slots_hold_what_positions_read(const static_plan_input& in, const sta
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
     if (plan.resident_offset[t] != static_plan::npos) put(t, plan.resident_offset[t]);
   }
-  for (std::size_t u = 0; u < std::min(plan.slots, plan.uses.size()); ++u) {  // primed
-    for (std::size_t i = 0; i < plan.uses[u].tensors.size(); ++i) {
-      put(plan.uses[u].tensors[i], plan.uses[u].offsets[i]);
-    }
+  // Primed: every use the step starts with (carried, or never reloaded), last to first so the
+  // earliest use of shared bytes is the one there.
+  for (std::size_t u = plan.uses.size(); u-- > 0;) {
+    const auto& use = plan.uses[u];
+    if (use.freed_by >= 0 && !use.carried) continue;
+    for (std::size_t i = 0; i < use.tensors.size(); ++i) put(use.tensors[i], use.offsets[i]);
   }
   for (int step = 0; step < 3; ++step) {
     for (std::size_t p = 0; p < in.positions.size(); ++p) {
       for (const std::size_t t : in.positions[p].tensors) {
         ASSERT_EQ(holds[plan.offset_of(t, p) / 256], static_cast<std::ptrdiff_t>(t))
-            << "step " << step << " position " << p << " slots " << plan.slots;
+            << "step " << step << " position " << p << " ring " << plan.ring_bytes;
       }
-      const std::ptrdiff_t next = plan.load_after(p);
-      if (next < 0) continue;
-      const auto& use = plan.uses[static_cast<std::size_t>(next)];
-      for (std::size_t i = 0; i < use.tensors.size(); ++i) put(use.tensors[i], use.offsets[i]);
+      for (const std::size_t next : plan.loads_after[p]) {
+        const auto& use = plan.uses[next];
+        for (std::size_t i = 0; i < use.tensors.size(); ++i) put(use.tensors[i], use.offsets[i]);
+      }
     }
   }
 }
 
-TEST(static_plan, any_layer_count_with_any_slot_count_reads_the_right_bytes) {
-  // vllm#54975: slots corrupted when the offloaded layers are not a multiple of k.
+TEST(static_plan, any_layer_count_with_any_ring_reads_the_right_bytes) {
+  // vllm#54975: slots corrupted when the offloaded layers are not a multiple of k. Here every
+  // ring from one use to all of them, in 256-byte steps, over mixed sizes.
   for (std::size_t layers = 1; layers <= 9; ++layers) {
-    for (std::size_t k = 1; k <= 6; ++k) {
-      auto in = uniform(layers, 2, 512 + 256 * (layers % 3), 10);
-      in.hbm_budget = 1u << 24;
-      std::vector<bool> resident(in.tensors.size(), false);
-      resident[0] = true;  // one resident tensor among streamed ones
-      check_slots_hold_what_positions_read(in, make_static_plan(in, {resident, k}));
+    auto in = uniform(layers, 2, 512 + 256 * (layers % 3), 10);
+    in.tensors.back().bytes += 700;  // the last layer larger
+    in.hbm_budget = 1u << 24;
+    std::vector<bool> resident(in.tensors.size(), false);
+    resident[0] = true;  // one resident tensor among streamed ones
+    const auto all = make_static_plan(in, {resident, 0});
+    for (std::size_t ring = all.uses.back().bytes; ring <= all.ring_bytes; ring += 256) {
+      check_slots_hold_what_positions_read(in, make_static_plan(in, {resident, ring}));
     }
   }
 }
@@ -184,11 +195,11 @@ TEST(static_plan, tied_tensor_streams_at_each_read_or_stays_resident) {
   auto in = uniform(4, 1, 1024, 50);
   in.positions[3].tensors.push_back(0);  // tensor 0 read again at the last position (tied)
   in.hbm_budget = 1u << 20;
-  const auto streamed = make_static_plan(in, {std::vector<bool>(4, false), 2});
+  const auto streamed = make_static_plan(in, {std::vector<bool>(4, false), 2048});
   EXPECT_EQ(streamed.streamed_bytes, 5u * 1024);  // 0, 1, 2, 3 and 0 again
   EXPECT_NE(streamed.offset_of(0, 0), streamed.offset_of(0, 3));
   check_slots_hold_what_positions_read(in, streamed);
-  const auto resident = make_static_plan(in, {{true, false, false, false}, 2});
+  const auto resident = make_static_plan(in, {{true, false, false, false}, 2048});
   EXPECT_EQ(resident.offset_of(0, 0), resident.offset_of(0, 3));
   check_slots_hold_what_positions_read(in, resident);
 }
@@ -204,7 +215,7 @@ TEST(static_plan, refuses_what_it_cannot_plan_with_typed_errors) {
     EXPECT_NE(std::string(e.what()).find("'l1.1' is routed"), std::string::npos) << e.what();
   }
   in.tensors[3].routed = false;
-  in.hbm_budget = 1000;  // less than the smallest plan (one 2 KiB slot)
+  in.hbm_budget = 1000;  // less than the smallest plan (a ring of one 2 KiB position)
   try {
     plan_static(in);
     FAIL() << "a plan over budget";
@@ -218,6 +229,8 @@ TEST(static_plan, refuses_what_it_cannot_plan_with_typed_errors) {
   in.tensors[0].wire_bytes = 100;  // coded without a decode rate
   EXPECT_THROW(plan_static(in), invalid_argument);
   in.tensors[0].wire_bytes = 0;
+  EXPECT_THROW(make_static_plan(in, {std::vector<bool>(6, false), 1024}), invalid_argument)
+      << "a ring smaller than the largest use";
   in.positions[0].tensors.push_back(99);
   EXPECT_THROW(plan_static(in), invalid_argument);
 }

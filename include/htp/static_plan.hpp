@@ -3,21 +3,23 @@
 // A captured graph replays the addresses it was captured with, so a pager that hands out a new
 // HBM extent per acquire cannot serve it. A static plan fixes every address for its life instead:
 //  - some tensors stay resident in HBM, each at its own offset of one arena;
-//  - the rest stream through `slots` fixed slots: the streamed tensors of one schedule position
-//    (a *use*) go together into slot (use index mod slots), each at a fixed offset in it;
-//  - per step, the load of use i + slots is issued when position pos(i) has finished computing
-//    (its slot is then free), and the last occupant of each slot hands it to the next step's
-//    first uses (the *carried* loads, issued at the end of the step, joined before it ends).
-// Each step so starts with uses 0 .. slots - 1 in their slots, and every replay does the same
-// work: the step is periodic and its time is predicted exactly by an event model of three
-// in-order lanes (compute, link, decode) that htp::predict_static_step runs.
+//  - the rest stream through a ring of fixed bytes: the streamed tensors of one schedule position
+//    (a *use*) are packed together at the ring's cursor, which wraps to the ring's start when the
+//    next use does not fit, and restarts at 0 each step. So every use has one fixed offset, and
+//    the k-slot scheme of vLLM's offloader is the ring of k equal uses;
+//  - each use's load is issued when the last earlier use that shares bytes with it has finished
+//    computing (its bytes are then free). When that use is in the previous step, the load is
+//    *carried*: issued at the end of the previous step and joined before it ends.
+// Each step so starts with its carried uses in the ring, and every replay does the same work:
+// the step is periodic and its time is predicted exactly by an event model of three in-order
+// lanes (compute, link, decode) that htp::predict_static_step runs.
 //
-// The planner (plan_static) chooses the resident set and the slot count that minimise the
+// The planner (plan_static) chooses the resident set and the ring's size that minimise the
 // predicted step: max(compute, streamed bytes / link) plus the stalls the pipeline cannot hide.
 // Up to `exhaustive_limit` candidate resident sets it tries every one (so on small cases it is
 // optimal among plans of this shape); above that, per-position knapsacks at each slot size and
-// a local search of single-tensor moves. Coded tensors (wire_bytes < bytes) cross the link coded
-// and decode into their slot, the copy of one piece overlapping the decode of the one before
+// a local search of single-tensor moves. Coded tensors (wire_bytes != 0) cross the link coded
+// and decode into the ring, the copy of one piece overlapping the decode of the one before
 // (two wire buffers in the arena).
 //
 // This is planning only: htp::static_step (static_step.hpp) allocates the arena and runs a plan
@@ -57,23 +59,31 @@ struct static_plan_input {
   double link_bytes_per_second = 0;        ///< H2D rate a step may use (the link budget)
   double decode_bytes_per_second = 0;      ///< decoded bytes per second; needed when coded
   double copy_overhead_ns = 0;             ///< fixed cost of each copy on the link
-  std::size_t max_slots = 8;               ///< the planner tries 1 .. max_slots slots
+  /// The ring sizes the heuristic tries, as multiples of the largest use (the exhaustive search
+  /// tries every multiple of 256 bytes from the largest use to all uses).
+  std::vector<double> ring_factors = {1, 1.25, 1.5, 2, 2.5, 3, 4, 6, 8};
   /// Resident sets enumerated exhaustively while 2^tensors <= this; a heuristic above.
   std::size_t exhaustive_limit = std::size_t{1} << 14;
 };
 
-/// The choice a plan is made of: which tensors are resident, and how many slots.
+/// The choice a plan is made of: which tensors are resident, and the ring's size.
 struct static_shape {
   std::vector<bool> resident;  ///< per tensor
-  std::size_t slots = 1;
+  /// Bytes of the ring; at least the largest use (rounded up to 256). 0: as large as all uses
+  /// together, so nothing reloads (they all stay in HBM).
+  std::size_t ring_bytes = 0;
 };
 
-/// One streamed use: the streamed tensors of one position, in one slot.
+/// One streamed use: the streamed tensors of one position, at one offset of the ring.
 struct static_use {
   std::size_t position = 0;
-  std::size_t slot = 0;
+  std::size_t bytes = 0;             ///< packed, each tensor aligned to 256
   std::vector<std::size_t> tensors;  ///< streamed tensors the position reads, in its order
-  std::vector<std::size_t> offsets;  ///< each one's offset in the arena (inside the slot)
+  std::vector<std::size_t> offsets;  ///< each one's offset in the arena (inside the ring)
+  /// The position whose end frees this use's bytes (its load waits for it), or -1 when no other
+  /// use shares its bytes (it is loaded once, and stays).
+  std::ptrdiff_t freed_by = -1;
+  bool carried = false;  ///< freed in the previous step: loaded at that step's end
 };
 
 /// Predicted times of one steady-state step, in ns.
@@ -90,13 +100,14 @@ struct static_prediction {
 /// arena_bytes, every one aligned to 256 bytes.
 struct static_plan {
   static_shape shape;
-  std::size_t slots = 0;                       ///< slots in use (min(shape.slots, uses))
   std::vector<std::size_t> resident_offset;    ///< per tensor; npos when streamed
-  std::vector<std::size_t> slot_offset, slot_bytes;
+  std::size_t ring_offset = 0, ring_bytes = 0;
   std::size_t wire_offset = 0, wire_buffer_bytes = 0;  ///< two wire buffers; 0 = none
   std::size_t arena_bytes = 0;
   std::vector<static_use> uses;                ///< in step order
   std::vector<std::ptrdiff_t> use_at;          ///< per position: its use, or -1
+  /// Per position: the uses whose loads are issued when it finishes, in issue order.
+  std::vector<std::vector<std::size_t>> loads_after;
   std::size_t streamed_bytes = 0;              ///< wire bytes loaded per step
   static_prediction predicted;
 
@@ -104,9 +115,6 @@ struct static_plan {
   /// The arena offset tensor `t` is read at in position `p` (fixed for the plan's life).
   /// @throws htp::invalid_argument if position p does not read t.
   std::size_t offset_of(std::size_t t, std::size_t p) const;
-  /// The use whose load is issued when position `p` finishes (the next occupant of its slot:
-  /// use + slots, or, at the end of the step, the next step's use with that slot), or -1.
-  std::ptrdiff_t load_after(std::size_t p) const;
 };
 
 /// A lower bound on any scheme's step at this budget: max(compute, (bytes that cannot be
@@ -129,7 +137,8 @@ static_prediction predict_static_step(const static_plan_input& in, const static_
 static_plan plan_static(const static_plan_input& in);
 
 /// The round-robin scheme engines run today (vLLM's prefetch offloader): the positions shaped as
-/// the most common position (the decoder layers) stream whole through `k` slots of that size;
+/// the most common position (the decoder layers) stream whole through `k` slots of that size (a
+/// ring of k layers);
 /// every other position stays resident, and the first layers too, in schedule order, while they
 /// fit. A baseline for benchmarks. @throws as make_static_plan, htp::out_of_memory when even all
 /// layers streamed do not fit.

@@ -28,10 +28,17 @@ static_plan round_robin_plan(const static_plan_input& in, std::size_t k) {
     if (common != count.end() && shape_of[p] == common->first) layers.push_back(p);
   }
   const auto referenced = static_detail::referenced(in);
-  // Stream the last layers, as few as fit: layers[r ..] for the largest r that fits.
+  // Stream the last layers, as few as fit: layers[r ..] for the largest r that fits, through a
+  // ring of k layers (k slots).
+  std::size_t layer_bytes = 0;
+  if (!layers.empty()) {
+    for (const std::size_t t : in.positions[layers[0]].tensors) {
+      layer_bytes += (in.tensors[t].bytes + 255) / 256 * 256;
+    }
+  }
   static_plan plan;
   for (std::size_t r = layers.size() + 1; r-- > 0;) {
-    static_shape shape{std::vector<bool>(in.tensors.size(), true), k};
+    static_shape shape{std::vector<bool>(in.tensors.size(), true), k * layer_bytes};
     for (std::size_t i = r; i < layers.size(); ++i) {
       for (const std::size_t t : in.positions[layers[i]].tensors) shape.resident[t] = false;
     }

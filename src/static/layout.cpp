@@ -32,8 +32,9 @@ void collect_uses(const static_plan_input& in, static_plan& plan) {
   }
 }
 
-/// Places resident tensors, then the slots, then the wire buffers, in one arena.
-void lay_out(const static_plan_input& in, const std::vector<bool>& referenced, static_plan& plan) {
+/// Places resident tensors, then the ring (false when the shape's ring cannot hold the largest
+/// use), then the wire buffers, in one arena; packs each use at the ring's cursor.
+bool lay_out(const static_plan_input& in, const std::vector<bool>& referenced, static_plan& plan) {
   std::size_t end = 0;
   plan.resident_offset.assign(in.tensors.size(), static_plan::npos);
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
@@ -41,36 +42,66 @@ void lay_out(const static_plan_input& in, const std::vector<bool>& referenced, s
     plan.resident_offset[t] = end;
     end += aligned(in.tensors[t].bytes);
   }
-  const std::size_t m = plan.uses.size();
-  plan.slots = std::min(plan.shape.slots, m);
-  plan.slot_bytes.assign(plan.slots, 0);
-  for (std::size_t i = 0; i < m; ++i) {
-    std::size_t packed = 0;
-    for (const std::size_t t : plan.uses[i].tensors) packed += aligned(in.tensors[t].bytes);
-    auto& slot = plan.slot_bytes[i % plan.slots];
-    slot = std::max(slot, packed);
+  std::size_t largest = 0, all = 0;
+  for (auto& use : plan.uses) {
+    for (const std::size_t t : use.tensors) use.bytes += aligned(in.tensors[t].bytes);
+    largest = std::max(largest, use.bytes);
+    all += use.bytes;
   }
-  plan.slot_offset.assign(plan.slots, 0);
-  for (std::size_t s = 0; s < plan.slots; ++s) {
-    plan.slot_offset[s] = end;
-    end += plan.slot_bytes[s];
-  }
-  for (std::size_t i = 0; i < m; ++i) {
-    auto& use = plan.uses[i];
-    use.slot = i % plan.slots;
-    std::size_t at = plan.slot_offset[use.slot];
+  const std::size_t want = aligned(plan.shape.ring_bytes);
+  if (want != 0 && want < largest) return false;
+  plan.ring_bytes = want == 0 ? all : std::min(want, all);
+  plan.ring_offset = end;
+  std::size_t cursor = 0;
+  for (auto& use : plan.uses) {
+    if (cursor + use.bytes > plan.ring_bytes) cursor = 0;
+    std::size_t at = end + cursor;
     for (const std::size_t t : use.tensors) {
       use.offsets.push_back(at);
       at += aligned(in.tensors[t].bytes);
     }
+    cursor += use.bytes;
   }
+  end += plan.ring_bytes;
   std::size_t wire = 0;
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
-    if (referenced[t] && in.tensors[t].coded()) wire = std::max(wire, aligned(in.tensors[t].wire_bytes));
+    if (referenced[t] && in.tensors[t].coded()) {
+      wire = std::max(wire, aligned(in.tensors[t].wire_bytes));
+    }
   }
   plan.wire_offset = end;
   plan.wire_buffer_bytes = wire;
   plan.arena_bytes = end + 2 * wire;
+  return true;
+}
+
+/// For each use, the last earlier use (cyclically: this step, then the previous one) that shares
+/// bytes with it; its position's end is where the use's load is issued.
+void find_frees(static_plan& plan) {
+  const std::size_t m = plan.uses.size();
+  plan.loads_after.assign(plan.use_at.size(), {});
+  auto overlap = [&](const static_use& a, const static_use& b) {
+    return a.offsets[0] < b.offsets[0] + b.bytes && b.offsets[0] < a.offsets[0] + a.bytes;
+  };
+  for (std::size_t i = 0; i < m; ++i) {
+    auto& use = plan.uses[i];
+    for (std::size_t back = 1; back < m; ++back) {
+      const std::size_t j = (i + m - back) % m;
+      if (!overlap(use, plan.uses[j])) continue;
+      use.freed_by = static_cast<std::ptrdiff_t>(plan.uses[j].position);
+      use.carried = j > i;
+      break;
+    }
+  }
+  // Issue order at each position: this step's uses first (needed sooner), then carried ones.
+  for (const bool carried : {false, true}) {
+    for (std::size_t i = 0; i < m; ++i) {
+      const auto& use = plan.uses[i];
+      if (use.freed_by >= 0 && use.carried == carried) {
+        plan.loads_after[static_cast<std::size_t>(use.freed_by)].push_back(i);
+      }
+    }
+  }
 }
 
 /// The three in-order lanes of the event model, and the link and decode costs of one piece.
@@ -87,7 +118,7 @@ struct lanes {
   double decode_ns(std::size_t t) const {
     return static_cast<double>(in.tensors[t].bytes) * 1e9 / in.decode_bytes_per_second;
   }
-  /// Loads `use` into its slot, free from `slot_free`; returns when its last piece is in.
+  /// Loads `use` into the ring, its bytes free from `slot_free`; returns when its last piece is in.
   double load(const static_use& use, double slot_free) {
     double ready = slot_free;
     for (const std::size_t t : use.tensors) {
@@ -128,32 +159,24 @@ std::size_t static_plan::offset_of(std::size_t t, std::size_t p) const {
   return use.offsets[static_cast<std::size_t>(it - use.tensors.begin())];
 }
 
-std::ptrdiff_t static_plan::load_after(std::size_t p) const {
-  const std::ptrdiff_t u = use_at.at(p);
-  const auto m = static_cast<std::ptrdiff_t>(uses.size());
-  const auto k = static_cast<std::ptrdiff_t>(slots);
-  if (u < 0 || k >= m) return -1;  // nothing streamed here, or every use keeps its own slot
-  return u + k < m ? u + k : u % k;
-}
-
 static_prediction predict_static_step(const static_plan_input& in, const static_plan& plan) {
   static_prediction out;
   lanes l(in);
-  std::vector<double> ready(plan.uses.size(), 0.0);  // uses 0 .. slots - 1 carried: ready at 0
+  std::vector<double> ready(plan.uses.size(), 0.0);  // carried and kept uses: in at the start
   for (std::size_t p = 0; p < in.positions.size(); ++p) {
     double start = l.compute_free;
     const std::ptrdiff_t u = plan.use_at[p];
     if (u >= 0) start = std::max(start, ready[static_cast<std::size_t>(u)]);
     l.compute_free = start + in.positions[p].compute_ns;
     out.compute_ns += in.positions[p].compute_ns;
-    const std::ptrdiff_t next = plan.load_after(p);
-    if (next < 0) continue;
-    const auto& use = plan.uses[static_cast<std::size_t>(next)];
-    const double in_at = l.load(use, l.compute_free);
-    if (next > u) ready[static_cast<std::size_t>(next)] = in_at;  // else: the next step's
-    for (const std::size_t t : use.tensors) {
-      out.link_ns += l.copy_ns(t);
-      if (in.tensors[t].coded()) out.decode_ns += l.decode_ns(t);
+    for (const std::size_t next : plan.loads_after[p]) {
+      const auto& use = plan.uses[next];
+      const double in_at = l.load(use, l.compute_free);
+      if (!use.carried) ready[next] = in_at;  // a carried use is the next step's
+      for (const std::size_t t : use.tensors) {
+        out.link_ns += l.copy_ns(t);
+        if (in.tensors[t].coded()) out.decode_ns += l.decode_ns(t);
+      }
     }
   }
   out.step_ns = std::max({l.compute_free, l.link_free, l.decode_free});
@@ -167,12 +190,11 @@ bool build(const static_plan_input& in, const static_shape& shape,
   plan = static_plan{};
   plan.shape = shape;
   collect_uses(in, plan);
-  lay_out(in, referenced, plan);
-  if (plan.arena_bytes > in.hbm_budget) return false;
-  if (plan.slots < plan.uses.size()) {
-    for (const auto& use : plan.uses) {
-      for (const std::size_t t : use.tensors) plan.streamed_bytes += in.tensors[t].link_bytes();
-    }
+  if (!lay_out(in, referenced, plan) || plan.arena_bytes > in.hbm_budget) return false;
+  find_frees(plan);
+  for (const auto& use : plan.uses) {
+    if (use.freed_by < 0) continue;
+    for (const std::size_t t : use.tensors) plan.streamed_bytes += in.tensors[t].link_bytes();
   }
   plan.predicted = predict_static_step(in, plan);
   return true;
@@ -182,15 +204,21 @@ bool build(const static_plan_input& in, const static_shape& shape,
 
 static_plan make_static_plan(const static_plan_input& in, const static_shape& shape) {
   static_detail::check_input(in);
-  HTP_EXPECTS(shape.resident.size() == in.tensors.size() && shape.slots >= 1, invalid_argument,
-              "make_static_plan: the shape names ", shape.resident.size(), " tensors and ",
-              shape.slots, " slots; the input has ", in.tensors.size(),
-              " tensors, and a plan needs at least 1 slot");
+  HTP_EXPECTS(shape.resident.size() == in.tensors.size(), invalid_argument,
+              "make_static_plan: the shape names ", shape.resident.size(),
+              " tensors; the input has ", in.tensors.size());
   static_plan plan;
   if (!static_detail::build(in, shape, static_detail::referenced(in), plan)) {
+    std::size_t largest = 0;
+    for (const auto& use : plan.uses) largest = std::max(largest, use.bytes);
+    HTP_EXPECTS(shape.ring_bytes == 0 || aligned(shape.ring_bytes) >= largest, invalid_argument,
+                "make_static_plan: a ring of ", shape.ring_bytes,
+                " bytes cannot hold the largest use (", largest, " bytes)");
     throw out_of_memory(detail::concat("static plan: its arena needs ", plan.arena_bytes,
-                                       " bytes of HBM (resident tensors, ", plan.slots,
-                                       " slots, wire buffers) and the budget is ", in.hbm_budget,
+                                       " bytes of HBM (resident tensors ", plan.ring_offset,
+                                       ", ring ", plan.ring_bytes, ", wire buffers ",
+                                       2 * plan.wire_buffer_bytes, ") and the budget is ",
+                                       in.hbm_budget,
                                        " bytes: raise hbm_budget or stream more tensors"),
                         plan.arena_bytes);
   }

@@ -1,4 +1,4 @@
-// plan_static: the search over resident sets and slot counts (static_plan.hpp), and the bound.
+// plan_static: the search over resident sets and ring sizes (static_plan.hpp), and the bound.
 #include "plan_internal.hpp"
 
 #include <htp/detail/check.hpp>
@@ -27,12 +27,12 @@ struct search {
     }
   }
 
-  /// Less predicted step; on a tie (to 1e-9 relative) the smaller arena, then fewer slots.
+  /// Less predicted step; on a tie (to 1e-9 relative) the smaller arena, then the smaller ring.
   static bool better(const static_plan& a, const static_plan& b) {
     const double x = a.predicted.step_ns, y = b.predicted.step_ns;
     if (std::abs(x - y) > 1e-9 * std::max(x, y)) return x < y;
     if (a.arena_bytes != b.arena_bytes) return a.arena_bytes < b.arena_bytes;
-    return a.slots < b.slots;
+    return a.ring_bytes < b.ring_bytes;
   }
   /// Builds `shape`; keeps it when it fits and beats the best. False when it does not fit.
   bool consider(const static_shape& shape) {
@@ -44,22 +44,43 @@ struct search {
     }
     return true;
   }
-  /// Every slot count up to max_slots (or the shape's use count, past which plans are equal).
-  void consider_slot_counts(static_shape shape) {
-    for (std::size_t k = 1; k <= in.max_slots; ++k) {
-      shape.slots = k;
+  /// The largest use of `shape` and all its uses together, in ring bytes.
+  std::pair<std::size_t, std::size_t> use_extent(static_shape shape) {
+    shape.ring_bytes = 0;
+    static_detail::build(in, shape, referenced, scratch);
+    std::size_t largest = 0;
+    for (const auto& use : scratch.uses) largest = std::max(largest, use.bytes);
+    return {largest, scratch.ring_bytes};
+  }
+  /// Ring sizes for `shape`: every multiple of 256 bytes from its largest use to all its uses
+  /// (thinned evenly to 4096), or, with `factors`, those multiples of its largest use.
+  void consider_rings(static_shape shape, bool factors) {
+    const auto [largest, all] = use_extent(shape);
+    if (largest == 0) {
+      consider(shape);  // nothing streamed
+      return;
+    }
+    if (factors) {
+      for (const double f : in.ring_factors) {
+        shape.ring_bytes = std::min(all, static_cast<std::size_t>(f * static_cast<double>(largest)));
+        if (shape.ring_bytes >= largest) consider(shape);
+      }
+      return;
+    }
+    const std::size_t steps = (all - largest) / 256 + 1, stride = steps / 4096 + 1;
+    for (std::size_t i = 0; i < steps; i += stride) {
+      shape.ring_bytes = largest + 256 * i;
       consider(shape);
-      if (scratch.slots < k) break;  // k exceeds the uses: larger k lays out the same plan
     }
   }
 };
 
 void exhaustive(search& s) {
   const std::size_t n = s.tensors.size();
-  static_shape shape{std::vector<bool>(s.in.tensors.size(), false), 1};
+  static_shape shape{std::vector<bool>(s.in.tensors.size(), false), 0};
   for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << n); ++mask) {
     for (std::size_t i = 0; i < n; ++i) shape.resident[s.tensors[i]] = ((mask >> i) & 1) != 0;
-    s.consider_slot_counts(shape);
+    s.consider_rings(shape, false);
   }
 }
 
@@ -107,9 +128,9 @@ void stream_up_to(const static_plan_input& in, const std::vector<std::size_t>& c
   }
 }
 
-/// The slot sizes worth trying: every sum of a subset of one position's streamable tensors
+/// The per-position caps worth trying: every sum of a subset of one position's streamable tensors
 /// (positions of up to 12), thinned evenly to at most 512 values.
-std::vector<std::size_t> slot_sizes(const static_plan_input& in,
+std::vector<std::size_t> use_caps(const static_plan_input& in,
                                     const std::vector<std::vector<std::size_t>>& candidates) {
   std::vector<std::size_t> sums;
   for (const auto& c : candidates) {
@@ -130,45 +151,41 @@ std::vector<std::size_t> slot_sizes(const static_plan_input& in,
   return thinned;
 }
 
-/// Seeds: every position streams the most it can within one slot size; and whole positions
-/// streamed, spread evenly over the step.
+/// Seeds: every position streams the most it can within one cap; and whole positions streamed,
+/// spread evenly over the step; each with the ring sizes of ring_factors.
 void seed(search& s) {
   const auto candidates = streamable(s);
   const std::vector<bool> all_resident(s.in.tensors.size(), true);
-  s.consider({all_resident, 1});
-  s.consider_slot_counts({std::vector<bool>(s.in.tensors.size(), false), 1});
-  for (const std::size_t cap : slot_sizes(s.in, candidates)) {
-    static_shape shape{all_resident, 1};
+  s.consider({all_resident, 0});
+  s.consider_rings({std::vector<bool>(s.in.tensors.size(), false), 0}, true);
+  for (const std::size_t cap : use_caps(s.in, candidates)) {
+    static_shape shape{all_resident, 0};
     for (const auto& c : candidates) stream_up_to(s.in, c, cap, shape.resident);
-    s.consider_slot_counts(shape);
+    s.consider_rings(shape, true);
   }
   const std::size_t positions = s.in.positions.size();
   for (std::size_t q = 1; q <= positions; ++q) {
-    static_shape shape{all_resident, 1};
+    static_shape shape{all_resident, 0};
     for (std::size_t i = 0; i < q; ++i) {
       for (const std::size_t t : candidates[(2 * i + 1) * positions / (2 * q)]) {
         shape.resident[t] = false;
       }
     }
-    s.consider_slot_counts(shape);
+    s.consider_rings(shape, true);
   }
 }
 
-/// Moves of one tensor (resident <-> streamed), each with the slot count -1, same, +1, from the
-/// best plan, until a pass improves nothing or the evaluations run out.
+/// Moves of one tensor (resident <-> streamed), each with the same ring and with the ring sizes
+/// of ring_factors, from the best plan, until a pass improves nothing or the evaluations run out.
 void local_search(search& s, std::size_t max_evaluations) {
   for (bool improved = true; improved && s.evaluations < max_evaluations;) {
-    improved = false;
     const static_shape from = s.best.shape;
     const double before = s.best.predicted.step_ns;
     for (const std::size_t t : s.tensors) {
       static_shape shape = from;
       shape.resident[t] = !shape.resident[t];
-      for (std::size_t k = std::max<std::size_t>(from.slots, 2) - 1;
-           k <= std::min(from.slots + 1, s.in.max_slots); ++k) {
-        shape.slots = k;
-        s.consider(shape);
-      }
+      s.consider(shape);
+      s.consider_rings(shape, true);
       if (s.evaluations >= max_evaluations) break;
     }
     improved = s.best.predicted.step_ns < before;
@@ -208,23 +225,24 @@ double static_step_bound_ns(const static_plan_input& in) {
 
 static_plan plan_static(const static_plan_input& in) {
   static_detail::check_input(in);
-  HTP_EXPECTS(in.max_slots >= 1, invalid_argument, "plan_static: max_slots must be at least 1");
   search s(in);
   const std::size_t n = s.tensors.size();
   if (n < 63 && (std::uint64_t{1} << n) <= in.exhaustive_limit) {
     exhaustive(s);
   } else {
     seed(s);
-    if (s.found) local_search(s, s.evaluations + 40 * n * 3 + 1000);
+    if (s.found) local_search(s, s.evaluations + 40 * n * (in.ring_factors.size() + 2) + 1000);
   }
   if (!s.found) {
-    // The least arena any plan needs: everything streamed, one slot.
+    // The least arena any plan needs: everything streamed through a ring of the largest use.
+    const static_shape all_streamed{std::vector<bool>(in.tensors.size(), false), 0};
     static_plan least;
-    static_detail::build(in, {std::vector<bool>(in.tensors.size(), false), 1}, s.referenced,
-                         least);
+    static_detail::build(in, {all_streamed.resident, s.use_extent(all_streamed).first},
+                         s.referenced, least);
     throw out_of_memory(
         detail::concat("plan_static: no plan fits in an HBM budget of ", in.hbm_budget,
-                       " bytes; the smallest (every tensor streamed through one slot) needs ",
+                       " bytes; the smallest (every tensor streamed through a ring of the "
+                       "largest position) needs ",
                        least.arena_bytes, " bytes: raise the budget"),
         least.arena_bytes);
   }
