@@ -99,6 +99,9 @@ void add_node_options(CLI::App& app, stream_options& o) {
                  "(degraded)");
   app.add_option("--tail-budget-ms", o.tail_budget_ms,
                  "the tail budget the HBM-short run's p99.9 is held against");
+  app.add_flag("--static", o.static_plans,
+               "also run the step as static plans captured once and replayed (htp's plan, raw and "
+               "compressed, and the round-robin k = 1, 2, 4 slots engines use), side by side");
   app.add_flag("--compress", o.compress,
                "run each single-GPU policy twice side by side, uncompressed and with compressed "
                "weights (bf16/fp16 only), on Llama-like synthetic weights (docs/codec.md)");

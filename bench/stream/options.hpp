@@ -42,6 +42,8 @@ struct stream_options {
   /// Run each single-GPU policy twice, uncompressed and with its weights compressed
   /// (pager::register_tensor with a weight_format), on Llama-like synthetic weights.
   bool compress = false;
+  /// Also run the static schemes (static_runner.hpp) at each budget, beside the policies.
+  bool static_plans = false;
   /// Timing-only devices encode nothing: the wire size is modelled at this ratio
   /// (pager_config::modelled_compression_ratio; 0.68, docs/codec.md).
   double compress_ratio = 0.68;

@@ -13,6 +13,7 @@
 #include "options.hpp"
 #include "report.hpp"
 #include "runner.hpp"
+#include "static_runner.hpp"
 #include "shared/model_shapes.hpp"
 
 #include <CLI/CLI.hpp>
@@ -265,6 +266,36 @@ void print_header(const stream_options& o, const run_setup& s) {
   }
 }
 
+/// --static: each static scheme at s.cfg's budget, appended to `results` (a failure kept as
+/// skipped, and exit code 1).
+void run_static_schemes(const stream_options& o, run_setup& s, const host_weights& weights,
+                        const progress_fn& progress, std::vector<policy_result>& results,
+                        int& exit_code) {
+  for (const auto& scheme : static_schemes()) {
+    s.cfg.compress = scheme.compressed;
+    try {
+      results.push_back(run_static(*s.dev, s.cfg, scheme, *s.compute, weights, progress));
+      undilate(results.back(), o.time_scale);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "htp-stream-bench: static scheme %s failed: %s\n", scheme.name.c_str(),
+                   e.what());
+      policy_result r;
+      r.name = scheme.name;
+      r.lookahead = "static";
+      r.skipped = true;
+      r.skip_reason = e.what();
+      results.push_back(r);
+      exit_code = 1;
+    }
+    if (results.back().mismatches != 0) {
+      std::fprintf(stderr, "htp-stream-bench: static scheme %s read %llu corrupt weight(s)\n",
+                   scheme.name.c_str(), static_cast<unsigned long long>(results.back().mismatches));
+      exit_code = 1;
+    }
+  }
+  s.cfg.compress = false;
+}
+
 /// The single-GPU policies at budget `bi` (all-resident only at the first, which it does not
 /// depend on); the last budget's --trace-policy traced. A failed policy is kept as skipped, and a
 /// failure or a corrupt read sets `exit_code` to 1.
@@ -303,6 +334,7 @@ std::vector<policy_result> run_policies(const stream_options& o, run_setup& s, s
       exit_code = 1;
     }
   }
+  if (o.static_plans) run_static_schemes(o, s, weights, progress, results, exit_code);
   return results;
 }
 
@@ -484,6 +516,7 @@ nlohmann::json run_budgets(const stream_options& o, run_setup& s, const host_wei
         results = run_policies(o, s, bi, *weights, progress, exit_code);
         print_table(results, "on-demand", o.budget_ms);
         if (o.compress) print_compression_table(results);
+        if (o.static_plans) print_static_table(results);
       }
       nlohmann::json pj = nlohmann::json::array();
       for (const auto& r : results) pj.push_back(to_json(r, speedup_over(results, r, "on-demand")));

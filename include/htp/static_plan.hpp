@@ -40,6 +40,9 @@ struct static_tensor {
   std::size_t wire_bytes = 0;  ///< bytes on the link when stored coded; 0 = raw (`bytes`)
   /// Read at positions chosen at run time (a routed MoE expert): no static plan can serve it.
   bool routed = false;
+  /// Resident in every plan, whatever the shape says (a tensor the caller needs at one address,
+  /// e.g. a PyTorch Parameter read at two positions).
+  bool keep = false;
   /// The bytes a load moves over the link.
   std::size_t link_bytes() const noexcept { return wire_bytes != 0 ? wire_bytes : bytes; }
   bool coded() const noexcept { return wire_bytes != 0; }
@@ -68,7 +71,7 @@ struct static_plan_input {
 
 /// The choice a plan is made of: which tensors are resident, and the ring's size.
 struct static_shape {
-  std::vector<bool> resident;  ///< per tensor
+  std::vector<bool> resident;  ///< per tensor (static_tensor::keep overrides it)
   /// Bytes of the ring; at least the largest use (rounded up to 256). 0: as large as all uses
   /// together, so nothing reloads (they all stay in HBM).
   std::size_t ring_bytes = 0;

@@ -28,6 +28,7 @@ from ._htp import (
     PagerConfig,
     PrefetchMode,
     SimConfig,
+    StaticStep,
     Tensor,
     TensorKind,
     View,
@@ -44,6 +45,7 @@ __all__ = [
     "CorruptDataError", "CudaError", "Device", "Error", "EvictionRule", "HostRegionKind",
     "InvalidArgumentError", "IoError", "LinkConfig", "LogicError", "LookaheadMode", "Node",
     "NodeConfig", "NodeTensor", "OomPolicy", "OutOfMemoryError", "Pager", "PagerConfig",
-    "PrefetchMode", "SimConfig", "Tensor", "TensorKind", "View", "__version__", "cuda_device_count",
+    "PrefetchMode", "SimConfig", "StaticStep", "Tensor", "TensorKind", "View", "__version__",
+    "cuda_device_count",
     "make_device", "node_config", "pager_config", "parse_bytes", "write_companion",
 ]

@@ -22,9 +22,10 @@ import torch
 from ._htp import Device, InvalidArgumentError, Pager, Tensor, make_device, parse_bytes
 from ._offloaded import (OffloadedError, OffloadedParameter, OffloadedTensor, guard_optimizer,
                          map_tensors, refuse_backward, unguard_optimizer)
+from ._static import StaticOffload, static_offload
 
 __all__ = ["AccelerateWeights", "Offload", "OffloadedError", "OffloadedParameter",
-           "OffloadedTensor", "accelerate_weights", "offload"]
+           "OffloadedTensor", "StaticOffload", "accelerate_weights", "offload"]
 
 _SMALL_MODEL = 256 << 20  # below this HBM budget: 4 KiB pages and slabs sized to the budget
 
@@ -355,9 +356,25 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
     return units
 
 
+def _place_kept(model: torch.nn.Module, kept, exec_device: torch.device) -> list:
+    """Moves kept modules, and the buffers (rotary tables) of every module, to the execution
+    device; returns (module, where it was) for remove()."""
+    moved = []
+    for _, module in kept:
+        first = next(module.parameters(), None)
+        moved.append((module, first.device if first is not None else torch.device("cpu")))
+        module.to(exec_device)
+    for module in model.modules():
+        for bname, b in module.named_buffers(recurse=False):
+            if b is not None and b.device != exec_device:
+                module._buffers[bname] = b.to(exec_device)
+    return moved
+
+
 def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] = (),
             device: Device | None = None, copy: bool = True, compress: bool = False,
-            **config: Any) -> Offload:
+            static: bool = False, example_inputs: Any = None,
+            link_bytes_per_second: float = 25e9, **config: Any) -> "Offload | StaticOffload":
     """Pages ``model``'s parameters through a new pager of ``hbm_budget`` bytes of GPU memory.
 
     ``keep``: module names (or fnmatch patterns: ``"*norm"``) whose parameters stay resident on the
@@ -370,7 +387,16 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     the bytes cross the link for bf16); others are kept as they are. ``config``: any PagerConfig
     field by name (``prefetch_lookahead``,
     ``eviction``, ``checked``, ``host_budget``, ...). Tensors are registered now; hooks do the rest.
+
+    ``static=True``: every parameter gets one fixed address for the life of the offload, so CUDA
+    graphs and ``torch.compile`` can use the model (:class:`htp._static.StaticOffload`). It needs
+    ``example_inputs`` (positional args, or ``(args, kwargs)``): one forward of them records the
+    module order a static plan is made for, at ``link_bytes_per_second``. Not with
+    ``compress=True``, ``copy=False`` or ``config``.
     """
+    if static:
+        return _offload_static(model, hbm_budget, keep, device, copy, compress, example_inputs,
+                               link_bytes_per_second, config)
     if compress and not copy:
         raise InvalidArgumentError("offload: compress=True keeps compressed copies; it needs "
                                    "copy=True")
@@ -386,17 +412,36 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts, compress)
-    exec_device = _execution_device(dev)
-    moved = []
-    for _, module in kept:
-        first = next(module.parameters(), None)
-        moved.append((module, first.device if first is not None else torch.device("cpu")))
-        module.to(exec_device)
-    for module in model.modules():  # buffers (rotary tables) of paged modules live on the GPU
-        for bname, b in module.named_buffers(recurse=False):
-            if b is not None and b.device != exec_device:
-                module._buffers[bname] = b.to(exec_device)
+    moved = _place_kept(model, kept, _execution_device(dev))
     return Offload(model, pager, units, moved, hosts)
+
+
+def _offload_static(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str],
+                    device: Device | None, copy: bool, compress: bool, example_inputs: Any,
+                    link_bytes_per_second: float, config: dict[str, Any]) -> StaticOffload:
+    if compress or not copy or config:
+        raise InvalidArgumentError(
+            "offload(static=True): compress=True, copy=False and pager options are for the "
+            f"dynamic pager (got compress={compress}, copy={copy}, options {sorted(config)}); "
+            "drop them, or use static=False")
+    if example_inputs is None:
+        raise InvalidArgumentError(
+            "offload(static=True) needs example_inputs=: one forward of them records the order "
+            "the modules run in, which the static plan is made for")
+    _check_not_offloaded(model)
+    dev = device if device is not None else make_device("auto")
+    raw_units, kept = _units_of(model, list(keep))
+    if not raw_units:
+        raise InvalidArgumentError("offload: the model has no parameters outside `keep` to page")
+    exec_device = _execution_device(dev)
+    moved = _place_kept(model, kept, exec_device)
+    try:
+        return static_offload(model, dev, parse_bytes(hbm_budget, "hbm_budget"), raw_units,
+                              moved, example_inputs, link_bytes_per_second, exec_device)
+    except BaseException:
+        for module, where in moved:
+            module.to(where)
+        raise
 
 
 class AccelerateWeights(Mapping):

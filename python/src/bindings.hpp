@@ -166,6 +166,7 @@ void bind_device(nb::module_& m);
 void bind_pager_config(nb::module_& m);
 void bind_pager(nb::module_& m);
 void bind_node(nb::module_& m);
+void bind_static_step(nb::module_& m);
 
 }  // namespace htp::python
 

@@ -12,4 +12,5 @@ NB_MODULE(_htp, m) {
   htp::python::bind_pager_config(m);
   htp::python::bind_pager(m);
   htp::python::bind_node(m);
+  htp::python::bind_static_step(m);
 }

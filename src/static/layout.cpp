@@ -24,7 +24,7 @@ void collect_uses(const static_plan_input& in, static_plan& plan) {
     use.position = p;
     for (const std::size_t t : in.positions[p].tensors) {
       const bool seen = std::find(use.tensors.begin(), use.tensors.end(), t) != use.tensors.end();
-      if (!plan.shape.resident[t] && !seen) use.tensors.push_back(t);
+      if (!plan.shape.resident[t] && !in.tensors[t].keep && !seen) use.tensors.push_back(t);
     }
     if (use.tensors.empty()) continue;
     plan.use_at[p] = static_cast<std::ptrdiff_t>(plan.uses.size());
@@ -38,7 +38,7 @@ bool lay_out(const static_plan_input& in, const std::vector<bool>& referenced, s
   std::size_t end = 0;
   plan.resident_offset.assign(in.tensors.size(), static_plan::npos);
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
-    if (!referenced[t] || !plan.shape.resident[t]) continue;
+    if (!referenced[t] || !(plan.shape.resident[t] || in.tensors[t].keep)) continue;
     plan.resident_offset[t] = end;
     end += aligned(in.tensors[t].bytes);
   }

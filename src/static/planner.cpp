@@ -23,7 +23,7 @@ struct search {
   explicit search(const static_plan_input& input)
       : in(input), referenced(static_detail::referenced(input)) {
     for (std::size_t t = 0; t < referenced.size(); ++t) {
-      if (referenced[t]) tensors.push_back(t);
+      if (referenced[t] && !input.tensors[t].keep) tensors.push_back(t);  // kept: always resident
     }
   }
 
@@ -93,7 +93,7 @@ std::vector<std::vector<std::size_t>> streamable(const search& s) {
   std::vector<std::vector<std::size_t>> out(s.in.positions.size());
   for (std::size_t p = 0; p < out.size(); ++p) {
     for (const std::size_t t : s.in.positions[p].tensors) {
-      if (reads[t] == 1) out[p].push_back(t);
+      if (reads[t] == 1 && !s.in.tensors[t].keep) out[p].push_back(t);
     }
   }
   return out;

@@ -5,4 +5,5 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/planner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/baselines.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step.cpp
 )
