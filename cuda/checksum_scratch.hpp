@@ -8,12 +8,14 @@
 #include "cuda_kernels.hpp"
 
 #include <htp/detail/check.hpp>
+#include <htp/error.hpp>
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace htp::cuda {
@@ -58,12 +60,51 @@ class checksum_scratch_pool {
     }
   }
 
+  /// A slot for one kernel captured into a graph: fixed in the graph, so it must be used by no
+  /// other kernel while the graph exists (the graph's replays run one at a time, and its kernels
+  /// each have their own). Taken from the free slots; the chunk that runs out is never added here
+  /// (an allocation would invalidate the capture), so a capture that needs more slots than are
+  /// free is refused. @throws htp::out_of_memory when no free slot is left.
+  checksum_slot* take_for_graph() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) {
+      throw out_of_memory("cuda device: no free checksum scratch slot for a captured checksum (" +
+                              std::to_string(chunks_.size() * chunk_slots) +
+                              " in use); destroy graphs no longer needed",
+                          sizeof(checksum_slot));
+    }
+    checksum_slot* slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+
+  /// Returns slots of graph kernels that never ran (a capture that failed). Never throws.
+  void give_back(const std::vector<checksum_slot*>& slots) noexcept {
+    std::lock_guard lock(mutex_);
+    free_.insert(free_.end(), slots.begin(), slots.end());
+  }
+
+  /// Retires the slots of a destroyed graph: a replay may still be running (cudaGraphExecDestroy
+  /// does not wait), so they become free only at reclaim_retired(). Never throws.
+  void retire(const std::vector<checksum_slot*>& slots) noexcept {
+    std::lock_guard lock(mutex_);
+    retired_.insert(retired_.end(), slots.begin(), slots.end());
+  }
+
+  /// Frees retired slots; call once the whole device is idle (after cudaDeviceSynchronize).
+  void reclaim_retired() noexcept {
+    std::lock_guard lock(mutex_);
+    free_.insert(free_.end(), retired_.begin(), retired_.end());
+    retired_.clear();
+  }
+
   /// Frees every chunk; statuses are ignored (the runtime may be shutting down). Never throws.
   void free_all() noexcept {
     std::lock_guard lock(mutex_);
     for (void* c : chunks_) (void)cudaFree(c);
     chunks_.clear();
     free_.clear();
+    retired_.clear();
     by_stream_.clear();
   }
 
@@ -94,6 +135,7 @@ class checksum_scratch_pool {
   std::vector<void*> chunks_;
   std::vector<checksum_slot*> free_;
   std::map<cudaStream_t, checksum_slot*> by_stream_;
+  std::vector<checksum_slot*> retired_;  // slots of destroyed graphs, until the device is idle
 };
 
 }  // namespace htp::cuda

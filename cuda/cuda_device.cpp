@@ -1,7 +1,7 @@
-// The cuda backend: htp::device over the CUDA runtime. Every call is checked (HTP_CUDA_TRY) and
-// made with this device's ordinal current through a device_guard, which restores the caller's
-// current device afterwards, so any host thread may use it and htp never changes which device the
-// host program has current.
+// The cuda backend: htp::device over the CUDA runtime. Every call is checked (HTP_CUDA_CHECK:
+// HTP_CUDA_TRY with CUDA's stream-capture errors as htp::logic_error) and made with this device's
+// ordinal current through a device_guard, which restores the caller's current device afterwards,
+// so any host thread may use it and htp never changes which device the host program has current.
 #include <htp/detail/allocation_registry.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/detail/cuda_backend.hpp>
@@ -20,9 +20,11 @@
 #include <cuda.h>  // types of the driver entry points only; nothing links libcuda
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
 namespace htp {
 namespace {
@@ -46,13 +48,54 @@ cudaStream_t native(stream_ref s) {
   return static_cast<cudaStream_t>(s.native);
 }
 cudaEvent_t native(event_ref e) { return static_cast<cudaEvent_t>(e.native); }
+cudaGraphExec_t native(graph_ref g) { return static_cast<cudaGraphExec_t>(g.native); }
+
+/// CUDA's stream-capture errors (cudaErrorStreamCaptureUnsupported ... WrongThread): a breach of
+/// the capture rules (device.hpp, "capture and replay"), thrown as htp::logic_error on both
+/// backends.
+bool is_capture_error(int code) {
+  return code >= static_cast<int>(cudaErrorStreamCaptureUnsupported) &&
+         code <= static_cast<int>(cudaErrorStreamCaptureWrongThread);
+}
+
+/// Throws for a failed call: htp::logic_error for a stream-capture error (or for `also_logic`,
+/// e.g. cudaErrorIllegalState from begin/end capture), htp::cuda_error otherwise.
+[[noreturn]] void throw_status(cudaError_t e, const char* call, const char* file, int line,
+                               cudaError_t also_logic = cudaSuccess) {
+  (void)cudaGetLastError();  // clear a non-sticky error so later calls are not poisoned
+  if (is_capture_error(static_cast<int>(e)) || (e == also_logic && e != cudaSuccess)) {
+    throw logic_error(detail::concat("cuda device: ", call, " failed with ", cudaGetErrorName(e),
+                                     " (", cudaGetErrorString(e),
+                                     "): a breach of the stream-capture rules (see device.hpp, "
+                                     "\"capture and replay\")"));
+  }
+  detail::throw_cuda_error(static_cast<int>(e), cudaGetErrorName(e), cudaGetErrorString(e), call,
+                           file, line);
+}
+
+// HTP_CUDA_TRY, but CUDA's stream-capture errors are htp::logic_error (see throw_status).
+#define HTP_CUDA_CHECK(call)                                      \
+  do {                                                            \
+    const cudaError_t htp_check_status_ = (call);                 \
+    if (htp_check_status_ != cudaSuccess)                         \
+      throw_status(htp_check_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// HTP_DRIVER_TRY, with the stream-capture errors (the same numbers) as htp::logic_error.
+#define HTP_DRIVER_CHECK(call)                                                              \
+  do {                                                                                      \
+    const CUresult htp_driver_check_ = (call);                                              \
+    if (is_capture_error(static_cast<int>(htp_driver_check_)))                              \
+      throw_status(static_cast<cudaError_t>(htp_driver_check_), #call, __FILE__, __LINE__); \
+    HTP_DRIVER_TRY(htp_driver_check_);                                                      \
+  } while (0)
 
 class cuda_device final : public device {
  public:
   explicit cuda_device(int ordinal) : ordinal_(ordinal), driver_(cuda::driver_api::get()) {
     device_guard g(ordinal_);
     cudaDeviceProp p{};
-    HTP_CUDA_TRY(cudaGetDeviceProperties(&p, ordinal_));
+    HTP_CUDA_CHECK(cudaGetDeviceProperties(&p, ordinal_));
     props_.kind = backend::cuda;
     props_.ordinal = ordinal_;
     props_.name = p.name;
@@ -66,12 +109,12 @@ class cuda_device final : public device {
       props_.pci_bus_id = detail::normalize_pci_bus_id(bus_id);
       props_.numa_node = detail::numa_node_of_pci(props_.pci_bus_id);
     }
-    HTP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
+    HTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority_, &greatest_priority_));
     cuda::report_hardware_queues(ordinal_);
     // Load the kernels and the checksum scratch now: a lazy kernel load or an allocation later
     // could wait for a context that a stream parked on a value word keeps busy.
-    HTP_CUDA_TRY(cuda::preload_kernels());
-    HTP_CUDA_TRY(cuda::preload_codec_kernels());
+    HTP_CUDA_CHECK(cuda::preload_kernels());
+    HTP_CUDA_CHECK(cuda::preload_codec_kernels());
     scratch_.reserve();
   }
 
@@ -90,6 +133,7 @@ class cuda_device final : public device {
         (void)cudaFreeHost(p);
       }
     });
+    for (const auto& [exec, slots] : graph_slots_) (void)cudaGraphExecDestroy(exec);
     scratch_.free_all();
     (void)cudaGetLastError();
   }
@@ -100,7 +144,7 @@ class cuda_device final : public device {
     detail::check_not_in_host_function("memory");
     device_guard g(ordinal_);
     memory_info m;
-    HTP_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+    HTP_CUDA_CHECK(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
     return m;
   }
 
@@ -118,7 +162,7 @@ class cuda_device final : public device {
       (void)cudaGetLastError();
       throw out_of_memory(allocation_failure(kind, bytes), bytes);
     }
-    HTP_CUDA_TRY(e);
+    HTP_CUDA_CHECK(e);
     std::lock_guard lock(memory_mutex_);
     allocations_.add(p, bytes, kind);
     return p;
@@ -132,9 +176,9 @@ class cuda_device final : public device {
     }
     device_guard g(ordinal_);
     if (kind == memory_kind::device) {
-      HTP_CUDA_TRY(cudaFree(ptr));
+      HTP_CUDA_CHECK(cudaFree(ptr));
     } else {
-      HTP_CUDA_TRY(cudaFreeHost(ptr));
+      HTP_CUDA_CHECK(cudaFreeHost(ptr));
     }
   }
 
@@ -168,7 +212,7 @@ class cuda_device final : public device {
       }
       return d;
     }
-    HTP_CUDA_TRY(cudaHostGetDevicePointer(&d, pinned_host_ptr, 0));
+    HTP_CUDA_CHECK(cudaHostGetDevicePointer(&d, pinned_host_ptr, 0));
     return d;
   }
 
@@ -237,7 +281,7 @@ class cuda_device final : public device {
         std::lock_guard lock(memory_mutex_);
         registered_.add(ptr, r);  // still registered as far as the driver is concerned
       }
-      HTP_CUDA_TRY(e);
+      HTP_CUDA_CHECK(e);
     }
   }
 
@@ -246,7 +290,7 @@ class cuda_device final : public device {
     device_guard g(ordinal_);
     cudaStream_t s = nullptr;
     const int prio = priority == stream_priority::high ? greatest_priority_ : lowest_priority_;
-    HTP_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, prio));
+    HTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, prio));
     return stream_ref{s};
   }
 
@@ -262,7 +306,7 @@ class cuda_device final : public device {
   void synchronize(stream_ref s) override {
     detail::check_not_in_host_function("synchronize");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cudaStreamSynchronize(native(s)));
+    HTP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
   }
 
   event_ref create_event() override {
@@ -271,7 +315,7 @@ class cuda_device final : public device {
     cudaEvent_t e = nullptr;
     // No timing (cheaper to record); a host thread waiting on it sleeps instead of spinning a core
     // (see docs/transfer_engine.md, "Host waits").
-    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
+    HTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
     return event_ref{e};
   }
 
@@ -279,7 +323,7 @@ class cuda_device final : public device {
     detail::check_not_in_host_function("create_timed_event");
     device_guard g(ordinal_);
     cudaEvent_t e = nullptr;
-    HTP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    HTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
     std::lock_guard lock(timed_mutex_);
     timed_.insert(e);
     return event_ref{e};
@@ -305,7 +349,7 @@ class cuda_device final : public device {
       (void)cudaGetLastError();  // neither is sticky; leave no last error behind
       return std::nullopt;
     }
-    HTP_CUDA_TRY(status);
+    HTP_CUDA_CHECK(status);
     return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
   }
 
@@ -322,26 +366,26 @@ class cuda_device final : public device {
   void record(event_ref e, stream_ref s) override {
     detail::check_not_in_host_function("record");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cudaEventRecord(native(e), native(s)));
+    HTP_CUDA_CHECK(cudaEventRecord(native(e), native(s)));
   }
 
   void wait(event_ref e, stream_ref s) override {
     detail::check_not_in_host_function("wait");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cudaStreamWaitEvent(native(s), native(e), 0));
+    HTP_CUDA_CHECK(cudaStreamWaitEvent(native(s), native(e), 0));
   }
 
   bool query(event_ref e) override {
     detail::check_not_in_host_function("query");
     const cudaError_t status = cudaEventQuery(native(e));
     if (status == cudaErrorNotReady) return false;
-    HTP_CUDA_TRY(status);
+    HTP_CUDA_CHECK(status);
     return true;
   }
 
   void synchronize(event_ref e) override {
     detail::check_not_in_host_function("synchronize");
-    HTP_CUDA_TRY(cudaEventSynchronize(native(e)));
+    HTP_CUDA_CHECK(cudaEventSynchronize(native(e)));
   }
 
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
@@ -357,7 +401,8 @@ class cuda_device final : public device {
     HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
                 ", ", bytes, "): source and destination overlap");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));
+    if (capturing(native(s))) refuse_pageable_in_capture(dst, src, bytes, direction);
+    HTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));
   }
 
   void launch_host_func(std::function<void()> fn, stream_ref s) override {
@@ -365,7 +410,7 @@ class cuda_device final : public device {
     HTP_EXPECTS(static_cast<bool>(fn), invalid_argument, "launch_host_func: empty function");
     device_guard g(ordinal_);
     auto owned = std::make_unique<std::function<void()>>(std::move(fn));
-    HTP_CUDA_TRY(cudaLaunchHostFunc(native(s), &cuda_device::trampoline, owned.get()));
+    HTP_CUDA_CHECK(cudaLaunchHostFunc(native(s), &cuda_device::trampoline, owned.get()));
     owned.release();  // the trampoline deletes it after running
   }
 
@@ -379,8 +424,8 @@ class cuda_device final : public device {
     // be pinned host memory of this device, as documented; invalid_argument otherwise).
     auto* result_device = static_cast<std::uint64_t*>(mapped_device_pointer(result));
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(
-        cuda::launch_checksum(ptr, bytes, scratch_.slot_for(native(s)), result_device, native(s)));
+    HTP_CUDA_CHECK(
+        cuda::launch_checksum(ptr, bytes, slot_for(native(s)), result_device, native(s)));
   }
 
   void fill_pattern_async(void* ptr, std::size_t bytes, std::uint64_t seed, stream_ref s) override {
@@ -388,7 +433,7 @@ class cuda_device final : public device {
     HTP_EXPECTS(ptr != nullptr && bytes > 0, invalid_argument, "fill_pattern_async(", ptr, ", ",
                 bytes, "): pointer must be non-null and bytes positive");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
+    HTP_CUDA_CHECK(cuda::launch_fill_pattern(ptr, bytes, seed, native(s)));
   }
 
   using device::decode_weights_async;
@@ -404,10 +449,10 @@ class cuda_device final : public device {
         status != nullptr ? static_cast<std::uint32_t*>(mapped_device_pointer(status)) : nullptr;
     device_guard g(ordinal_);
     if (status_device != nullptr) {
-      HTP_CUDA_TRY(cuda::launch_verify_frame(
-          wire, wire_bytes, dst_bytes, scratch_.slot_for(native(s)), status_device, native(s)));
+      HTP_CUDA_CHECK(cuda::launch_verify_frame(wire, wire_bytes, dst_bytes, slot_for(native(s)),
+                                               status_device, native(s)));
     }
-    HTP_CUDA_TRY(
+    HTP_CUDA_CHECK(
         cuda::launch_decode_weights(wire, wire_bytes, dst, dst_bytes, status_device, native(s)));
   }
 
@@ -415,14 +460,14 @@ class cuda_device final : public device {
     detail::check_not_in_host_function("write_value_async");
     const CUdeviceptr d = device_address(word);
     device_guard g(ordinal_);
-    HTP_DRIVER_TRY(driver_.write_value32(native(s), d, value, 0 /*DEFAULT*/));
+    HTP_DRIVER_CHECK(driver_.write_value32(native(s), d, value, 0 /*DEFAULT*/));
   }
 
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override {
     detail::check_not_in_host_function("wait_value_async");
     const CUdeviceptr d = device_address(word);
     device_guard g(ordinal_);
-    HTP_DRIVER_TRY(driver_.wait_value32(native(s), d, value, 0 /*GEQ, wrap-safe*/));
+    HTP_DRIVER_CHECK(driver_.wait_value32(native(s), d, value, 0 /*GEQ, wrap-safe*/));
   }
 
   void write_value(std::uint32_t* word, std::uint32_t value) override {
@@ -430,13 +475,120 @@ class cuda_device final : public device {
     __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
   }
 
+  void verify_checksum_async(const void* ptr, std::size_t bytes, std::uint64_t expected,
+                             std::uint32_t* counters, stream_ref s) override {
+    detail::check_not_in_host_function("verify_checksum_async");
+    HTP_EXPECTS(ptr != nullptr && counters != nullptr && bytes > 0, invalid_argument,
+                "verify_checksum_async(", ptr, ", ", bytes, ", ", counters,
+                "): pointers must be non-null and bytes positive");
+    // The kernel counts through the words' device address: pinned host memory of this device.
+    auto* counters_device = static_cast<std::uint32_t*>(mapped_device_pointer(counters));
+    (void)mapped_device_pointer(counters + 1);  // both words
+    device_guard g(ordinal_);
+    HTP_CUDA_CHECK(cuda::launch_verify_checksum(ptr, bytes, slot_for(native(s)), expected,
+                                                counters_device, native(s)));
+  }
+
   void synchronize_all() override {
     detail::check_not_in_host_function("synchronize_all");
     device_guard g(ordinal_);
-    HTP_CUDA_TRY(cudaDeviceSynchronize());
+    HTP_CUDA_CHECK(cudaDeviceSynchronize());
+    scratch_.reclaim_retired();  // no replay of a destroyed graph can be running now
+  }
+
+  // ---- capture and replay ----
+  void begin_capture(stream_ref s) override {
+    detail::check_not_in_host_function("begin_capture");
+    device_guard g(ordinal_);
+    const cudaError_t e = cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal);
+    // Nesting: cudaErrorIllegalState, a breach of the capture rules like the others.
+    if (e != cudaSuccess)
+      throw_status(e, "cudaStreamBeginCapture", __FILE__, __LINE__, cudaErrorIllegalState);
+  }
+
+  graph_ref end_capture(stream_ref s) override;
+
+  void launch_graph(graph_ref graph, stream_ref s) override {
+    detail::check_not_in_host_function("launch_graph");
+    HTP_EXPECTS(static_cast<bool>(graph), invalid_argument, "launch_graph: a null graph");
+    device_guard g(ordinal_);
+    HTP_EXPECTS(!capturing(native(s)), logic_error,
+                "launch_graph: the stream is capturing; htp does not capture graph launches");
+    HTP_CUDA_CHECK(cudaGraphLaunch(native(graph), native(s)));
+  }
+
+  void destroy_graph(graph_ref graph) noexcept override {
+    if (!graph) return;
+    device_guard g(ordinal_, std::nothrow);
+    // An in-flight replay completes first (cudaGraphExecDestroy frees it then), so the graph's
+    // checksum slots are retired until the device is next idle, not freed.
+    (void)cudaGraphExecDestroy(native(graph));
+    (void)cudaGetLastError();
+    std::lock_guard lock(capture_mutex_);
+    if (auto it = graph_slots_.find(native(graph)); it != graph_slots_.end()) {
+      scratch_.retire(it->second);
+      graph_slots_.erase(it);
+    }
+  }
+
+  bool is_capturing(stream_ref s) override {
+    detail::check_not_in_host_function("is_capturing");
+    device_guard g(ordinal_);
+    return capturing(native(s));
   }
 
  private:
+  /// Whether `s` is capturing (active or invalidated). Device current.
+  static bool capturing(cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    HTP_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  /// The checksum scratch slot for a kernel queued on `s` now: the stream's own outside a capture;
+  /// inside one a slot of its own, fixed in the graph (a replay on another stream may run while
+  /// `s` runs checksums of its own), kept with the capture's id until end_capture hands it to the
+  /// graph. Device current.
+  cuda::checksum_slot* slot_for(cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    HTP_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, &id));
+    if (status == cudaStreamCaptureStatusNone) return scratch_.slot_for(s);
+    cuda::checksum_slot* slot = scratch_.take_for_graph();
+    std::lock_guard lock(capture_mutex_);
+    capture_slots_[id].push_back(slot);
+    return slot;
+  }
+
+  /// The slots taken during capture `id` (none if unknown), no longer the capture's.
+  std::vector<cuda::checksum_slot*> take_capture_slots(unsigned long long id) {
+    std::lock_guard lock(capture_mutex_);
+    std::vector<cuda::checksum_slot*> slots;
+    if (auto it = capture_slots_.find(id); it != capture_slots_.end()) {
+      slots = std::move(it->second);
+      capture_slots_.erase(it);
+    }
+    return slots;
+  }
+
+  /// htp's rule (device.hpp): no pageable host side on a capturing stream.
+  void refuse_pageable_in_capture(void* dst, const void* src, std::size_t bytes,
+                                  copy_direction d) const {
+    const auto pinned = [](const void* p) {
+      cudaPointerAttributes attr{};
+      const bool host =
+          cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+      (void)cudaGetLastError();
+      return host;
+    };
+    const bool dst_host = d == copy_direction::device_to_host || d == copy_direction::host_to_host;
+    const bool src_host = d == copy_direction::host_to_device || d == copy_direction::host_to_host;
+    HTP_EXPECTS((!dst_host || pinned(dst)) && (!src_host || pinned(src)), invalid_argument,
+                "copy_async(", dst, ", ", src, ", ", bytes, ", ", to_string(d),
+                "): a pageable host side on a capturing stream; a replay would read it with no "
+                "host synchronisation: use pinned or registered host memory");
+  }
+
   static void CUDART_CB trampoline(void* user) {
     std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user));
     const detail::host_function_scope inside;  // device calls from fn are refused, as on sim
@@ -511,7 +663,46 @@ class cuda_device final : public device {
   cuda::checksum_scratch_pool scratch_;
   std::mutex timed_mutex_;
   std::set<cudaEvent_t> timed_;  // events of create_timed_event not yet destroyed (for elapsed)
+  std::mutex capture_mutex_;
+  // Checksum slots of kernels captured so far, by capture id; then of each executable graph.
+  std::map<unsigned long long, std::vector<cuda::checksum_slot*>> capture_slots_;
+  std::map<cudaGraphExec_t, std::vector<cuda::checksum_slot*>> graph_slots_;
 };
+
+graph_ref cuda_device::end_capture(stream_ref s) {
+  detail::check_not_in_host_function("end_capture");
+  device_guard g(ordinal_);
+  const cudaStream_t st = native(s);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(st, &status, &id) != cudaSuccess) (void)cudaGetLastError();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(st, &graph);
+  if (e != cudaSuccess) {
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    // Unjoined or invalidated: the capture has ended (every stream out of capture mode) and its
+    // kernels never ran, so their slots are free again. Wrong thread, or not the origin: it goes
+    // on, and keeps them.
+    cudaStreamCaptureStatus after = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &after) != cudaSuccess || after == cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();
+      if (status != cudaStreamCaptureStatusNone) scratch_.give_back(take_capture_slots(id));
+    }
+    throw_status(e, "cudaStreamEndCapture", __FILE__, __LINE__, cudaErrorIllegalState);
+  }
+  std::vector<cuda::checksum_slot*> slots = take_capture_slots(id);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t i = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);  // the executable graph is all htp keeps
+  if (i != cudaSuccess) {
+    scratch_.give_back(slots);
+    throw_status(i, "cudaGraphInstantiate", __FILE__, __LINE__);
+  }
+  std::lock_guard lock(capture_mutex_);
+  graph_slots_.emplace(exec, std::move(slots));
+  return graph_ref{exec};
+}
 
 }  // namespace
 

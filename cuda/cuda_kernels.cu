@@ -9,11 +9,10 @@ constexpr int block_size = 256;
 
 // Each thread sums the terms of a grid-strided set of words; a block reduces in shared memory and
 // adds its partial sum to the slot atomically. The sum is order-independent, so the result equals
-// the host's. The last block to finish (counted in the slot) writes the total to the pinned host
-// word through its device address (a plain store: atomics on mapped memory are not guaranteed over
-// PCIe) and zeroes the slot for the stream's next checksum.
-__global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, checksum_slot* slot,
-                                unsigned long long* result) {
+// the host's. The last block to finish (counted in the slot) reads the total and zeroes the slot
+// for the next use: true in its thread 0 only, with the total in *total.
+__device__ bool reduce_checksum(const unsigned char* p, std::size_t bytes, checksum_slot* slot,
+                                unsigned long long* total) {
   __shared__ unsigned long long partial[block_size];
   const std::size_t words = bytes / 8;
   unsigned long long sum = 0;
@@ -45,15 +44,38 @@ __global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, check
     if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0) return false;
   atomicAdd(&slot->sum, partial[0]);
   __threadfence();  // this block's sum is visible before its count
   const unsigned int done = atomicAdd(&slot->blocks_done, 1u) + 1u;
-  if (done != gridDim.x) return;
+  if (done != gridDim.x) return false;
   __threadfence();  // every other block's sum is visible to the reads below
-  const unsigned long long total = atomicExch(&slot->sum, 0ull);
+  *total = atomicExch(&slot->sum, 0ull);
   atomicExch(&slot->blocks_done, 0u);
+  return true;
+}
+
+// The last block writes the total to the pinned host word through its device address (a plain
+// store: atomics on mapped memory are not guaranteed over PCIe).
+__global__ void checksum_kernel(const unsigned char* p, std::size_t bytes, checksum_slot* slot,
+                                unsigned long long* result) {
+  unsigned long long total = 0;
+  if (!reduce_checksum(p, bytes, slot, &total)) return;
   *reinterpret_cast<volatile unsigned long long*>(result) = total;
+}
+
+// The last block compares the total and counts in the two pinned host words: a plain
+// read-modify-write (the only writer while verifies of one pair are ordered), then a system fence
+// so the host sees both before the stream moves on.
+__global__ void verify_checksum_kernel(const unsigned char* p, std::size_t bytes,
+                                       checksum_slot* slot, unsigned long long expected,
+                                       unsigned int* counters) {
+  unsigned long long total = 0;
+  if (!reduce_checksum(p, bytes, slot, &total)) return;
+  volatile unsigned int* c = counters;
+  c[0] = c[0] + 1u;
+  if (total != expected) c[1] = c[1] + 1u;
+  __threadfence_system();
 }
 
 // The pattern is word i = mix64(seed + i), little-endian, counted from `p` whatever its alignment.
@@ -98,6 +120,15 @@ cudaError_t launch_checksum(const void* ptr, std::size_t bytes, checksum_slot* s
   return cudaGetLastError();
 }
 
+cudaError_t launch_verify_checksum(const void* ptr, std::size_t bytes, checksum_slot* slot,
+                                   std::uint64_t expected, std::uint32_t* counters_device,
+                                   cudaStream_t s) {
+  verify_checksum_kernel<<<grid_for(bytes / 8), block_size, 0, s>>>(
+      static_cast<const unsigned char*>(ptr), bytes, slot,
+      static_cast<unsigned long long>(expected), counters_device);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_fill_pattern(void* ptr, std::size_t bytes, std::uint64_t seed, cudaStream_t s) {
   fill_kernel<<<grid_for(bytes / 8), block_size, 0, s>>>(static_cast<unsigned char*>(ptr), bytes,
                                                          seed);
@@ -107,6 +138,7 @@ cudaError_t launch_fill_pattern(void* ptr, std::size_t bytes, std::uint64_t seed
 cudaError_t preload_kernels() {
   cudaFuncAttributes a{};
   cudaError_t e = cudaFuncGetAttributes(&a, checksum_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, verify_checksum_kernel);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, fill_kernel);
   return e;
 }

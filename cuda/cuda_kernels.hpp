@@ -1,4 +1,5 @@
-// Kernels of the cuda backend: device-side htp::checksum and htp::fill_pattern.
+// Kernels of the cuda backend: device-side htp::checksum (plain and verifying) and
+// htp::fill_pattern.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,14 @@ struct checksum_slot {
 /// kernel, no copy. Returns the launch status.
 cudaError_t launch_checksum(const void* ptr, std::size_t bytes, checksum_slot* slot,
                             std::uint64_t* result_device, cudaStream_t s);
+
+/// Launches the checksum of [ptr, ptr + bytes) on `s` as launch_checksum does; the last block
+/// compares it with `expected` and adds 1 to counters_device[0] and, on a mismatch, 1 to
+/// counters_device[1] (the device address of two pinned host words; plain read-modify-writes, so
+/// verifies of one pair must be stream-ordered). No host work: capturable.
+cudaError_t launch_verify_checksum(const void* ptr, std::size_t bytes, checksum_slot* slot,
+                                   std::uint64_t expected, std::uint32_t* counters_device,
+                                   cudaStream_t s);
 
 /// Launches filling [ptr, ptr + bytes) with fill_pattern(seed) on `s`: 8-byte stores on the
 /// 8-aligned body, single bytes only for the unaligned head and the tail.

@@ -24,6 +24,9 @@
 //    any other host memory is pageable.
 //  - Thread safety: every member of `device` may be called from any host thread concurrently,
 //    except that a stream or event must not be destroyed while another thread uses it.
+//  - Capture and replay (begin_capture ... end_capture, launch_graph): a step program queued
+//    once on capturing streams becomes a graph that each launch_graph replays with no host work;
+//    CUDA's stream-capture rules apply on both backends (see "capture and replay" below).
 //  - Host functions enqueued with launch_host_func must not call back into the device (CUDA forbids
 //    runtime calls from stream callbacks); they may take locks, signal host threads and call
 //    write_value and properties. Every other member called from one throws htp::logic_error on
@@ -81,6 +84,14 @@ struct event_ref {
   explicit operator bool() const noexcept { return native != nullptr; }
   friend bool operator==(event_ref a, event_ref b) noexcept { return a.native == b.native; }
   friend bool operator!=(event_ref a, event_ref b) noexcept { return a.native != b.native; }
+};
+
+/// Non-owning reference to an executable graph made by device::end_capture.
+struct graph_ref {
+  void* native = nullptr;  ///< cudaGraphExec_t on cuda; the sim graph object on sim.
+  explicit operator bool() const noexcept { return native != nullptr; }
+  friend bool operator==(graph_ref a, graph_ref b) noexcept { return a.native == b.native; }
+  friend bool operator!=(graph_ref a, graph_ref b) noexcept { return a.native != b.native; }
 };
 
 /// Facts about the device, fixed for its lifetime.
@@ -162,7 +173,8 @@ class device {
   /// Waits for the stream's queued work, then destroys it. Never throws.
   virtual void destroy_stream(stream_ref s) noexcept = 0;
   /// Blocks the calling host thread until all work queued on `s` so far has completed.
-  /// @throws htp::cuda_error (or htp::logic_error on sim) if that work failed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if that work failed; htp::logic_error
+  /// if `s` is capturing (the capture is invalidated; see "capture and replay").
   virtual void synchronize(stream_ref s) = 0;
 
   // ---- events --------------------------------------------------------------------------------
@@ -187,10 +199,13 @@ class device {
   /// of this device; htp::cuda_error if the runtime fails.
   virtual void wait(event_ref e, stream_ref s) = 0;
   /// True when the work captured in `e` has completed. Never blocks.
-  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed;
+  /// htp::logic_error if `e` was last recorded in an active stream capture (see "capture and
+  /// replay"; sim: an event recorded in a capture that has ended counts as never recorded).
   virtual bool query(event_ref e) = 0;
   /// Blocks the calling host thread until the work captured in `e` has completed.
-  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if the captured work failed;
+  /// htp::logic_error if `e` was last recorded in an active stream capture.
   virtual void synchronize(event_ref e) = 0;
   /// Creates an event the device times (cuda: timing enabled, a little dearer to record than
   /// create_event's), for elapsed(). Destroy it with destroy_event. Otherwise as create_event.
@@ -223,7 +238,9 @@ class device {
   /// @throws htp::invalid_argument if a pointer is null, bytes == 0, or the ranges overlap; on sim
   /// also for a device side that is not inside one device allocation of this device, or a host
   /// side that is device memory (cuda: a pointer not matching `direction` is undefined, as
-  /// cudaMemcpyAsync documents); htp::cuda_error if the runtime refuses (cudaErrorInvalidValue).
+  /// cudaMemcpyAsync documents), and on both backends for a pageable host side while `s` is
+  /// capturing (see "capture and replay"); htp::cuda_error if the runtime refuses
+  /// (cudaErrorInvalidValue).
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                           stream_ref s) = 0;
   /// Queues `fn` to run on a host thread once all earlier work on `s` has completed; later work
@@ -298,9 +315,102 @@ class device {
   /// Never throws (a host store).
   virtual void write_value(std::uint32_t* word, std::uint32_t value) = 0;
 
+  /// Queues a kernel that computes htp::checksum over `bytes` of device memory at `ptr`, compares
+  /// it with `expected`, and adds 1 to counters[0] and, on a mismatch, 1 to counters[1].
+  /// `counters` is two 32-bit words of pinned host memory of this device (as write_value_async's
+  /// words); the sums are there once the stream passes this point. Capturable: no host callback,
+  /// no allocation, so a captured step verifies its payloads on every replay. Verifies that update
+  /// one `counters` pair must be ordered with each other (one stream, or events): on cuda the
+  /// last block adds with a plain read-modify-write of the mapped words (atomics on mapped memory
+  /// are not guaranteed over PCIe), so unordered verifies may lose counts (the sim adds
+  /// atomically). On a timing-only sim it adds to counters[0] only (there are no bytes to sum).
+  /// Stream-ordered on `s`; thread-safe.
+  /// @throws htp::invalid_argument on a null pointer or zero bytes, or counters outside pinned
+  /// host memory of this device (cuda: not mapped pinned memory); htp::cuda_error if the launch
+  /// fails.
+  virtual void verify_checksum_async(const void* ptr, std::size_t bytes, std::uint64_t expected,
+                                     std::uint32_t* counters, stream_ref s) = 0;
+
   /// Blocks until all work on every stream of this device has completed.
-  /// @throws htp::cuda_error (or htp::logic_error on sim) if any of that work failed.
+  /// @throws htp::cuda_error (or htp::logic_error on sim) if any of that work failed;
+  /// htp::logic_error while a stream of this device is capturing (CUDA: "invalid to synchronize
+  /// a broader handle which encompasses an active stream capture"; the sim also invalidates that
+  /// capture).
   virtual void synchronize_all() = 0;
+
+  // ---- capture and replay ------------------------------------------------------------------
+  // A step program (copies, event records and waits, kernels, value words) is captured once from
+  // the calls that would queue it and replayed with one call per step and no other host work:
+  // cudaStreamBeginCapture / cudaStreamEndCapture / cudaGraphInstantiate / cudaGraphLaunch on
+  // cuda, the sim's graph (docs/sim.md, "Capture and replay") on sim. The rules are CUDA's
+  // (CUDA Programming Guide, "Creating a Graph Using Stream Capture"), kept alike on both backends:
+  //  - Capturing streams: `s` from begin_capture (the origin), and every stream that waits on an
+  //    event recorded on a capturing stream of the capture after it began (it joins: a fork).
+  //    Work queued on a capturing stream is recorded, not run; it runs on each launch_graph.
+  //    Work queued on `s` before begin_capture is not part of the graph.
+  //  - Joining back: before end_capture every joined stream must be joined to the origin (the
+  //    origin waits on an event recorded on it after its last captured work).
+  //  - Refused while capturing, each with htp::logic_error, invalidating the capture (CUDA: "when
+  //    an invalid operation is attempted during stream capture, any associated capture graphs are
+  //    invalidated"; further work on its streams is refused with htp::logic_error until
+  //    end_capture, which then throws htp::logic_error and ends the capture): synchronize of a
+  //    capturing stream (CUDA cudaErrorStreamCaptureUnsupported); query or synchronize of an event
+  //    recorded in an active capture (cudaErrorCapturedEvent); a wait on a capturing stream for an
+  //    event recorded outside the capture (cudaErrorStreamCaptureIsolation: CUDA needs
+  //    cudaEventWaitExternal, which htp does not use) or in another capture
+  //    (cudaErrorStreamCaptureMerge); synchronize_all while any stream captures; allocate,
+  //    deallocate, register_host_memory and unregister_host_memory from the thread that began a
+  //    capture still active (cudaStreamCaptureModeThreadLocal: "potentially unsafe API calls",
+  //    cudaErrorStreamCaptureUnsupported). The cuda backend maps CUDA's stream-capture errors
+  //    (cudaErrorStreamCaptureUnsupported ... cudaErrorStreamCaptureWrongThread) to
+  //    htp::logic_error wherever they come from.
+  //  - htp's own rule, checked before anything is queued (the capture stays valid): a copy whose
+  //    host side is pageable is refused on a capturing stream with htp::invalid_argument on both
+  //    backends. (CUDA captures it, but a replay reads the pageable memory with no host
+  //    synchronisation at all, so the copy's host-synchronous contract cannot hold.)
+  //  - Host functions (launch_host_func) may be captured: they run on each replay.
+  // A graph's pointers and sizes are fixed at capture: every replay reads and writes the same
+  // memory, which must stay valid while the graph exists.
+
+  /// Begins capturing work queued on `s` (cudaStreamBeginCapture,
+  /// cudaStreamCaptureModeThreadLocal). Until end_capture(s), work queued on `s`, and on any stream
+  /// that joins (see above), is recorded, not run. Does not wait for work queued on `s` before.
+  /// Thread-safe; end_capture must come from the same host thread (CUDA:
+  /// cudaErrorStreamCaptureWrongThread).
+  /// @throws htp::logic_error if `s` is capturing already (nesting; cudaErrorIllegalState on
+  /// cuda; the sim leaves the capture as it was) or from a host function; htp::invalid_argument for
+  /// a stream htp cannot use; htp::cuda_error if the runtime fails otherwise.
+  virtual void begin_capture(stream_ref s) = 0;
+  /// Ends the capture begun on `s` and instantiates it (cudaStreamEndCapture, cudaGraphInstantiate
+  /// with flags 0; the intermediate cudaGraph_t is destroyed). Every capturing stream of the
+  /// capture leaves capture mode, whatever the outcome. Destroy the result with destroy_graph.
+  /// @throws htp::logic_error, after ending the capture (nothing leaks, every stream usable), if a
+  /// joined stream was not joined back ("unjoined"; CUDA answers cudaErrorStreamCaptureUnjoined)
+  /// or the capture was invalidated (cudaErrorStreamCaptureInvalidated); htp::logic_error, leaving
+  /// the capture as it is, if `s` is not the origin of an active capture (cudaErrorIllegalState,
+  /// or cudaErrorStreamCaptureUnmatched for a joined stream) or this is not the thread that began
+  /// it (cudaErrorStreamCaptureWrongThread); htp::cuda_error if instantiation fails.
+  virtual graph_ref end_capture(stream_ref s) = 0;
+  /// Queues one replay of `g` on `s` (cudaGraphLaunch): all its work runs after the work queued on
+  /// `s` so far, and later work on `s` waits for all of it. Replays of one graph never overlap:
+  /// each runs after the previous one queued on any stream has finished (as cudaGraphLaunch
+  /// orders them). Independent branches of the graph (a copy stream forked from the origin) run
+  /// concurrently, as they did when captured. Stream-ordered on `s`; thread-safe. Queues nothing
+  /// on the host: no host function, no allocation.
+  /// @throws htp::invalid_argument for a null or destroyed graph (sim; undefined on cuda) or a
+  /// stream htp cannot use; htp::logic_error if `s` is capturing (a graph launched into a capture
+  /// is not supported by htp); htp::cuda_error if the launch fails.
+  virtual void launch_graph(graph_ref g, stream_ref s) = 0;
+  /// Destroys the graph. On sim it first waits for its queued replays to complete (so it must not
+  /// be called while a replay waits on something the calling thread would do); on cuda
+  /// cudaGraphExecDestroy (an in-flight replay completes, then is freed). A null ref is a no-op.
+  /// Must not race with launch_graph of the same graph. Never throws.
+  virtual void destroy_graph(graph_ref g) noexcept = 0;
+  /// True while `s` is capturing (cudaStreamIsCapturing: active or invalidated), as the origin or
+  /// as a joined stream. Thread-safe.
+  /// @throws htp::invalid_argument for a stream htp cannot use; htp::cuda_error if the runtime
+  /// fails.
+  virtual bool is_capturing(stream_ref s) = 0;
 };
 
 /// Owning stream: destroys the stream (after its queued work) on destruction. Movable.
@@ -356,6 +466,34 @@ class event {
  private:
   device* dev_ = nullptr;
   event_ref ref_{};
+};
+
+/// Owning executable graph: destroys it (device::destroy_graph) on destruction. Movable.
+class graph {
+ public:
+  graph() = default;
+  /// Takes ownership of `g`, made by `dev.end_capture`; `dev` must outlive this object.
+  graph(device& dev, graph_ref g) noexcept : dev_(&dev), ref_(g) {}
+  /// Ends the capture begun on `s` and owns the result: graph(dev, dev.end_capture(s)).
+  /// @throws as device::end_capture.
+  static graph end_capture(device& dev, stream_ref s);
+  /// Never throws.
+  ~graph();
+  graph(graph&& other) noexcept;
+  graph& operator=(graph&& other) noexcept;
+  graph(const graph&) = delete;
+  graph& operator=(const graph&) = delete;
+
+  graph_ref ref() const noexcept { return ref_; }
+  operator graph_ref() const noexcept { return ref_; }  // NOLINT: a graph is usable as a ref
+  explicit operator bool() const noexcept { return static_cast<bool>(ref_); }
+  /// device::launch_graph(*this, s) on the owning device.
+  /// @throws as device::launch_graph; htp::logic_error on an empty htp::graph.
+  void launch(stream_ref s) const;
+
+ private:
+  device* dev_ = nullptr;
+  graph_ref ref_{};
 };
 
 /// Creates a device. The backend is never chosen silently:

@@ -34,7 +34,9 @@ enum class fault_kind : unsigned {
   stream_wait,            ///< wait (on an event) and wait_value_async
   value_write,            ///< write_value_async
   create,                 ///< create_stream, create_event
-  kernel,  ///< launch_host_func, checksum_async, fill_pattern_async, decode_weights_async
+  /// launch_host_func, checksum_async, fill_pattern_async, decode_weights_async,
+  /// verify_checksum_async, launch_graph
+  kernel,
 };
 /// Number of fault_kind values.
 inline constexpr std::size_t fault_kind_count = 8;
@@ -127,7 +129,17 @@ class fault_injecting_device final : public device {
   void write_value_async(std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void wait_value_async(const std::uint32_t* word, std::uint32_t value, stream_ref s) override;
   void write_value(std::uint32_t* word, std::uint32_t value) override;
+  void verify_checksum_async(const void* ptr, std::size_t bytes, std::uint64_t expected,
+                             std::uint32_t* counters, stream_ref s) override;
   void synchronize_all() override;
+  // Capture control is forwarded and never failed (begin_capture, end_capture, destroy_graph,
+  // is_capturing); a replay is a `kernel` call. Work queued while capturing is counted when it is
+  // captured, not when it is replayed.
+  void begin_capture(stream_ref s) override;
+  graph_ref end_capture(stream_ref s) override;
+  void launch_graph(graph_ref g, stream_ref s) override;
+  void destroy_graph(graph_ref g) noexcept override;
+  bool is_capturing(stream_ref s) override;
 
  private:
   /// Counts a call of kind `k` and throws the injected failure if the plan says so.

@@ -93,6 +93,29 @@ void event::synchronize() const {
   dev_->synchronize(ref_);
 }
 
+graph graph::end_capture(device& dev, stream_ref s) { return graph(dev, dev.end_capture(s)); }
+
+graph::~graph() {
+  if (dev_ != nullptr && ref_) dev_->destroy_graph(ref_);
+}
+
+graph::graph(graph&& other) noexcept
+    : dev_(std::exchange(other.dev_, nullptr)), ref_(std::exchange(other.ref_, {})) {}
+
+graph& graph::operator=(graph&& other) noexcept {
+  if (this != &other) {
+    if (dev_ != nullptr && ref_) dev_->destroy_graph(ref_);
+    dev_ = std::exchange(other.dev_, nullptr);
+    ref_ = std::exchange(other.ref_, {});
+  }
+  return *this;
+}
+
+void graph::launch(stream_ref s) const {
+  HTP_EXPECTS(dev_ != nullptr && ref_, logic_error, "launch on an empty htp::graph");
+  dev_->launch_graph(ref_, s);
+}
+
 // ---- selection -------------------------------------------------------------------------------
 
 int cuda_device_count(std::string* why) noexcept { return detail::cuda_device_count(why); }

@@ -47,12 +47,24 @@ std::shared_ptr<signal> event::arm() {
   auto s = std::make_shared<signal>();
   std::lock_guard lock(mutex_);
   current_ = s;
+  captured_.reset();
   return s;
+}
+
+void event::arm_captured(capture_point point) {
+  std::lock_guard lock(mutex_);
+  current_ = nullptr;
+  captured_ = std::move(point);
 }
 
 std::shared_ptr<signal> event::current() const {
   std::lock_guard lock(mutex_);
   return current_;
+}
+
+std::optional<capture_point> event::captured() const {
+  std::lock_guard lock(mutex_);
+  return captured_;
 }
 
 void error_sink::report(const std::string& what) {

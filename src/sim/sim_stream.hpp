@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace htp::sim {
 
@@ -34,7 +36,17 @@ class signal {
   std::chrono::steady_clock::time_point at_{};
 };
 
-/// A sim event: the signal of its most recent record (null when never recorded).
+class capture;  // sim_graph.hpp
+
+/// Where an event was recorded on a capturing stream: the stream capture, and the captured nodes
+/// (indices into the capture's nodes) that a stream waiting on the event would depend on.
+struct capture_point {
+  std::shared_ptr<capture> in;
+  std::vector<std::size_t> deps;
+};
+
+/// A sim event: the signal of its most recent record (null when never recorded), or, when it was
+/// last recorded on a capturing stream, that capture point instead.
 class event {
  public:
   explicit event(bool timed = false) : timed_(timed) {}
@@ -42,12 +54,17 @@ class event {
   bool timed() const noexcept { return timed_; }
   /// Replaces the capture with a fresh signal and returns it; the recording stream sets it.
   std::shared_ptr<signal> arm();
-  /// The current capture, or null when never recorded.
+  /// Replaces the capture with a capture point (record on a capturing stream): no signal.
+  void arm_captured(capture_point point);
+  /// The current capture, or null when never recorded (or last recorded in a stream capture).
   std::shared_ptr<signal> current() const;
+  /// The capture point of the last record, if it was made on a capturing stream.
+  std::optional<capture_point> captured() const;
 
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<signal> current_;
+  std::optional<capture_point> captured_;
   bool timed_ = false;
 };
 

@@ -220,6 +220,26 @@ void fault_injecting_device::write_value(std::uint32_t* word, std::uint32_t valu
   inner_.write_value(word, value);
 }
 
+void fault_injecting_device::verify_checksum_async(const void* ptr, std::size_t bytes,
+                                                   std::uint64_t expected, std::uint32_t* counters,
+                                                   stream_ref s) {
+  intercept(fault_kind::kernel, "verify_checksum_async", bytes);
+  inner_.verify_checksum_async(ptr, bytes, expected, counters, s);
+}
+
 void fault_injecting_device::synchronize_all() { inner_.synchronize_all(); }
+
+void fault_injecting_device::begin_capture(stream_ref s) { inner_.begin_capture(s); }
+
+graph_ref fault_injecting_device::end_capture(stream_ref s) { return inner_.end_capture(s); }
+
+void fault_injecting_device::launch_graph(graph_ref g, stream_ref s) {
+  intercept(fault_kind::kernel, "launch_graph");
+  inner_.launch_graph(g, s);
+}
+
+void fault_injecting_device::destroy_graph(graph_ref g) noexcept { inner_.destroy_graph(g); }
+
+bool fault_injecting_device::is_capturing(stream_ref s) { return inner_.is_capturing(s); }
 
 }  // namespace htp
