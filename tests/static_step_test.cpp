@@ -40,7 +40,7 @@ struct model_step {
       for (const std::size_t bytes : sizes) {
         const std::size_t t = in.tensors.size();
         p.tensors.push_back(t);
-        raw.push_back(bench::llama_mixture(bytes / 2, weight_format::bf16, 100 + t));
+        raw.push_back(synthetic::llama_mixture(bytes / 2, weight_format::bf16, 100 + t));
         std::vector<std::uint8_t> stored = raw.back();
         static_tensor x{"layers." + std::to_string(l) + ".w" + std::to_string(p.tensors.size()),
                         bytes};
@@ -132,7 +132,9 @@ TYPED_TEST(static_step_test, a_captured_step_replays_100_times_with_the_right_by
     for (const auto& use : plan.uses) {
       for (const std::size_t t : use.tensors) raw_streamed += use.freed_by >= 0 ? m.in.tensors[t].bytes : 0;
     }
-    if (coded) EXPECT_LT(plan.streamed_bytes, raw_streamed) << "coded loads move fewer bytes";
+    if (coded) {
+      EXPECT_LT(plan.streamed_bytes, raw_streamed) << "coded loads move fewer bytes";
+    }
   }
 }
 
@@ -201,7 +203,7 @@ TYPED_TEST(static_step_test, kernels_that_leave_a_stream_unjoined_are_refused_at
 }
 
 TYPED_TEST(static_step_test, positions_out_of_order_are_refused) {
-  model_step m(*this->dev, 3, false);
+  model_step m(*this->dev, 4, false);
   static_step step(*this->dev, m.in, plan_static(m.in), m.sources());
   stream compute(*this->dev);
   EXPECT_THROW(step.begin(1, compute), logic_error);

@@ -57,6 +57,19 @@ def _(token: torch.Tensor, y: torch.Tensor, step: int, position: int) -> None:
     return None
 
 
+def _forget_compiled(model: torch.nn.Module) -> None:
+    """Drops what torch.compile cached for the forwards of `model`'s module classes. Dynamo does
+    not guard on the hooks of the submodules it inlines, so without this a graph compiled for a
+    resident model of the same classes would be reused for the offloaded one (without htp's ops:
+    wrong logits), or the offloaded one's graph for a model after remove(). Other instances of
+    these classes recompile once."""
+    reset_code = getattr(torch._dynamo.eval_frame, "reset_code", None)
+    if reset_code is None:
+        return
+    for code in {type(m).forward.__code__ for m in model.modules()}:
+        reset_code(code)
+
+
 def _first_tensor(obj: Any) -> torch.Tensor | None:
     return next(iter(tensors_in(obj)), None)
 
@@ -80,6 +93,7 @@ class StaticOffload:
         self._hooks: list[Any] = []
         self._patched: list[torch.nn.Module] = []
         self._install()
+        _forget_compiled(model)
         model._htp_offload = weakref.ref(self)
 
     @property
@@ -148,6 +162,7 @@ class StaticOffload:
             module.to(device)
         del _STEPS[self._id]
         self.step = None
+        _forget_compiled(self.model)
         if getattr(self.model, "_htp_offload", None) is not None:
             del self.model._htp_offload
 

@@ -7,6 +7,7 @@
 #include "bindings.hpp"
 #include "streams.hpp"
 
+#include <htp/detail/check.hpp>
 #include <htp/error.hpp>
 #include <htp/static_step.hpp>
 
