@@ -344,5 +344,77 @@ TEST(sim_device, a_device_call_from_a_host_function_fails_the_stream_if_uncaught
   }
 }
 
+// A replayed step takes the modelled link time, exactly as the same copies queued directly: the
+// copy stream's H2D copy and the origin's D2H copy run on their own lanes and overlap, and each
+// replay starts when the previous one ends. The stream is held by a gate until every replay is
+// queued, so every modelled time follows from the gate's release by the model's integer
+// arithmetic (link.cpp), and elapsed() is exact. In timing-only mode too (no bytes move).
+TEST(sim_device, replayed_copies_take_the_modelled_link_time_and_lanes_overlap) {
+  for (bool timing_only : {false, true}) {
+    sim_config c;
+    c.h2d_bytes_per_second = 1'000'000'000;  // 1 ns a byte
+    c.d2h_bytes_per_second = 2'000'000'000;
+    c.copy_latency_ns = 1000;
+    c.timing_only = timing_only;
+    auto dev = make_sim_device(c);
+    const std::size_t a = std::size_t{1} << 20, b = std::size_t{1} << 20;
+    void* up_host = dev->allocate(memory_kind::pinned_host, a);
+    void* down_host = dev->allocate(memory_kind::pinned_host, b);
+    void* up_dev = dev->allocate(memory_kind::device, a);
+    void* down_dev = dev->allocate(memory_kind::device, b);
+    {
+      stream s(*dev), copy(*dev);
+      event forked(*dev), joined(*dev);
+      dev->begin_capture(s);
+      dev->record(forked, s);
+      dev->wait(forked, copy);
+      dev->copy_async(up_dev, up_host, a, copy_direction::host_to_device, copy);
+      dev->copy_async(down_host, down_dev, b, copy_direction::device_to_host, s);
+      dev->record(joined, copy);
+      dev->wait(joined, s);
+      graph g = graph::end_capture(*dev, s);
+      const event_ref t0 = dev->create_timed_event(), t1 = dev->create_timed_event();
+      std::promise<void> gate;
+      auto opened = gate.get_future().share();
+      dev->launch_host_func([opened] { opened.wait(); }, s);
+      dev->record(t0, s);
+      constexpr int replays = 5;
+      for (int r = 0; r < replays; ++r) g.launch(s);
+      dev->record(t1, s);
+      gate.set_value();
+      s.synchronize();
+      // H2D: 1000 ns + 2^20 ns; D2H, overlapping it: 1000 ns + 2^19 ns.
+      const auto per_replay = std::chrono::nanoseconds(1000 + (std::int64_t{1} << 20));
+      EXPECT_EQ(dev->elapsed(t0, t1), std::optional(replays * per_replay))
+          << "timing_only=" << timing_only;
+      dev->destroy_event(t0);
+      dev->destroy_event(t1);
+    }
+    dev->deallocate(memory_kind::device, down_dev, b);
+    dev->deallocate(memory_kind::device, up_dev, a);
+    dev->deallocate(memory_kind::pinned_host, down_host, b);
+    dev->deallocate(memory_kind::pinned_host, up_host, a);
+  }
+}
+
+TEST(sim_device, timing_only_verify_checksum_counts_without_reading_bytes) {
+  sim_config c;
+  c.timing_only = true;
+  auto dev = make_sim_device(c);
+  const std::size_t n = std::size_t{4} << 20;
+  void* d = dev->allocate(memory_kind::device, n);  // address space only: reading it faults
+  auto* counters = static_cast<std::uint32_t*>(dev->allocate(memory_kind::pinned_host, 8));
+  counters[0] = counters[1] = 0;
+  {
+    stream s(*dev);
+    dev->verify_checksum_async(d, n, 12345, counters, s);
+    s.synchronize();
+  }
+  EXPECT_EQ(counters[0], 1u);
+  EXPECT_EQ(counters[1], 0u);
+  dev->deallocate(memory_kind::pinned_host, counters, 8);
+  dev->deallocate(memory_kind::device, d, n);
+}
+
 }  // namespace
 }  // namespace htp::test

@@ -56,10 +56,13 @@ void sim_device::destroy_stream(stream_ref s) noexcept {
   }
   {
     // A capturing stream destroyed: its capture cannot be completed.
+    // A capturing stream destroyed: its capture cannot be completed. It ends, invalidated, and
+    // every stream of it leaves capture mode.
     std::lock_guard lock(capture_mutex_);
     if (auto c = capture_of(owned.get())) {
       c->invalidate("a capturing stream was destroyed");
-      capturing_.erase(owned.get());
+      for (stream* joined : c->streams()) capturing_.erase(joined);
+      c->end();
     }
   }
   owned.reset();  // drains and joins outside the lock
@@ -462,10 +465,12 @@ void sim_device::begin_capture(stream_ref s) {
 graph_ref sim_device::end_capture(stream_ref s) {
   detail::check_not_in_host_function("end_capture");
   stream& st = get(s);
-  std::shared_ptr<capture> c;
+  std::string invalid, unjoined;
+  std::vector<node> nodes;
+  std::size_t lanes = 0;
   {
     std::lock_guard lock(capture_mutex_);
-    c = capture_of(&st);
+    auto c = capture_of(&st);
     HTP_EXPECTS(c != nullptr, logic_error,
                 "end_capture: the stream is not capturing (CUDA: cudaErrorIllegalState)");
     HTP_EXPECTS(c->origin() == &st, logic_error,
@@ -476,16 +481,19 @@ graph_ref sim_device::end_capture(stream_ref s) {
                 "(CUDA: cudaErrorStreamCaptureWrongThread)");
     for (stream* joined : c->streams()) capturing_.erase(joined);  // all leave capture mode
     c->end();
+    invalid = c->invalid();
+    if (invalid.empty()) unjoined = c->unjoined();
+    nodes = c->take_nodes();
+    lanes = c->lane_count();
   }
-  HTP_EXPECTS(c->invalid().empty(), logic_error,
+  HTP_EXPECTS(invalid.empty(), logic_error,
               "end_capture: the capture was invalidated (CUDA: "
               "cudaErrorStreamCaptureInvalidated) by ",
-              c->invalid(), "; nothing was captured");
-  const std::string unjoined = c->unjoined();
+              invalid, "; nothing was captured");
   HTP_EXPECTS(unjoined.empty(), logic_error,
               "end_capture: unjoined (CUDA: cudaErrorStreamCaptureUnjoined): ", unjoined,
               "; the capture is discarded");
-  auto g = std::make_unique<graph>(c->take_nodes(), c->lane_count(), errors_);
+  auto g = std::make_unique<graph>(std::move(nodes), lanes, errors_);
   graph_ref ref{g.get()};
   std::lock_guard lock(objects_mutex_);
   graphs_.emplace(g.get(), std::move(g));

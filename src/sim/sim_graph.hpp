@@ -12,6 +12,7 @@
 
 #include "sim/sim_stream.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -42,9 +43,9 @@ class capture {
 
   stream* origin() const noexcept { return origin_; }
   std::thread::id thread() const noexcept { return thread_; }
-  /// Between begin_capture and end_capture.
-  bool active() const noexcept { return active_; }
-  void end() noexcept { active_ = false; }
+  /// Between begin_capture and end_capture (readable without the device's capture mutex).
+  bool active() const noexcept { return active_.load(std::memory_order_acquire); }
+  void end() noexcept { active_.store(false, std::memory_order_release); }
   /// Why the capture was invalidated; empty while it is valid.
   const std::string& invalid() const noexcept { return invalid_; }
   /// Invalidates the capture (the first reason is kept).
@@ -79,7 +80,7 @@ class capture {
 
   stream* origin_;
   std::thread::id thread_;
-  bool active_ = true;
+  std::atomic<bool> active_{true};
   std::string invalid_;
   std::vector<node> nodes_;
   std::vector<lane> lanes_;  // lanes_[0]: the origin
