@@ -151,6 +151,38 @@ void measure_decode_rate(device& dev, static_model& m) {
   dev.deallocate(memory_kind::device, out, x.bytes);
 }
 
+/// The H2D rate and per-copy cost a step's copies see, fitted to whole-tensor copies of the
+/// smallest and the largest tensor timed on the device (t = overhead + bytes / rate), so the
+/// plan predicts with the link as the step meets it.
+void measure_link(device& dev, static_model& m) {
+  std::size_t small = 0, large = 0;
+  for (std::size_t t = 0; t < m.in.tensors.size(); ++t) {
+    if (m.in.tensors[t].link_bytes() < m.in.tensors[small].link_bytes()) small = t;
+    if (m.in.tensors[t].link_bytes() > m.in.tensors[large].link_bytes()) large = t;
+  }
+  const std::size_t bytes[2] = {m.in.tensors[small].link_bytes(), m.in.tensors[large].link_bytes()};
+  void* dst = dev.allocate(memory_kind::device, bytes[1]);
+  stream s(dev);
+  const event_ref a = dev.create_timed_event(), b = dev.create_timed_event();
+  double ns[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const void* src = m.sources[i == 0 ? small : large];
+    dev.copy_async(dst, src, bytes[i], copy_direction::host_to_device, s);  // warm-up
+    dev.record(a, s);
+    for (int k = 0; k < 4; ++k) dev.copy_async(dst, src, bytes[i], copy_direction::host_to_device, s);
+    dev.record(b, s);
+    s.synchronize();
+    ns[i] = static_cast<double>(dev.elapsed(a, b).value_or(std::chrono::nanoseconds(0)).count()) / 4;
+  }
+  dev.destroy_event(a);
+  dev.destroy_event(b);
+  dev.deallocate(memory_kind::device, dst, bytes[1]);
+  if (ns[1] <= ns[0] || bytes[1] <= bytes[0]) return;  // nothing to fit: keep the calibration
+  const double per_byte = (ns[1] - ns[0]) / static_cast<double>(bytes[1] - bytes[0]);
+  m.in.link_bytes_per_second = 1e9 / per_byte;
+  m.in.copy_overhead_ns = std::max(0.0, ns[0] - static_cast<double>(bytes[0]) * per_byte);
+}
+
 static_plan plan_of(const static_plan_input& in, const static_scheme& scheme) {
   return scheme.round_robin_k != 0 ? round_robin_plan(in, scheme.round_robin_k)
                                    : plan_static(in);
@@ -185,6 +217,7 @@ policy_result run_static(device& dev, const bench_config& cfg, const static_sche
                          layer_compute& compute, const host_weights& weights,
                          const progress_fn& progress) {
   static_model m(dev, cfg, weights, scheme.compressed);
+  if (!cfg.rate_bytes_per_second) measure_link(dev, m);  // a budgeted rate is the plan's rate
   if (scheme.compressed) measure_decode_rate(dev, m);
   // Compute per position, measured on a first plan made without it.
   const auto times = measure_compute(dev, compute, m, plan_of(m.in, scheme), cfg.tokens);
