@@ -9,6 +9,9 @@
 #   core      the C++ tests on the GPU, the examples, the other benchmarks, memcheck
 #   python    the wheel gpu-build.sh made, its cuda tests (python/tests/test_cuda.py)
 #   extra     the whole Hugging Face comparison (50%, batch 16, naive): not in the session plan
+#   static    the 8B-shaped decode under CUDA graphs at 30%: resident, htp static raw and
+#             compressed, htp dynamic, static under torch.compile(mode="reduce-overhead"), in
+#             tokens/s with every token checked against resident: not in the session plan
 # `--set core,python` runs both in one command. Each set has a limit in seconds; its steps' budgets
 # must add up to no more, and the session plan below (a machine start, the headline, core and python,
 # a rerun of the headline) must fit the 15 minutes of a GPU session: any breach is a FAIL.
@@ -50,7 +53,7 @@ sets=${HTP_GPU_CHECK_SET:-headline}
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --dry-run) dry=1; shift ;;
-    --set) sets=${2:?--set needs headline, core, python or extra}; shift 2 ;;
+    --set) sets=${2:?--set needs headline, core, python, extra or static}; shift 2 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -96,6 +99,9 @@ slab                   5      7     Google Benchmark, 0.05 s per case, ~40 cases
 memcheck              25     32     compute-sanitizer on the cuda conformance tests that hold no stream
 python-tests          20     25     import torch and htp (~8 s), python/tests/test_cuda.py: 6 tests, one Mixtral offload
 hf-offload           240    300     the whole comparison: 5 modes, 30% and 50%, batch 1 and 16 (extra set only)
+hf-static            170    215     import (~12 s), 16 GB built on the GPU (~5 s), host copy (~8 s); 16 tokens each:
+                                    resident (~2 s), static (pinned copy ~7 s, ~4 s), static-compress (encode on
+                                    16 cores ~20 s, ~4 s), dynamic (~15 s), compiled (inductor ~90 s) (static set only)
 '
 declare -A estimate=() budget=()
 while IFS= read -r line; do  # continuation lines start with blanks
@@ -108,8 +114,9 @@ declare -A set_steps=(
           stream-node integrity torch-baseline slab memcheck"
   [python]="facts wheel python-tests"
   [extra]="facts wheel hf-offload"
+  [static]="facts wheel hf-static"
 )
-declare -A set_limit=([headline]=200 [core]=210 [python]=40 [extra]=330)
+declare -A set_limit=([headline]=200 [core]=210 [python]=40 [extra]=330 [static]=240)
 # Steps that may SKIP on a machine with a GPU: compute-sanitizer absent, or refusing the device
 # (gVisor: "Device not supported"). Any other step that skips there, or exits 77, FAILS.
 optional=" memcheck "
@@ -123,7 +130,7 @@ headline_call_max=300  # the headline is one call of at most 300 s on a fresh ma
 order=()
 total=0
 for s in ${sets//,/ }; do
-  [[ -n ${set_steps[$s]:-} ]] || { echo "gpu-check: --set $s: no such set (headline, core, python, extra)" >&2; exit 2; }
+  [[ -n ${set_steps[$s]:-} ]] || { echo "gpu-check: --set $s: no such set (headline, core, python, extra, static)" >&2; exit 2; }
   total=$((total + ${set_limit[$s]}))
   for x in ${set_steps[$s]}; do [[ " ${order[*]} " == *" $x "* ]] || order+=("$x"); done
 done
@@ -308,6 +315,7 @@ dry_check() {
 declare -A product=(
   [bandwidth]=bandwidth.json [page-latency]=page-latency.json [codec]=codec.json
   [hf-headline]=hf-headline/hf-offload.json [hf-offload]=hf-offload/hf-offload.json
+  [hf-static]=hf-static/hf-static.json
   [transfer]=transfer.json [stream-decode]=stream.json [stream-prefill]=stream-prefill.json
   [stream-node]=stream-node.json [integrity]=integrity.json [torch-baseline]=torch-baseline.json
   [slab]=slab.json [python-tests]=python-tests.xml
@@ -513,6 +521,7 @@ fi
 run_step python-tests "$work/python.log" py scripts/gpu_python.py test --site "$py_site" \
   --junit "$work/python-tests.xml" --gpus "$gpus"
 run_step hf-offload "$work/python.log" py bench/python/hf_offload_bench.py --out "$work/hf-offload"
+run_step hf-static "$work/python.log" py bench/python/hf_static_bench.py --out "$work/hf-static"
 
 # ---- every step has its line -------------------------------------------------------------------------
 for s in "${order[@]}"; do

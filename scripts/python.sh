@@ -45,3 +45,6 @@ echo "== python: pytest =="
 
 echo "== python: the H200 comparison, dry run (sim, tiny model) =="
 (cd /tmp && "$py" "$root/bench/python/hf_offload_bench.py" --dry-run --out "$root/$build/hf-offload-dry-run")
+
+echo "== python: decode under CUDA graphs with static offload, dry run (sim, tiny model) =="
+(cd /tmp && "$py" "$root/bench/python/hf_static_bench.py" --dry-run --out "$root/$build/hf-static-dry-run")

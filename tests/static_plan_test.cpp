@@ -150,7 +150,9 @@ TEST(static_plan, coded_pieces_overlap_copy_and_decode) {
 /// each position finds every tensor it reads at its offset (a shadow of the arena).
 void check_slots_hold_what_positions_read(const static_plan_input& in, const static_plan& plan) {
   std::vector<std::ptrdiff_t> holds(plan.arena_bytes / 256 + 1, -1);  // tensor per 256 bytes
-  auto put = [&](std::size_t t, std::size_t offset) { holds[offset / 256] = static_cast<std::ptrdiff_t>(t); };
+  auto put = [&](std::size_t t, std::size_t offset) {
+    holds[offset / 256] = static_cast<std::ptrdiff_t>(t);
+  };
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
     if (plan.resident_offset[t] != static_plan::npos) put(t, plan.resident_offset[t]);
   }

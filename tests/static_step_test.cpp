@@ -26,8 +26,8 @@ struct model_step {
   static_plan_input in;
   std::vector<std::vector<std::uint8_t>> raw;  // each tensor's bytes
   std::vector<std::size_t> host_bytes;
-  std::vector<void*> host;                     // pinned: raw bytes or the coded frame
-  std::uint32_t* counters = nullptr;           // verify_checksum_async's {checked, mismatched}
+  std::vector<void*> host;            // pinned: raw bytes or the coded frame
+  std::uint32_t* counters = nullptr;  // verify_checksum_async's {checked, mismatched}
 
   model_step(device& d, std::size_t layers, bool coded) : dev(d) {
     in.link_bytes_per_second = 20e9;
@@ -130,7 +130,8 @@ TYPED_TEST(static_step_test, a_captured_step_replays_100_times_with_the_right_by
     EXPECT_EQ(addresses, after);
     std::size_t raw_streamed = 0;  // what the same loads would move raw
     for (const auto& use : plan.uses) {
-      for (const std::size_t t : use.tensors) raw_streamed += use.freed_by >= 0 ? m.in.tensors[t].bytes : 0;
+      for (const std::size_t t : use.tensors)
+        raw_streamed += use.freed_by >= 0 ? m.in.tensors[t].bytes : 0;
     }
     if (coded) {
       EXPECT_LT(plan.streamed_bytes, raw_streamed) << "coded loads move fewer bytes";

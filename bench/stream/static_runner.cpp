@@ -24,8 +24,8 @@ class static_model {
       : dev_(dev) {
     const auto shapes = layer_tensors(cfg.model);
     const bool timing_only = dev.properties().timing_only;
-    in.link_bytes_per_second = static_cast<double>(
-        cfg.rate_bytes_per_second.value_or(cfg.link_peak_bytes_per_second));
+    in.link_bytes_per_second =
+        static_cast<double>(cfg.rate_bytes_per_second.value_or(cfg.link_peak_bytes_per_second));
     // The sim's modelled decode rate; on cuda, measure_decode_rate replaces it.
     in.decode_bytes_per_second = static_cast<double>(sim_config{}.decode_bytes_per_second);
     in.hbm_budget = cfg.hbm_budget_bytes;
@@ -35,19 +35,24 @@ class static_model {
         const auto& e = weights.at(l, i);
         static_tensor t{"layers." + std::to_string(l) + "." + shapes[i].name, e.bytes};
         if (coded && timing_only) {
-          t.wire_bytes = std::max<std::size_t>(
-              1, static_cast<std::size_t>(static_cast<double>(e.bytes) *
-                                          cfg.modelled_compression_ratio));
+          t.wire_bytes =
+              std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(e.bytes) *
+                                                                cfg.modelled_compression_ratio));
         } else if (coded) {
-          const weight_format f = cfg.type == dtype::fp16 ? weight_format::fp16
-                                                          : weight_format::bf16;
+          const weight_format f =
+              cfg.type == dtype::fp16 ? weight_format::fp16 : weight_format::bf16;
           frames.push_back(encode_weights(e.data, e.bytes, f));
           t.wire_bytes = frames.back().size();
         }
         in.positions.push_back({{in.tensors.size()}, 0.0});
         in.tensors.push_back(t);
-        views.push_back({{e.data, e.bytes, false}, shapes[i].rows, shapes[i].cols, e.sums.sum,
-                         e.sums.head, e.sums.tail, !timing_only});
+        views.push_back({{e.data, e.bytes, false},
+                         shapes[i].rows,
+                         shapes[i].cols,
+                         e.sums.sum,
+                         e.sums.head,
+                         e.sums.tail,
+                         !timing_only});
       }
     }
     place_sources(weights, frames, timing_only, coded);
@@ -129,7 +134,9 @@ void measure_decode_rate(device& dev, static_model& m) {
   if (dev.properties().kind != backend::cuda) return;
   std::size_t t = m.in.tensors.size();
   for (std::size_t i = 0; i < m.in.tensors.size(); ++i) {
-    if (m.in.tensors[i].coded() && (t == m.in.tensors.size() || m.in.tensors[i].bytes > m.in.tensors[t].bytes)) t = i;
+    if (m.in.tensors[i].coded() &&
+        (t == m.in.tensors.size() || m.in.tensors[i].bytes > m.in.tensors[t].bytes))
+      t = i;
   }
   if (t == m.in.tensors.size()) return;
   const static_tensor& x = m.in.tensors[t];
@@ -144,7 +151,9 @@ void measure_decode_rate(device& dev, static_model& m) {
   dev.record(b, s);
   s.synchronize();
   const auto ns = dev.elapsed(a, b);
-  if (ns && ns->count() > 0) m.in.decode_bytes_per_second = 5.0 * static_cast<double>(x.bytes) * 1e9 / static_cast<double>(ns->count());
+  if (ns && ns->count() > 0)
+    m.in.decode_bytes_per_second =
+        5.0 * static_cast<double>(x.bytes) * 1e9 / static_cast<double>(ns->count());
   dev.destroy_event(a);
   dev.destroy_event(b);
   dev.deallocate(memory_kind::device, wire, x.wire_bytes);
@@ -169,10 +178,12 @@ void measure_link(device& dev, static_model& m) {
     const void* src = m.sources[i == 0 ? small : large];
     dev.copy_async(dst, src, bytes[i], copy_direction::host_to_device, s);  // warm-up
     dev.record(a, s);
-    for (int k = 0; k < 4; ++k) dev.copy_async(dst, src, bytes[i], copy_direction::host_to_device, s);
+    for (int k = 0; k < 4; ++k)
+      dev.copy_async(dst, src, bytes[i], copy_direction::host_to_device, s);
     dev.record(b, s);
     s.synchronize();
-    ns[i] = static_cast<double>(dev.elapsed(a, b).value_or(std::chrono::nanoseconds(0)).count()) / 4;
+    ns[i] =
+        static_cast<double>(dev.elapsed(a, b).value_or(std::chrono::nanoseconds(0)).count()) / 4;
   }
   dev.destroy_event(a);
   dev.destroy_event(b);
@@ -184,8 +195,7 @@ void measure_link(device& dev, static_model& m) {
 }
 
 static_plan plan_of(const static_plan_input& in, const static_scheme& scheme) {
-  return scheme.round_robin_k != 0 ? round_robin_plan(in, scheme.round_robin_k)
-                                   : plan_static(in);
+  return scheme.round_robin_k != 0 ? round_robin_plan(in, scheme.round_robin_k) : plan_static(in);
 }
 
 std::string plan_json(const static_model& m, const static_plan& plan) {
@@ -226,9 +236,8 @@ policy_result run_static(device& dev, const bench_config& cfg, const static_sche
   static_step step(dev, m.in, plan, m.sources);
   step.prime();
   stream s(dev);
-  const graph g = step.capture(s, [&](std::size_t p, stream_ref cs) {
-    run_position(compute, m, step, cfg.tokens, p, cs);
-  });
+  const graph g = step.capture(
+      s, [&](std::size_t p, stream_ref cs) { run_position(compute, m, step, cfg.tokens, p, cs); });
   policy_result r;
   r.name = scheme.name;
   r.compressed = scheme.compressed;
@@ -251,7 +260,8 @@ policy_result run_static(device& dev, const bench_config& cfg, const static_sche
   r.mismatches += failed.size();
   for (const auto& use : plan.uses) {
     if (use.freed_by < 0) continue;
-    for (const std::size_t t : use.tensors) r.bytes_per_step += static_cast<double>(m.in.tensors[t].bytes);
+    for (const std::size_t t : use.tensors)
+      r.bytes_per_step += static_cast<double>(m.in.tensors[t].bytes);
   }
   r.wire_bytes_per_step = static_cast<double>(plan.streamed_bytes);
   r.wire_ratio = r.bytes_per_step > 0 ? r.wire_bytes_per_step / r.bytes_per_step : 1;
@@ -269,8 +279,8 @@ void print_static_table(const std::vector<policy_result>& results) {
   std::printf("\n  static plans (captured once, replayed): step p50 against the plan's prediction"
               " and two bounds\n"
               "  %-16s %10s %10s %10s %10s %8s %10s %8s\n",
-              "scheme", "step p50", "predicted", "own bound", "budget bd", "step/bd",
-              "GB/step", "wire");
+              "scheme", "step p50", "predicted", "own bound", "budget bd", "step/bd", "GB/step",
+              "wire");
   for (const auto& r : results) {
     if (r.lookahead != "static") continue;
     if (r.skipped) {
@@ -280,8 +290,8 @@ void print_static_table(const std::vector<policy_result>& results) {
     const auto plan = nlohmann::json::parse(r.metrics_json);
     std::printf("  %-16s %8.2fms %8.2fms %8.2fms %8.2fms %8.3f %10.3f %8.2f\n", r.name.c_str(),
                 r.step.p50, plan.value("predicted_step_ms", 0.0), r.bound_ms, r.bound_lower_ms,
-                r.bound_lower_ms > 0 ? r.step.p50 / r.bound_lower_ms : 0,
-                r.bytes_per_step / 1e9, r.wire_ratio);
+                r.bound_lower_ms > 0 ? r.step.p50 / r.bound_lower_ms : 0, r.bytes_per_step / 1e9,
+                r.wire_ratio);
   }
 }
 

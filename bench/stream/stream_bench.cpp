@@ -13,8 +13,8 @@
 #include "options.hpp"
 #include "report.hpp"
 #include "runner.hpp"
-#include "static_runner.hpp"
 #include "shared/model_shapes.hpp"
+#include "static_runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

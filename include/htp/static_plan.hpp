@@ -103,15 +103,15 @@ struct static_prediction {
 /// arena_bytes, every one aligned to 256 bytes.
 struct static_plan {
   static_shape shape;
-  std::vector<std::size_t> resident_offset;    ///< per tensor; npos when streamed
+  std::vector<std::size_t> resident_offset;  ///< per tensor; npos when streamed
   std::size_t ring_offset = 0, ring_bytes = 0;
   std::size_t wire_offset = 0, wire_buffer_bytes = 0;  ///< two wire buffers; 0 = none
   std::size_t arena_bytes = 0;
-  std::vector<static_use> uses;                ///< in step order
-  std::vector<std::ptrdiff_t> use_at;          ///< per position: its use, or -1
+  std::vector<static_use> uses;        ///< in step order
+  std::vector<std::ptrdiff_t> use_at;  ///< per position: its use, or -1
   /// Per position: the uses whose loads are issued when it finishes, in issue order.
   std::vector<std::vector<std::size_t>> loads_after;
-  std::size_t streamed_bytes = 0;              ///< wire bytes loaded per step
+  std::size_t streamed_bytes = 0;  ///< wire bytes loaded per step
   static_prediction predicted;
 
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);

@@ -74,8 +74,7 @@ class static_step {
   void run(stream_ref compute, const std::function<void(std::size_t, stream_ref)>& kernels);
   /// Captures run(compute, kernels) into a graph (device::begin_capture on `compute`).
   /// @throws as device::end_capture (htp::logic_error for work left unjoined).
-  graph capture(stream_ref compute,
-                const std::function<void(std::size_t, stream_ref)>& kernels);
+  graph capture(stream_ref compute, const std::function<void(std::size_t, stream_ref)>& kernels);
   /// Replays `g` on `compute`; with a bucket, first takes the step's streamed bytes from it,
   /// sleeping until they are there (the host paces replays, never the graph).
   void launch(const graph& g, stream_ref compute, token_bucket* budget = nullptr);

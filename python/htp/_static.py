@@ -206,7 +206,7 @@ def _record_order(model: torch.nn.Module, units: list, exec_device: torch.device
 
 def static_offload(model: torch.nn.Module, dev: Device, budget: int, raw_units: list, kept: list,
                    example_inputs: Any, link_bytes_per_second: float,
-                   exec_device: torch.device) -> StaticOffload:
+                   exec_device: torch.device, compress: bool = False) -> StaticOffload:
     """Builds the StaticOffload (see offload()): records the order, plans, points parameters."""
     order = _record_order(model, raw_units, exec_device, example_inputs)
     units = [raw_units[i] for i in order]  # the units that ran, in the order they ran
@@ -221,8 +221,10 @@ def static_offload(model: torch.nn.Module, dev: Device, budget: int, raw_units: 
                 reads.append(0)
             reads[index[id(p)]] += 1
     positions = [[index[id(p)] for _l, p in own] for _n, _m, own in units]
+    codable = (torch.bfloat16, torch.float16, torch.float32)
     step = StaticStep(dev, names, hosts, positions, budget, link_bytes_per_second,
-                      keep=[r > 1 for r in reads])  # tied parameters: one address, resident
+                      keep=[r > 1 for r in reads],  # tied parameters: one address, resident
+                      compress=[compress and h.dtype in codable for h in hosts])
     bound = []
     for position, (name, module, own) in enumerate(units):
         params = []

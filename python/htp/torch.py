@@ -391,8 +391,9 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     ``static=True``: every parameter gets one fixed address for the life of the offload, so CUDA
     graphs and ``torch.compile`` can use the model (:class:`htp._static.StaticOffload`). It needs
     ``example_inputs`` (positional args, or ``(args, kwargs)``): one forward of them records the
-    module order a static plan is made for, at ``link_bytes_per_second``. Not with
-    ``compress=True``, ``copy=False`` or ``config``.
+    module order a static plan is made for, at ``link_bytes_per_second``. ``compress=True``
+    streams bfloat16, float16 and float32 parameters coded and decodes them inside the step. Not
+    with ``copy=False`` or pager ``config``.
     """
     if static:
         return _offload_static(model, hbm_budget, keep, device, copy, compress, example_inputs,
@@ -419,11 +420,10 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
 def _offload_static(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str],
                     device: Device | None, copy: bool, compress: bool, example_inputs: Any,
                     link_bytes_per_second: float, config: dict[str, Any]) -> StaticOffload:
-    if compress or not copy or config:
+    if not copy or config:
         raise InvalidArgumentError(
-            "offload(static=True): compress=True, copy=False and pager options are for the "
-            f"dynamic pager (got compress={compress}, copy={copy}, options {sorted(config)}); "
-            "drop them, or use static=False")
+            "offload(static=True): copy=False and pager options are for the dynamic pager (got "
+            f"copy={copy}, options {sorted(config)}); drop them, or use static=False")
     if example_inputs is None:
         raise InvalidArgumentError(
             "offload(static=True) needs example_inputs=: one forward of them records the order "
@@ -437,7 +437,8 @@ def _offload_static(model: torch.nn.Module, hbm_budget: int | str, keep: Iterabl
     moved = _place_kept(model, kept, exec_device)
     try:
         return static_offload(model, dev, parse_bytes(hbm_budget, "hbm_budget"), raw_units,
-                              moved, example_inputs, link_bytes_per_second, exec_device)
+                              moved, example_inputs, link_bytes_per_second, exec_device,
+                              compress)
     except BaseException:
         for module, where in moved:
             module.to(where)

@@ -7,6 +7,7 @@
 #include "bindings.hpp"
 #include "streams.hpp"
 
+#include <htp/codec.hpp>
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
 #include <htp/static_step.hpp>
@@ -36,25 +37,57 @@ struct py_static_step {
   }
 };
 
-/// Copies every source into one pinned block (4 KiB apart) and points the step's sources there.
-std::vector<const void*> pin_sources(py_static_step& s, const std::vector<host_array>& arrays) {
-  for (const auto& a : arrays) s.pinned_bytes += (a.bytes + 4095) / 4096 * 4096;
+/// Copies what each tensor stores (its bytes, or the frame `frames[t]` when coded) into one
+/// pinned block, 4 KiB apart, and points the step's sources there.
+std::vector<const void*> pin_sources(py_static_step& s,
+                                     const std::vector<std::vector<std::uint8_t>>& frames) {
+  auto stored = [&](std::size_t t) {
+    return frames[t].empty()
+               ? std::make_pair(static_cast<const void*>(s.shapes[t].data), s.shapes[t].bytes)
+               : std::make_pair(static_cast<const void*>(frames[t].data()), frames[t].size());
+  };
+  for (std::size_t t = 0; t < s.shapes.size(); ++t) {
+    s.pinned_bytes += (stored(t).second + 4095) / 4096 * 4096;
+  }
   s.pinned = s.device->dev->allocate(memory_kind::pinned_host, s.pinned_bytes);
   std::vector<const void*> sources;
   auto* at = static_cast<std::byte*>(s.pinned);
-  for (const auto& a : arrays) {
-    std::memcpy(at, a.data, a.bytes);
+  for (std::size_t t = 0; t < s.shapes.size(); ++t) {
+    const auto [data, bytes] = stored(t);
+    std::memcpy(at, data, bytes);
     sources.push_back(at);
-    at += (a.bytes + 4095) / 4096 * 4096;
+    at += (bytes + 4095) / 4096 * 4096;
   }
   return sources;
+}
+
+/// The coded frame of each tensor `compress` names (empty for the others).
+std::vector<std::vector<std::uint8_t>> encode_named(
+    py_static_step& s, const std::optional<std::vector<bool>>& compress) {
+  std::vector<std::vector<std::uint8_t>> frames(s.shapes.size());
+  if (!compress) return frames;
+  HTP_EXPECTS(compress->size() == s.shapes.size(), invalid_argument,
+              "StaticStep: ", compress->size(), " compress flags for ", s.shapes.size(),
+              " tensors");
+  for (std::size_t t = 0; t < s.shapes.size(); ++t) {
+    if (!(*compress)[t]) continue;
+    const host_array& a = s.shapes[t];
+    const weight_format f = weight_format_of(a.dtype, s.in.tensors[t].name);
+    codec_options o;
+    o.threads = 0;
+    nb::gil_scoped_release unlocked;  // encodes: a few hundred MB/s per core
+    frames[t] = encode_weights(a.data, a.bytes, f, o);
+    s.in.tensors[t].wire_bytes = frames[t].size();
+  }
+  return frames;
 }
 
 std::shared_ptr<py_static_step> make_static_step(
     device_arg device, const std::vector<std::string>& names, const nb::list& sources,
     const std::vector<std::vector<std::size_t>>& positions, size_arg hbm_budget,
     double link_bytes_per_second, const std::optional<std::vector<double>>& compute_ns,
-    const std::optional<std::vector<bool>>& keep) {
+    const std::optional<std::vector<bool>>& keep, const std::optional<std::vector<bool>>& compress,
+    double decode_bytes_per_second) {
   if (!nb::isinstance<py_device>(device)) {
     throw htp::invalid_argument("StaticStep: device must come from htp.make_device()");
   }
@@ -63,12 +96,14 @@ std::shared_ptr<py_static_step> make_static_step(
   HTP_EXPECTS(!compute_ns || compute_ns->size() == positions.size(), invalid_argument,
               "StaticStep: ", compute_ns ? compute_ns->size() : 0, " compute times for ",
               positions.size(), " positions");
-  HTP_EXPECTS(!keep || keep->size() == names.size(), invalid_argument, "StaticStep: ",
-              keep ? keep->size() : 0, " keep flags for ", names.size(), " tensors");
+  HTP_EXPECTS(!keep || keep->size() == names.size(), invalid_argument,
+              "StaticStep: ", keep ? keep->size() : 0, " keep flags for ", names.size(),
+              " tensors");
   auto s = std::make_shared<py_static_step>();
   s->device = nb::cast<std::shared_ptr<py_device>>(device);
   s->in.hbm_budget = parse_bytes(hbm_budget, "StaticStep hbm_budget");
   s->in.link_bytes_per_second = link_bytes_per_second;
+  s->in.decode_bytes_per_second = decode_bytes_per_second;
   for (std::size_t t = 0; t < names.size(); ++t) {
     s->shapes.push_back(host_array_of(array_of(exportable(sources[t]), names[t]), names[t]));
     static_tensor x{names[t], s->shapes.back().bytes};
@@ -78,9 +113,10 @@ std::shared_ptr<py_static_step> make_static_step(
   for (std::size_t p = 0; p < positions.size(); ++p) {
     s->in.positions.push_back({positions[p], compute_ns ? (*compute_ns)[p] : 0.0});
   }
+  const auto frames = encode_named(*s, compress);
   nb::gil_scoped_release unlocked;
   const static_plan plan = plan_static(s->in);
-  std::vector<const void*> pinned = pin_sources(*s, s->shapes);
+  std::vector<const void*> pinned = pin_sources(*s, frames);
   s->streams = std::make_unique<stream_binder>(*s->device);
   s->step = std::make_unique<static_step>(*s->device->dev, s->in, plan, std::move(pinned));
   s->step->prime();
@@ -111,8 +147,8 @@ nb::object view_of(nb::handle self, std::size_t t, std::size_t p) {
   HTP_EXPECTS(t < s.shapes.size(), invalid_argument, "StaticStep.view: no tensor ", t);
   const host_array& a = s.shapes[t];
   const bool cuda = s.device->is_cuda();
-  nb::ndarray<> arr(s.step->address(t, p), a.shape.size(), a.shape.data(), self, nullptr,
-                    a.dtype, cuda ? nb::device::cuda::value : nb::device::cpu::value,
+  nb::ndarray<> arr(s.step->address(t, p), a.shape.size(), a.shape.data(), self, nullptr, a.dtype,
+                    cuda ? nb::device::cuda::value : nb::device::cpu::value,
                     cuda ? s.device->ordinal : 0);
   return nb::cast(arr, nb::rv_policy::reference);
 }
@@ -124,12 +160,15 @@ void bind_static_step(nb::module_& m) {
       m, "StaticStep",
       "A static plan of fixed addresses and its step program (static_step.hpp): "
       "`StaticStep(device, names, sources, positions, hbm_budget, link_bytes_per_second, "
-      "compute_ns=None, keep=None)`. `sources[t]` is tensor t's host copy (copied once into "
-      "pinned memory); `positions[p]` the tensors position p reads. The plan is made, the arena "
-      "allocated and primed here. One thread drives begin/end at a time.")
+      "compute_ns=None, keep=None, compress=None, decode_bytes_per_second=250e9)`. `sources[t]` "
+      "is tensor t's host copy (copied once into pinned memory; coded first where `compress[t]`: "
+      "bfloat16, float16 or float32); `positions[p]` the tensors position p reads; `keep[t]` "
+      "holds tensor t resident. The plan is made, the arena allocated and primed here. One "
+      "thread drives begin/end at a time.")
       .def(nb::new_(&make_static_step), nb::arg("device"), nb::arg("names"), nb::arg("sources"),
            nb::arg("positions"), nb::arg("hbm_budget"), nb::arg("link_bytes_per_second"),
-           nb::arg("compute_ns").none() = nb::none(), nb::arg("keep").none() = nb::none())
+           nb::arg("compute_ns").none() = nb::none(), nb::arg("keep").none() = nb::none(),
+           nb::arg("compress").none() = nb::none(), nb::arg("decode_bytes_per_second") = 250e9)
       .def_prop_ro("plan", &plan_dict, "The plan: predicted step, arena, ring, resident names.")
       .def("view", &view_of, nb::arg("tensor"), nb::arg("position"),
            "A DLPack array of tensor `tensor` at its fixed address for `position` (the same "

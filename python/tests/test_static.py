@@ -24,10 +24,10 @@ def paged_bytes(model, keep):
     return sum(p.numel() * p.element_size() for p in unique.values())
 
 
-def static(model, keep, fraction, ids):
+def static(model, keep, fraction, ids, **options):
     budget = int(paged_bytes(model, keep) * fraction)
     return ht.offload(model, hbm_budget=budget, keep=keep, device=htp.make_device("sim"),
-                      static=True, example_inputs=(ids,), link_bytes_per_second=8e9)
+                      static=True, example_inputs=(ids,), link_bytes_per_second=8e9, **options)
 
 
 @pytest.mark.parametrize("kind", ["llama", "opt", "gpt2"])
@@ -47,6 +47,23 @@ def test_addresses_fixed_and_logits_identical_over_ten_steps(kind, clone):
     handle.remove()
     with torch.no_grad():
         assert torch.equal(model(ids).logits, want), "remove() gives the weights back"
+
+
+@pytest.mark.parametrize("kind", ["llama", "opt"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_compressed_static_logits_identical(kind, dtype, clone):
+    model, keep = build_model(kind, dtype)
+    ref = clone(model)
+    ids = prompt()
+    with torch.no_grad():
+        want = ref(ids).logits
+    handle = static(model, keep, 0.3, ids, compress=True)
+    assert handle.plan["streamed"]
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(ids).logits, want)
+    assert handle.step.take_decode_failures() == []
+    handle.remove()
 
 
 @pytest.mark.parametrize("kind", ["llama", "opt"])
@@ -106,8 +123,8 @@ def test_typed_errors(clone):
     sim = htp.make_device("sim")
     with pytest.raises(htp.InvalidArgumentError, match="example_inputs"):
         ht.offload(model, hbm_budget="1MiB", device=sim, static=True)
-    with pytest.raises(htp.InvalidArgumentError, match="compress=True"):
-        ht.offload(model, hbm_budget="1MiB", device=sim, static=True, compress=True,
+    with pytest.raises(htp.InvalidArgumentError, match="copy=False"):
+        ht.offload(model, hbm_budget="1MiB", device=sim, static=True, copy=False,
                    example_inputs=(prompt(),))
     with pytest.raises(htp.OutOfMemoryError, match="raise the budget"):
         ht.offload(model, hbm_budget=4096, keep=keep, device=sim, static=True,

@@ -20,9 +20,8 @@ static_plan round_robin_plan(const static_plan_input& in, std::size_t k) {
     std::sort(shape_of[p].begin(), shape_of[p].end());
     ++count[shape_of[p]];
   }
-  const auto common = std::max_element(count.begin(), count.end(), [](auto& a, auto& b) {
-    return a.second < b.second;
-  });
+  const auto common = std::max_element(count.begin(), count.end(),
+                                       [](auto& a, auto& b) { return a.second < b.second; });
   std::vector<std::size_t> layers;
   for (std::size_t p = 0; p < in.positions.size(); ++p) {
     if (common != count.end() && shape_of[p] == common->first) layers.push_back(p);

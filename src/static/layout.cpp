@@ -112,8 +112,8 @@ struct lanes {
   std::vector<double> decoded;  // when each coded piece's decode ended, in issue order
 
   double copy_ns(std::size_t t) const {
-    return in.copy_overhead_ns + static_cast<double>(in.tensors[t].link_bytes()) * 1e9 /
-                                     in.link_bytes_per_second;
+    return in.copy_overhead_ns +
+           static_cast<double>(in.tensors[t].link_bytes()) * 1e9 / in.link_bytes_per_second;
   }
   double decode_ns(std::size_t t) const {
     return static_cast<double>(in.tensors[t].bytes) * 1e9 / in.decode_bytes_per_second;
@@ -214,13 +214,13 @@ static_plan make_static_plan(const static_plan_input& in, const static_shape& sh
     HTP_EXPECTS(shape.ring_bytes == 0 || aligned(shape.ring_bytes) >= largest, invalid_argument,
                 "make_static_plan: a ring of ", shape.ring_bytes,
                 " bytes cannot hold the largest use (", largest, " bytes)");
-    throw out_of_memory(detail::concat("static plan: its arena needs ", plan.arena_bytes,
-                                       " bytes of HBM (resident tensors ", plan.ring_offset,
-                                       ", ring ", plan.ring_bytes, ", wire buffers ",
-                                       2 * plan.wire_buffer_bytes, ") and the budget is ",
-                                       in.hbm_budget,
-                                       " bytes: raise hbm_budget or stream more tensors"),
-                        plan.arena_bytes);
+    throw out_of_memory(
+        detail::concat("static plan: its arena needs ", plan.arena_bytes,
+                       " bytes of HBM (resident tensors ", plan.ring_offset, ", ring ",
+                       plan.ring_bytes, ", wire buffers ", 2 * plan.wire_buffer_bytes,
+                       ") and the budget is ", in.hbm_budget,
+                       " bytes: raise hbm_budget or stream more tensors"),
+        plan.arena_bytes);
   }
   return plan;
 }

@@ -62,7 +62,8 @@ struct search {
     }
     if (factors) {
       for (const double f : in.ring_factors) {
-        shape.ring_bytes = std::min(all, static_cast<std::size_t>(f * static_cast<double>(largest)));
+        shape.ring_bytes =
+            std::min(all, static_cast<std::size_t>(f * static_cast<double>(largest)));
         if (shape.ring_bytes >= largest) consider(shape);
       }
       return;
@@ -120,8 +121,9 @@ void stream_up_to(const static_plan_input& in, const std::vector<std::size_t>& c
     return;
   }
   std::vector<std::size_t> order = candidates;
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return in.tensors[a].bytes > in.tensors[b].bytes; });
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return in.tensors[a].bytes > in.tensors[b].bytes;
+  });
   std::size_t sum = 0;
   for (const std::size_t t : order) {
     if (sum + in.tensors[t].bytes <= cap) sum += in.tensors[t].bytes, resident[t] = false;
@@ -131,7 +133,7 @@ void stream_up_to(const static_plan_input& in, const std::vector<std::size_t>& c
 /// The per-position caps worth trying: every sum of a subset of one position's streamable tensors
 /// (positions of up to 12), thinned evenly to at most 512 values.
 std::vector<std::size_t> use_caps(const static_plan_input& in,
-                                    const std::vector<std::vector<std::size_t>>& candidates) {
+                                  const std::vector<std::vector<std::size_t>>& candidates) {
   std::vector<std::size_t> sums;
   for (const auto& c : candidates) {
     const std::size_t n = std::min<std::size_t>(c.size(), 12);

@@ -20,15 +20,15 @@ struct static_step::impl {
   std::byte* arena = nullptr;
   stream prefetch, decode;
   event fork, prefetch_tail, decode_tail;
-  std::vector<event> done;                      // per position: its compute has finished
-  std::vector<event> copied_in, decoded_in;     // per use: its raw copies / decodes are done
+  std::vector<event> done;                         // per position: its compute has finished
+  std::vector<event> copied_in, decoded_in;        // per use: its raw copies / decodes are done
   std::vector<event> piece_copied, piece_decoded;  // per coded piece of a step
-  std::vector<std::size_t> piece_tensor;        // per coded piece: its tensor
-  std::uint32_t* status = nullptr;              // per coded piece: its decode's status word
-  std::size_t pieces = 0;                       // coded pieces a step loads
-  std::size_t next_position = 0;                // the position begin() expects
-  bool inside = false;                          // between begin(next_position) and its end
-  std::size_t piece = 0;                        // coded pieces issued so far this step
+  std::vector<std::size_t> piece_tensor;           // per coded piece: its tensor
+  std::uint32_t* status = nullptr;                 // per coded piece: its decode's status word
+  std::size_t pieces = 0;                          // coded pieces a step loads
+  std::size_t next_position = 0;                   // the position begin() expects
+  bool inside = false;                             // between begin(next_position) and its end
+  std::size_t piece = 0;                           // coded pieces issued so far this step
 
   impl(device& d, const static_plan_input& input, static_plan p, std::vector<const void*> s)
       : dev(d), in(input), plan(std::move(p)), sources(std::move(s)), prefetch(d), decode(d),
@@ -110,8 +110,8 @@ void static_step::impl::load_now(std::size_t t, std::size_t offset,
   auto* word = static_cast<std::uint32_t*>(dev.allocate(memory_kind::pinned_host, 4));
   *word = 0;
   try {
-    dev.copy_async(at(plan.wire_offset), sources[t], x.wire_bytes,
-                   copy_direction::host_to_device, prefetch);
+    dev.copy_async(at(plan.wire_offset), sources[t], x.wire_bytes, copy_direction::host_to_device,
+                   prefetch);
     dev.decode_weights_async(at(plan.wire_offset), x.wire_bytes, at(offset), x.bytes, word,
                              prefetch);
     prefetch.synchronize();
@@ -127,17 +127,17 @@ void static_step::impl::load_now(std::size_t t, std::size_t offset,
 static_step::static_step(device& dev, const static_plan_input& in, static_plan plan,
                          std::vector<const void*> sources) {
   static_detail::check_input(in);
-  HTP_EXPECTS(plan.use_at.size() == in.positions.size() &&
-                  plan.resident_offset.size() == in.tensors.size(),
-              invalid_argument, "static_step: the plan was made for ", plan.use_at.size(),
-              " positions and ", plan.resident_offset.size(), " tensors; the input has ",
-              in.positions.size(), " and ", in.tensors.size());
-  HTP_EXPECTS(sources.size() == in.tensors.size(), invalid_argument, "static_step: ",
-              sources.size(), " sources for ", in.tensors.size(), " tensors");
+  HTP_EXPECTS(
+      plan.use_at.size() == in.positions.size() && plan.resident_offset.size() == in.tensors.size(),
+      invalid_argument, "static_step: the plan was made for ", plan.use_at.size(),
+      " positions and ", plan.resident_offset.size(), " tensors; the input has ",
+      in.positions.size(), " and ", in.tensors.size());
+  HTP_EXPECTS(sources.size() == in.tensors.size(), invalid_argument,
+              "static_step: ", sources.size(), " sources for ", in.tensors.size(), " tensors");
   const auto referenced = static_detail::referenced(in);
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
-    HTP_EXPECTS(!referenced[t] || sources[t] != nullptr, invalid_argument,
-                "static_step: tensor '", in.tensors[t].name, "' is read but has no source");
+    HTP_EXPECTS(!referenced[t] || sources[t] != nullptr, invalid_argument, "static_step: tensor '",
+                in.tensors[t].name, "' is read but has no source");
   }
   impl_ = std::make_unique<impl>(dev, in, std::move(plan), std::move(sources));
   auto& s = *impl_;
@@ -258,8 +258,8 @@ graph static_step::capture(stream_ref compute,
 void static_step::launch(const graph& g, stream_ref compute, token_bucket* budget) {
   auto& s = *impl_;
   for (std::uint64_t left = budget ? s.plan.streamed_bytes : 0; left > 0;) {
-    const std::uint64_t take = std::min<std::uint64_t>(left, std::max<std::uint64_t>(
-                                                                 budget->burst(), 1));
+    const std::uint64_t take =
+        std::min<std::uint64_t>(left, std::max<std::uint64_t>(budget->burst(), 1));
     if (budget->try_take(take)) {
       left -= take;
       continue;
