@@ -133,8 +133,11 @@ TYPED_TEST(static_step_test, a_captured_step_replays_100_times_with_the_right_by
       for (const std::size_t t : use.tensors)
         raw_streamed += use.freed_by >= 0 ? m.in.tensors[t].bytes : 0;
     }
-    if (coded) {
-      EXPECT_LT(plan.streamed_bytes, raw_streamed) << "coded loads move fewer bytes";
+    if (coded) {  // Llama-like bf16 (synthetic::llama_mixture): about 0.68 of the bytes
+      const double ratio =
+          static_cast<double>(plan.streamed_bytes) / static_cast<double>(raw_streamed);
+      std::printf("coded replay moves %.3f of the raw bytes\n", ratio);
+      EXPECT_LT(ratio, 0.8) << "coded loads move fewer bytes";
     }
   }
 }

@@ -644,3 +644,37 @@ class Node:
 
     def to_prometheus(self) -> str:
         """The node's metrics in Prometheus' text exposition format."""
+
+class StaticStep:
+    """
+    A static plan of fixed addresses and its step program (static_step.hpp): `StaticStep(device, names, sources, positions, hbm_budget, link_bytes_per_second, compute_ns=None, keep=None, compress=None, decode_bytes_per_second=250e9)`. `sources[t]` is tensor t's host copy (copied once into pinned memory; coded first where `compress[t]`: bfloat16, float16 or float32); `positions[p]` the tensors position p reads; `keep[t]` holds tensor t resident. The plan is made, the arena allocated and primed here. One thread drives begin/end at a time.
+    """
+
+    def __init__(self, device: Device, names: Sequence[str], sources: list, positions: Sequence[Sequence[int]], hbm_budget: int | str, link_bytes_per_second: float, compute_ns: Sequence[float] | None = None, keep: Sequence[bool] | None = None, compress: Sequence[bool] | None = None, decode_bytes_per_second: float = 250000000000.0) -> None: ...
+
+    @property
+    def plan(self) -> dict:
+        """The plan: predicted step, arena, ring, resident names."""
+
+    def view(self, tensor: int, position: int) -> object:
+        """
+        A DLPack array of tensor `tensor` at its fixed address for `position` (the same memory for the step's life; its bytes are the tensor's while that position runs).
+        """
+
+    def address(self, tensor: int, position: int) -> int:
+        """The fixed device address."""
+
+    def begin(self, position: int, stream: object | None = None) -> None:
+        """
+        Enters position p: its streamed tensors are in when work on `stream` after this runs (on sim, or with no CUDA stream, when this returns).
+        """
+
+    def end(self, position: int, stream: object | None = None) -> None:
+        """
+        Leaves position p once the work on `stream` so far is done, issuing the loads it frees; the last position joins the step's streams into `stream`.
+        """
+
+    def synchronize(self) -> None:
+        """Blocks until every stream of the device has finished."""
+
+    def take_decode_failures(self) -> list[str]: ...

@@ -20,7 +20,8 @@ from typing import Any, Iterable
 import torch
 
 from ._htp import Device, InvalidArgumentError, StaticStep
-from ._offloaded import OffloadedError, map_tensors, tensors_in
+from ._offloaded import (OffloadedError, guard_optimizer, map_tensors, refuse_backward,
+                         tensors_in, unguard_optimizer)
 
 __all__ = ["StaticOffload", "static_offload"]
 
@@ -109,12 +110,17 @@ class StaticOffload:
             raise InvalidArgumentError(f"host_copy: no offloaded parameter {name!r}") from None
 
     def _install(self) -> None:
+        guard_optimizer(self._parameters())
         for position, (name, module, params) in enumerate(self._units):
             self._hooks.append(module.register_forward_pre_hook(self._enter(position)))
             self._hooks.append(module.register_forward_hook(self._exit(position)))
             self._hooks.append(module._register_state_dict_hook(self._state_dict(params)))
             module._apply = self._refuse_apply(name)
             self._patched.append(module)
+
+    def _parameters(self) -> list[torch.nn.Parameter]:
+        return [module._parameters[local] for _n, module, params in self._units
+                for local, _full, _t in params]
 
     def _enter(self, position: int):
         def pre(module, args):
@@ -124,10 +130,13 @@ class StaticOffload:
         return pre
 
     def _exit(self, position: int):
+        name = self._units[position][0]
+
         def post(module, args, output):
             y = _first_tensor(output)
             torch.ops.htp.static_exit(self._token, y if y is not None else self._token,
                                       self._id, position)
+            refuse_backward(output, name)  # the ring's bytes move on: its gradients would be wrong
         return post
 
     def _state_dict(self, params: list[tuple[str, str, int]]):
@@ -155,6 +164,7 @@ class StaticOffload:
             h.remove()
         for module in self._patched:
             del module._apply
+        unguard_optimizer(self._parameters())
         for _name, module, params in self._units:
             for local, _full, t in params:
                 module._parameters[local].data = self._hosts[t]

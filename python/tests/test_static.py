@@ -112,6 +112,20 @@ def test_state_dict_gives_the_true_bytes_and_conversions_are_refused(clone):
     model.to(torch.float64)  # and conversions work again
 
 
+def test_backward_and_optimizer_steps_are_refused():
+    model, keep = build_model("llama", torch.float32)
+    ids = prompt()
+    handle = static(model, keep, 0.3, ids)
+    out = model(ids).logits  # autograd on: the forward runs, its backward is refused
+    with pytest.raises(ht.OffloadedError, match="backward"):
+        out.sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ht.OffloadedError):
+        opt.step()
+    handle.remove()
+    opt.step()  # after remove() the parameters are the model's own again
+
+
 def test_the_ops_are_torch_library_custom_ops():
     assert hasattr(torch.ops.htp, "static_enter") and hasattr(torch.ops.htp, "static_exit")
     schema = str(torch.ops.htp.static_enter.default._schema)
