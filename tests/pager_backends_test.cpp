@@ -93,6 +93,30 @@ TYPED_TEST(pager_backend, a_sweep_larger_than_hbm_keeps_every_byte) {
 
 // File-backed weights (no host copy): read through the engine's pinned bounce buffers on every
 // page-in, in chunks, and checked on the device across evictions.
+// A graph cannot replay what a dynamic acquire decides on the host: acquire and release on a
+// capturing stream are refused with a typed error naming the static plan, before anything changes
+// (the capture is not invalidated; the tensor stays unpinned).
+TYPED_TEST(pager_backend, acquire_on_a_capturing_stream_is_refused_and_names_the_static_plan) {
+  device& d = *this->dev;
+  pager p(d, small_pager_config(4, 256));
+  const auto data = payload(slab, 7);
+  const tensor_handle w = p.register_tensor("w", slab, tensor_kind::weight, data.data());
+  stream compute(d);
+  d.begin_capture(compute);
+  try {
+    p.acquire(w, compute);
+    ADD_FAILURE() << "acquire on a capturing stream was accepted";
+  } catch (const logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("static"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(p.release(w, compute), logic_error);
+  graph g(d, d.end_capture(compute));  // still a valid (empty) capture
+  const device_span s = p.acquire(w, compute, /*wait=*/true);  // and the pager unchanged
+  EXPECT_EQ(s.bytes, slab);
+  p.release(w, compute);
+  compute.synchronize();
+}
+
 TYPED_TEST(pager_backend, file_backed_weights_page_in_from_their_file) {
   device& d = *this->dev;
   char name[] = "/tmp/htp-backend-file-XXXXXX";

@@ -339,7 +339,9 @@ class pager {
   /// the copy goes at fault priority and `compute` waits for it on the GPU. With wait = true the
   /// host also blocks until the bytes have arrived. A tensor may be acquired several times (on
   /// several streams); each acquire needs its release.
-  /// @throws htp::invalid_argument for a stale handle; htp::out_of_memory when the ladder is
+  /// @throws htp::invalid_argument for a stale handle; htp::logic_error when `compute` is
+  /// capturing a CUDA graph (device::begin_capture: a graph cannot replay what a dynamic acquire
+  /// decides; capture a static plan, static_step.hpp); htp::out_of_memory when the ladder is
   /// exhausted (the message has the diagnostic); htp::io_error if the page-in of a file-backed
   /// tensor could not read its file; htp::corrupt_data if its page-in failed its verification
   /// (pager_config::verify_page_ins: the bytes of its file, or a compressed tensor's pieces,

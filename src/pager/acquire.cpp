@@ -138,9 +138,18 @@ void tell_acquired(detail::pager_observer& observe, const detail::tensor_table& 
 
 }  // namespace
 
+void pager::impl::check_not_capturing(stream_ref compute, const char* call) const {
+  HTP_EXPECTS(!dev.is_capturing(compute), logic_error, call,
+              ": the compute stream is capturing a CUDA graph, and the dynamic pager hands out a "
+              "new address per acquire and decides on the host what to copy, so a graph could "
+              "not replay it. Capture a static plan instead (htp/static_step.hpp; from Python "
+              "htp.torch.offload(static=True)), or acquire outside the capture");
+}
+
 void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
                             device_span* out) {
   detail::check_stream_handle(compute.native, "acquire: the compute stream");
+  check_not_capturing(compute, "acquire");
   const auto called = std::chrono::steady_clock::now();  // a fault's wait starts here
   std::unique_lock lock(mutex);
   tensors.check_list(hs, n, "acquire");  // every handle, before anything changes
@@ -213,6 +222,7 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
 void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute,
                             bool dirty) {
   detail::check_stream_handle(compute.native, "release: the compute stream");
+  check_not_capturing(compute, "release");
   std::unique_lock lock(mutex);
   const auto check = [&] {  // everything, before anything changes
     tensors.check_list(hs, n, "release", [&](const tensor_record& t) {

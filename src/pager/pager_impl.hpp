@@ -110,6 +110,9 @@ struct pager::impl {
   static void decode_to_host(const coded_layout& layout, const std::uint8_t* wire, void* dst);
 
   // ---- acquire and release (acquire.cpp) ----
+  /// Refuses (htp::logic_error, naming `call` and the static plan to use) a compute stream that
+  /// is capturing a graph: what the pager does per acquire cannot be replayed.
+  void check_not_capturing(stream_ref compute, const char* call) const;
   /// acquire() for n handles: all or nothing.
   void acquire_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool wait,
                  device_span* out);
