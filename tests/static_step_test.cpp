@@ -7,6 +7,7 @@
 #include <htp/codec.hpp>
 #include <htp/error.hpp>
 #include <htp/static_step.hpp>
+#include <htp/token_bucket.hpp>
 
 #include "common/synthetic_weights.hpp"
 
@@ -206,6 +207,52 @@ TYPED_TEST(static_step_test, kernels_that_leave_a_stream_unjoined_are_refused_at
   EXPECT_EQ(m.counters[1], 0u);
 }
 
+TYPED_TEST(static_step_test, a_step_left_part_way_starts_over_at_the_next_first_position) {
+  model_step m(*this->dev, 6, false);
+  static_step step(*this->dev, m.in, plan_static(m.in), m.sources());
+  step.prime();
+  stream compute(*this->dev);
+  const auto kernels = m.kernels(step);
+  std::size_t reads = 0;
+  for (std::size_t p = 0; p < 3; ++p) {  // a forward that raised in position 3
+    step.begin(p, compute);
+    kernels(p, compute);
+    step.end(p, compute);
+    reads += m.in.positions[p].tensors.size();
+  }
+  step.run(compute, kernels);  // starts over: what a step starts with is loaded again
+  step.run(compute, kernels);
+  compute.synchronize();
+  EXPECT_EQ(m.counters[0], reads + 2 * m.reads_per_step());
+  EXPECT_EQ(m.counters[1], 0u);
+  // Inside a capture it cannot start over: refused, typed.
+  step.begin(0, compute);
+  step.end(0, compute);
+  this->dev->begin_capture(compute);
+  EXPECT_THROW(step.begin(0, compute), logic_error);
+  graph g(*this->dev, this->dev->end_capture(compute));  // refused before anything was queued
+}
+
+TYPED_TEST(static_step_test, launch_takes_each_replays_streamed_bytes_from_the_bucket) {
+  model_step m(*this->dev, 6, false);
+  const static_plan plan = plan_static(m.in);
+  static_step step(*this->dev, m.in, plan, m.sources());
+  step.prime();
+  stream compute(*this->dev);
+  const graph g = step.capture(compute, m.kernels(step));
+  // A virtual clock a second further on each reading: the bucket refills between takes, and the
+  // burst (a third of a step) makes each launch take its bytes in pieces.
+  std::int64_t now = 0;
+  token_bucket bucket(1'000'000'000, plan.streamed_bytes / 3 + 1,
+                      [&] { return now += 1'000'000'000; });
+  const std::uint64_t before = bucket.total_taken();
+  for (int i = 0; i < 5; ++i) step.launch(g, compute, &bucket);
+  compute.synchronize();
+  EXPECT_EQ(bucket.total_taken() - before, 5 * plan.streamed_bytes);
+  EXPECT_EQ(m.counters[0], 5 * m.reads_per_step());
+  EXPECT_EQ(m.counters[1], 0u);
+}
+
 TYPED_TEST(static_step_test, positions_out_of_order_are_refused) {
   model_step m(*this->dev, 4, false);
   static_step step(*this->dev, m.in, plan_static(m.in), m.sources());
@@ -213,9 +260,14 @@ TYPED_TEST(static_step_test, positions_out_of_order_are_refused) {
   EXPECT_THROW(step.begin(1, compute), logic_error);
   EXPECT_THROW(step.end(0, compute), logic_error);
   step.begin(0, compute);
-  EXPECT_THROW(step.begin(0, compute), logic_error);
+  EXPECT_THROW(step.begin(1, compute), logic_error) << "position 0 has not ended";
+  EXPECT_THROW(step.end(1, compute), logic_error);
   step.end(0, compute);
+  EXPECT_THROW(step.begin(2, compute), logic_error) << "position 1 is next";
   EXPECT_THROW(static_step(*this->dev, m.in, plan_static(m.in), {}), invalid_argument);
+  static_plan other = plan_static(m.in);
+  other.uses.at(0).offsets.at(0) = other.arena_bytes;  // not a plan of this input
+  EXPECT_THROW(static_step(*this->dev, m.in, other, m.sources()), invalid_argument);
   compute.synchronize();
 }
 

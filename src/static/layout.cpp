@@ -63,10 +63,10 @@ bool lay_out(const static_plan_input& in, const std::vector<bool>& referenced, s
     cursor += use.bytes;
   }
   end += plan.ring_bytes;
-  std::size_t wire = 0;
-  for (std::size_t t = 0; t < in.tensors.size(); ++t) {
-    if (referenced[t] && in.tensors[t].coded()) {
-      wire = std::max(wire, aligned(in.tensors[t].wire_bytes));
+  std::size_t wire = 0;  // streamed coded tensors only: resident ones load once, at prime()
+  for (const auto& use : plan.uses) {
+    for (const std::size_t t : use.tensors) {
+      if (in.tensors[t].coded()) wire = std::max(wire, aligned(in.tensors[t].wire_bytes));
     }
   }
   plan.wire_offset = end;

@@ -53,8 +53,8 @@ struct search {
     return {largest, scratch.ring_bytes};
   }
   /// Ring sizes for `shape`: every multiple of 256 bytes from its largest use to all its uses
-  /// (thinned evenly to 4096), or, with `factors`, those multiples of its largest use.
-  void consider_rings(static_shape shape, bool factors) {
+  /// (thinned evenly to `most`), or, with `factors`, those multiples of its largest use.
+  void consider_rings(static_shape shape, bool factors, std::size_t most = 4096) {
     const auto [largest, all] = use_extent(shape);
     if (largest == 0) {
       consider(shape);  // nothing streamed
@@ -68,7 +68,7 @@ struct search {
       }
       return;
     }
-    const std::size_t steps = (all - largest) / 256 + 1, stride = steps / 4096 + 1;
+    const std::size_t steps = (all - largest) / 256 + 1, stride = (steps + most - 1) / most;
     for (std::size_t i = 0; i < steps; i += stride) {
       shape.ring_bytes = largest + 256 * i;
       consider(shape);
@@ -78,10 +78,12 @@ struct search {
 
 void exhaustive(search& s) {
   const std::size_t n = s.tensors.size();
+  // Every ring size while the search stays under ~4M layouts (small cases: all of them).
+  const std::size_t rings = std::max<std::size_t>(64, (std::size_t{1} << 22) >> n);
   static_shape shape{std::vector<bool>(s.in.tensors.size(), false), 0};
   for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << n); ++mask) {
     for (std::size_t i = 0; i < n; ++i) shape.resident[s.tensors[i]] = ((mask >> i) & 1) != 0;
-    s.consider_rings(shape, false);
+    s.consider_rings(shape, false, rings);
   }
 }
 
@@ -159,7 +161,13 @@ void seed(search& s) {
   const auto candidates = streamable(s);
   const std::vector<bool> all_resident(s.in.tensors.size(), true);
   s.consider({all_resident, 0});
-  s.consider_rings({std::vector<bool>(s.in.tensors.size(), false), 0}, true);
+  static_shape streamed{std::vector<bool>(s.in.tensors.size(), false), 0};
+  s.consider_rings(streamed, true);
+  for (const std::size_t t : s.tensors) {  // all streamed but one (a tied tensor, a large one)
+    streamed.resident[t] = true;
+    s.consider_rings(streamed, true);
+    streamed.resident[t] = false;
+  }
   for (const std::size_t cap : use_caps(s.in, candidates)) {
     static_shape shape{all_resident, 0};
     for (const auto& c : candidates) stream_up_to(s.in, c, cap, shape.resident);
@@ -243,9 +251,9 @@ static_plan plan_static(const static_plan_input& in) {
                          s.referenced, least);
     throw out_of_memory(
         detail::concat("plan_static: no plan fits in an HBM budget of ", in.hbm_budget,
-                       " bytes; the smallest (every tensor streamed through a ring of the "
-                       "largest position) needs ",
-                       least.arena_bytes, " bytes: raise the budget"),
+                       " bytes (every tensor streamed through a ring of the largest position "
+                       "needs ",
+                       least.arena_bytes, " bytes): raise the budget"),
         least.arena_bytes);
   }
   return s.best;

@@ -1,4 +1,5 @@
 // htp::static_step: the step program of a static plan (static_step.hpp).
+#include "log.hpp"
 #include "plan_internal.hpp"
 
 #include <htp/detail/check.hpp>
@@ -40,6 +41,10 @@ struct static_step::impl {
                        [&](std::size_t t) { return in.tensors[t].coded() == coded; });
   }
   void make_events();
+  /// A step left part way (a forward that raised): waits for its work, loads what a step starts
+  /// with again and starts over. Not inside a capture (htp::logic_error).
+  void recover(stream_ref compute);
+  void prime();
   void issue_load(std::size_t u, event_ref freed);
   void load_now(std::size_t t, std::size_t offset, std::vector<std::string>& failed);
 };
@@ -73,12 +78,14 @@ void static_step::impl::make_events() {
 // wire buffer once the decode two pieces back has emptied it, and decode once the bytes are free.
 void static_step::impl::issue_load(std::size_t u, event_ref freed) {
   const static_use& use = plan.uses[u];
-  if (has(use, false)) dev.wait(freed, prefetch);
   if (has(use, true)) dev.wait(freed, decode);
+  bool prefetch_waited = false;  // just before the first raw copy: coded copies need not wait
   for (std::size_t i = 0; i < use.tensors.size(); ++i) {
     const std::size_t t = use.tensors[i];
     const static_tensor& x = in.tensors[t];
     if (!x.coded()) {
+      if (!prefetch_waited) dev.wait(freed, prefetch);
+      prefetch_waited = true;
       dev.copy_async(at(use.offsets[i]), sources[t], x.bytes, copy_direction::host_to_device,
                      prefetch);
       continue;
@@ -99,7 +106,8 @@ void static_step::impl::issue_load(std::size_t u, event_ref freed) {
 }
 
 // One tensor into HBM now, on the prefetch stream (prime): a copy, or a copy and a verified
-// decode through wire buffer 0.
+// decode through wire buffer 0 (the arena holds wire buffers for the streamed tensors only, so a
+// resident coded tensor larger than them goes through a temporary device buffer: set-up only).
 void static_step::impl::load_now(std::size_t t, std::size_t offset,
                                  std::vector<std::string>& failed) {
   const static_tensor& x = in.tensors[t];
@@ -107,22 +115,65 @@ void static_step::impl::load_now(std::size_t t, std::size_t offset,
     dev.copy_async(at(offset), sources[t], x.bytes, copy_direction::host_to_device, prefetch);
     return;
   }
-  auto* word = static_cast<std::uint32_t*>(dev.allocate(memory_kind::pinned_host, 4));
-  *word = 0;
+  const bool fits = x.wire_bytes <= plan.wire_buffer_bytes;
+  void* staging = fits ? at(plan.wire_offset) : dev.allocate(memory_kind::device, x.wire_bytes);
+  void* word = nullptr;
+  auto release = [&]() noexcept {
+    try {
+      prefetch.synchronize();
+    } catch (...) {  // the failure is what the caller rethrows or reports
+    }
+    if (word != nullptr) dev.deallocate(memory_kind::pinned_host, word, 4);
+    if (!fits) dev.deallocate(memory_kind::device, staging, x.wire_bytes);
+  };
   try {
-    dev.copy_async(at(plan.wire_offset), sources[t], x.wire_bytes, copy_direction::host_to_device,
-                   prefetch);
-    dev.decode_weights_async(at(plan.wire_offset), x.wire_bytes, at(offset), x.bytes, word,
-                             prefetch);
+    word = dev.allocate(memory_kind::pinned_host, 4);
+    *static_cast<std::uint32_t*>(word) = 0;
+    dev.copy_async(staging, sources[t], x.wire_bytes, copy_direction::host_to_device, prefetch);
+    dev.decode_weights_async(staging, x.wire_bytes, at(offset), x.bytes,
+                             static_cast<std::uint32_t*>(word), prefetch);
     prefetch.synchronize();
   } catch (...) {
-    prefetch.synchronize();
-    dev.deallocate(memory_kind::pinned_host, word, 4);
+    release();
     throw;
   }
-  if (*word != 0) failed.push_back(x.name);
-  dev.deallocate(memory_kind::pinned_host, word, 4);
+  if (*static_cast<std::uint32_t*>(word) != 0) failed.push_back(x.name);
+  release();
 }
+
+namespace {
+
+/// Every offset the plan gives lies inside its arena with the tensor's bytes, and every streamed
+/// coded tensor fits a wire buffer: a plan made from another input is refused, not followed.
+void check_layout(const static_plan_input& in, const static_plan& plan) {
+  const auto inside = [&](std::size_t t, std::size_t offset) {
+    HTP_EXPECTS(offset <= plan.arena_bytes && in.tensors[t].bytes <= plan.arena_bytes - offset,
+                invalid_argument, "static_step: the plan puts tensor '", in.tensors[t].name,
+                "' at ", offset, " of an arena of ", plan.arena_bytes,
+                " bytes: it was not made from this input");
+  };
+  for (std::size_t t = 0; t < in.tensors.size(); ++t) {
+    if (plan.resident_offset[t] != static_plan::npos) inside(t, plan.resident_offset[t]);
+  }
+  for (const auto& use : plan.uses) {
+    HTP_EXPECTS(use.tensors.size() == use.offsets.size(), invalid_argument,
+                "static_step: a use of the plan lists ", use.tensors.size(), " tensors and ",
+                use.offsets.size(), " offsets");
+    for (std::size_t i = 0; i < use.tensors.size(); ++i) {
+      HTP_EXPECTS(use.tensors[i] < in.tensors.size(), invalid_argument,
+                  "static_step: the plan names tensor ", use.tensors[i], " of ", in.tensors.size());
+      inside(use.tensors[i], use.offsets[i]);
+      const auto& x = in.tensors[use.tensors[i]];
+      HTP_EXPECTS(!x.coded() || (use.freed_by < 0 && !use.carried) ||
+                      x.wire_bytes <= plan.wire_buffer_bytes,
+                  invalid_argument, "static_step: the plan's wire buffers (",
+                  plan.wire_buffer_bytes, " bytes) cannot hold '", x.name, "' (", x.wire_bytes,
+                  ")");
+    }
+  }
+}
+
+}  // namespace
 
 static_step::static_step(device& dev, const static_plan_input& in, static_plan plan,
                          std::vector<const void*> sources) {
@@ -134,6 +185,7 @@ static_step::static_step(device& dev, const static_plan_input& in, static_plan p
       in.positions.size(), " and ", in.tensors.size());
   HTP_EXPECTS(sources.size() == in.tensors.size(), invalid_argument,
               "static_step: ", sources.size(), " sources for ", in.tensors.size(), " tensors");
+  check_layout(in, plan);
   const auto referenced = static_detail::referenced(in);
   for (std::size_t t = 0; t < in.tensors.size(); ++t) {
     HTP_EXPECTS(!referenced[t] || sources[t] != nullptr, invalid_argument, "static_step: tensor '",
@@ -159,14 +211,36 @@ static_step::~static_step() {
     s.decode.synchronize();
   } catch (...) {  // a failed step's error was reported where it was synchronized
   }
-  if (s.status != nullptr) {
-    s.dev.deallocate(memory_kind::pinned_host, s.status, s.pieces * sizeof(std::uint32_t));
+  try {
+    if (s.status != nullptr) {
+      s.dev.deallocate(memory_kind::pinned_host, s.status, s.pieces * sizeof(std::uint32_t));
+    }
+    if (s.arena != nullptr) s.dev.deallocate(memory_kind::device, s.arena, s.plan.arena_bytes);
+  } catch (...) {  // a destructor cannot throw; the device reported its failure already
   }
-  if (s.arena != nullptr) s.dev.deallocate(memory_kind::device, s.arena, s.plan.arena_bytes);
 }
 
-void static_step::prime() {
-  auto& s = *impl_;
+void static_step::prime() { impl_->prime(); }
+
+void static_step::impl::recover(stream_ref compute) {
+  HTP_EXPECTS(!dev.is_capturing(compute), logic_error, "static_step: the last step stopped at ",
+              "position ", next_position,
+              " (a forward that raised?), and a capture cannot "
+              "start over; end the capture, run one step outside it, and capture again");
+  detail::logger().warn(
+      "static_step: the last step stopped at position {}; loading what a step starts with "
+      "again",
+      next_position);
+  dev.synchronize(compute);
+  prefetch.synchronize();
+  decode.synchronize();
+  inside = false;
+  next_position = 0;
+  prime();
+}
+
+void static_step::impl::prime() {
+  auto& s = *this;
   std::vector<std::string> failed;
   for (std::size_t t = 0; t < s.in.tensors.size(); ++t) {
     if (s.plan.resident_offset[t] != static_plan::npos) {
@@ -191,6 +265,7 @@ void* static_step::address(std::size_t t, std::size_t p) const {
 
 void static_step::begin(std::size_t p, stream_ref compute) {
   auto& s = *impl_;
+  if (p == 0 && (s.inside || s.next_position != 0)) s.recover(compute);
   HTP_EXPECTS(!s.inside && p == s.next_position && p < s.in.positions.size(), logic_error,
               "static_step::begin(", p, "): position ", s.next_position,
               " is next (positions are entered in order, each begin followed by its end)");
