@@ -2,7 +2,7 @@
 // chunks allocated once (the first at device creation) and kept until the device is destroyed, so
 // a checksum never allocates or frees device memory (cudaMallocAsync/cudaFreeAsync per call would
 // touch the stream-ordered pool on every acquire of an integrity run). Included only by
-// cuda_device.cpp.
+// cuda_device.hpp.
 #pragma once
 
 #include "cuda_kernels.hpp"

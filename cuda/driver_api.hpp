@@ -1,6 +1,6 @@
 // The few CUDA driver functions the cuda backend calls, looked up at run time through the runtime's
 // entry-point query so that htp links no libcuda: the stream memory operations, error names, and
-// the primary-context state. Included only by cuda_device.cpp.
+// the primary-context state. Included only by cuda_device.hpp.
 #pragma once
 
 #include <htp/detail/check.hpp>

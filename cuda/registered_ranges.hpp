@@ -1,6 +1,6 @@
 // Host ranges registered with the cuda backend (cudaHostRegister): which exist, whether they
 // overlap, and the device address of an address inside one. Not thread-safe: the backend holds its
-// memory lock around every call. Plain C++; included only by cuda_device.cpp.
+// memory lock around every call. Plain C++; included only by cuda_device.hpp.
 #pragma once
 
 #include <cstddef>

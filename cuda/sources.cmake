@@ -2,6 +2,8 @@
 # (checksums, pattern fill, the weight codec's decode), interop with engines' CUDA objects, NVTX.
 target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_device_work.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_capture.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels.cu
   ${CMAKE_CURRENT_LIST_DIR}/codec_kernels.cu
   ${CMAKE_CURRENT_LIST_DIR}/interop.cpp
