@@ -64,7 +64,9 @@ class static_step {
   void* address(std::size_t t, std::size_t p) const;
 
   /// Enqueues position p's entry on `compute` (see the file comment). Positions must be entered
-  /// in order, each begin followed by its end, starting at 0 each step.
+  /// in order, each begin followed by its end, starting at 0 each step. begin(0) on a step left
+  /// part way (a forward that raised) waits for its work and loads what a step starts with again
+  /// (logged), outside a capture; inside one it is refused before anything is queued.
   /// @throws htp::logic_error for a position out of order; as device calls otherwise.
   void begin(std::size_t p, stream_ref compute);
   /// Enqueues position p's exit on `compute` and issues the loads it frees.
@@ -79,8 +81,9 @@ class static_step {
   /// sleeping until they are there (the host paces replays, never the graph).
   void launch(const graph& g, stream_ref compute, token_bucket* budget = nullptr);
 
-  /// Coded tensors whose decode failed its checks since the last call (their names); clears.
-  /// Read after the work has completed (synchronize the compute stream first).
+  /// Coded tensors whose decode failed its checks in the last step that ran (each decode stores
+  /// its verdict, so a step that decodes a piece right clears that piece's earlier failure);
+  /// clears them. Read after the work has completed (synchronize the compute stream first).
   std::vector<std::string> take_decode_failures();
 
   const static_plan& plan() const noexcept;

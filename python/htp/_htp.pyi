@@ -677,4 +677,7 @@ class StaticStep:
     def synchronize(self) -> None:
         """Blocks until every stream of the device has finished."""
 
-    def take_decode_failures(self) -> list[str]: ...
+    def take_decode_failures(self) -> list[str]:
+        """
+        Names of the coded tensors whose decode in the last step failed its checks; clears.
+        """

@@ -14,6 +14,7 @@ the module's input and output, so the module's kernels stay between them. See do
 from __future__ import annotations
 
 import itertools
+import time
 import weakref
 from typing import Any, Iterable
 
@@ -25,7 +26,9 @@ from ._offloaded import (OffloadedError, guard_optimizer, map_tensors, refuse_ba
 
 __all__ = ["StaticOffload", "static_offload"]
 
-_STEPS: dict[int, StaticStep] = {}  # by the id the ops carry
+# The live offloads, by the id their ops carry; weak, so a model dropped without remove() frees
+# its step (its hooks, which hold the offload, go with it).
+_STEPS: "weakref.WeakValueDictionary[int, StaticOffload]" = weakref.WeakValueDictionary()
 _NEXT_ID = itertools.count(1)
 
 
@@ -38,7 +41,7 @@ def static_enter(token: torch.Tensor, x: torch.Tensor, step: int, position: int)
     """Enters `position` of static step `step`: its streamed parameters are in before any later
     work on the current stream (on the CPU: when this returns). Mutates nothing in fact; declaring
     `token` and `x` mutated keeps compiled graphs in program order."""
-    _STEPS[step].begin(position, _stream_of(token))
+    _STEPS[step].step.begin(position, _stream_of(token))
 
 
 @static_enter.register_fake
@@ -50,7 +53,7 @@ def _(token: torch.Tensor, x: torch.Tensor, step: int, position: int) -> None:
 def static_exit(token: torch.Tensor, y: torch.Tensor, step: int, position: int) -> None:
     """Leaves `position` once the current stream's work so far (the module's kernels, which made
     `y`) is done, issuing the loads that frees."""
-    _STEPS[step].end(position, _stream_of(token))
+    _STEPS[step].step.end(position, _stream_of(token))
 
 
 @static_exit.register_fake
@@ -65,7 +68,8 @@ def _forget_compiled(model: torch.nn.Module) -> None:
     wrong logits), or the offloaded one's graph for a model after remove(). Other instances of
     these classes recompile once."""
     reset_code = getattr(torch._dynamo.eval_frame, "reset_code", None)
-    if reset_code is None:
+    if reset_code is None:  # an older or newer torch: forget every compiled graph instead
+        torch._dynamo.reset()
         return
     for code in {type(m).forward.__code__ for m in model.modules()}:
         reset_code(code)
@@ -89,7 +93,7 @@ class StaticOffload:
         self._names, self._hosts = names, hosts
         self.execution_device = exec_device
         self._id = next(_NEXT_ID)
-        _STEPS[self._id] = step
+        _STEPS[self._id] = self
         self._token = torch.zeros(1, device=exec_device)
         self._hooks: list[Any] = []
         self._patched: list[torch.nn.Module] = []
@@ -112,7 +116,8 @@ class StaticOffload:
     def _install(self) -> None:
         guard_optimizer(self._parameters())
         for position, (name, module, params) in enumerate(self._units):
-            self._hooks.append(module.register_forward_pre_hook(self._enter(position)))
+            self._hooks.append(
+                module.register_forward_pre_hook(self._enter(position), with_kwargs=True))
             self._hooks.append(module.register_forward_hook(self._exit(position)))
             self._hooks.append(module._register_state_dict_hook(self._state_dict(params)))
             module._apply = self._refuse_apply(name)
@@ -123,8 +128,8 @@ class StaticOffload:
                 for local, _full, _t in params]
 
     def _enter(self, position: int):
-        def pre(module, args):
-            x = _first_tensor(args)
+        def pre(module, args, kwargs):
+            x = _first_tensor((args, kwargs))
             torch.ops.htp.static_enter(self._token, x if x is not None else self._token,
                                        self._id, position)
         return pre
@@ -178,23 +183,34 @@ class StaticOffload:
 
 
 def _record_order(model: torch.nn.Module, units: list, exec_device: torch.device,
-                  example_inputs: Any) -> list[int]:
+                  example_inputs: Any) -> tuple[list[int], list[float]]:
     """One forward of `example_inputs`, each unit's weights on the execution device only while it
-    runs: the units in the order they ran (each must run once)."""
-    order: list[int] = []
+    runs: the units in the order they ran (each must run once, none inside another) and each
+    one's compute time in ns (its weights already there: what the plan's positions take)."""
+    order, running, times = [], [], {}
+    hosts_of = {id(m): [p.data for _l, p in params] for _n, m, params in units}
+    timer = _Timer(exec_device)
     hooks = []
     for i, (_name, module, params) in enumerate(units):
         def pre(module, args, i=i, params=params):
+            if running:
+                raise InvalidArgumentError(
+                    f"offload(static=True): module {units[i][0]!r} runs inside "
+                    f"{units[running[-1]][0]!r}, and both have parameters of their own; a static "
+                    "plan gives each its own position. Name the outer one in keep=")
             order.append(i)
+            running.append(i)
             for _local, p in params:
                 p.data = p.data.to(exec_device)
+            timer.start(i)
 
-        def post(module, args, output, params=params):
+        def post(module, args, output, i=i, params=params):
+            times[i] = timer.stop(i)
+            running.pop()
             for (_local, p), host in zip(params, hosts_of[id(module)]):
                 p.data = host
         hooks.append(module.register_forward_pre_hook(pre))
         hooks.append(module.register_forward_hook(post))
-    hosts_of = {id(m): [p.data for _l, p in params] for _n, m, params in units}
     args, kwargs = example_inputs if isinstance(example_inputs, tuple) and len(
         example_inputs) == 2 and isinstance(example_inputs[1], dict) else (example_inputs, {})
     if not isinstance(args, tuple):
@@ -206,19 +222,49 @@ def _record_order(model: torch.nn.Module, units: list, exec_device: torch.device
     finally:
         for h in hooks:
             h.remove()
+        for _n, module, params in units:  # a forward that raised leaves nothing behind
+            for (_local, p), host in zip(params, hosts_of[id(module)]):
+                p.data = host
     twice = [units[i][0] for i in set(order) if order.count(i) > 1]
     if twice:
         raise InvalidArgumentError(
             f"offload(static=True): module {twice[0]!r} ran more than once in one forward; a "
             "static plan gives each module one position. Name it in keep= to hold it resident")
-    return order
+    return order, [timer.ns(times[i]) for i in order]
+
+
+class _Timer:
+    """Times a module's compute: CUDA events on a GPU, the host clock on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def start(self, i: int) -> Any:
+        if self.cuda:
+            self._begin = torch.cuda.Event(enable_timing=True)
+            self._begin.record()
+        else:
+            self._begin = time.perf_counter_ns()
+
+    def stop(self, i: int) -> Any:
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            return (self._begin, end)
+        return time.perf_counter_ns() - self._begin
+
+    def ns(self, mark: Any) -> float:
+        if self.cuda:
+            mark[1].synchronize()
+            return mark[0].elapsed_time(mark[1]) * 1e6
+        return float(mark)
 
 
 def static_offload(model: torch.nn.Module, dev: Device, budget: int, raw_units: list, kept: list,
                    example_inputs: Any, link_bytes_per_second: float,
                    exec_device: torch.device, compress: bool = False) -> StaticOffload:
     """Builds the StaticOffload (see offload()): records the order, plans, points parameters."""
-    order = _record_order(model, raw_units, exec_device, example_inputs)
+    order, compute_ns = _record_order(model, raw_units, exec_device, example_inputs)
     units = [raw_units[i] for i in order]  # the units that ran, in the order they ran
     index: dict[int, int] = {}
     names, hosts, reads = [], [], []
@@ -233,6 +279,7 @@ def static_offload(model: torch.nn.Module, dev: Device, budget: int, raw_units: 
     positions = [[index[id(p)] for _l, p in own] for _n, _m, own in units]
     codable = (torch.bfloat16, torch.float16, torch.float32)
     step = StaticStep(dev, names, hosts, positions, budget, link_bytes_per_second,
+                      compute_ns=compute_ns,
                       keep=[r > 1 for r in reads],  # tied parameters: one address, resident
                       compress=[compress and h.dtype in codable for h in hosts])
     bound = []

@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <mutex>
 
 namespace htp::python {
 namespace {
@@ -30,10 +31,14 @@ struct py_static_step {
   std::size_t pinned_bytes = 0;
   std::unique_ptr<stream_binder> streams;
   std::unique_ptr<static_step> step;
+  std::mutex mutex;  ///< one thread drives the step at a time (begin/end)
 
   ~py_static_step() {
     step.reset();
-    if (pinned != nullptr) device->dev->deallocate(memory_kind::pinned_host, pinned, pinned_bytes);
+    try {
+      if (pinned != nullptr) device->dev->deallocate(memory_kind::pinned_host, pinned, pinned_bytes);
+    } catch (...) {  // a destructor cannot throw; the device reported its failure already
+    }
   }
 };
 
@@ -184,6 +189,7 @@ void bind_static_step(nb::module_& m) {
           [](py_static_step& s, std::size_t p, nb::handle stream) {
             const stream_binder::target target = s.streams->resolve(stream);
             nb::gil_scoped_release unlocked;
+            std::lock_guard lock(s.mutex);
             s.step->begin(p, target.ref);
             s.streams->after_acquire(target);
             if (target.host_wait) s.device->dev->synchronize(target.ref);
@@ -196,6 +202,7 @@ void bind_static_step(nb::module_& m) {
           [](py_static_step& s, std::size_t p, nb::handle stream) {
             const stream_binder::target target = s.streams->resolve(stream);
             nb::gil_scoped_release unlocked;
+            std::lock_guard lock(s.mutex);
             s.streams->before_release(target);
             s.step->end(p, target.ref);
           },
@@ -209,8 +216,9 @@ void bind_static_step(nb::module_& m) {
             s.device->dev->synchronize_all();
           },
           "Blocks until every stream of the device has finished.")
-      .def("take_decode_failures",
-           [](py_static_step& s) { return s.step->take_decode_failures(); });
+      .def(
+          "take_decode_failures", [](py_static_step& s) { return s.step->take_decode_failures(); },
+          "Names of the coded tensors whose decode in the last step failed its checks; clears.");
 }
 
 }  // namespace htp::python

@@ -145,3 +145,44 @@ def test_typed_errors(clone):
                    example_inputs=(prompt(),))
     with torch.no_grad():  # nothing was left behind by the failures
         assert torch.equal(model(prompt()).logits, clone(model)(prompt()).logits)
+
+
+def test_a_forward_that_raised_does_not_break_the_next(clone):
+    model, keep = build_model("llama", torch.float32)
+    ref = clone(model)
+    ids = prompt()
+    with torch.no_grad():
+        want = ref(ids).logits
+    handle = static(model, keep, 0.3, ids)
+    mlp = model.model.layers[2].mlp
+    forward = mlp.forward
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("a kernel failed")
+    mlp.forward = boom
+    with torch.no_grad(), pytest.raises(RuntimeError, match="kernel failed"):
+        model(ids)
+    mlp.forward = forward
+    with torch.no_grad():  # the step starts over: what a step starts with is loaded again
+        assert torch.equal(model(ids).logits, want)
+        assert torch.equal(model(ids).logits, want)
+    handle.remove()
+
+
+def test_a_module_with_parameters_inside_another_is_named():
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(16))
+            self.inner = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.inner(x) * self.scale
+
+    model = torch.nn.Sequential(Outer(), torch.nn.Linear(16, 16))
+    x = torch.randn(2, 16)
+    with pytest.raises(htp.InvalidArgumentError, match="runs inside '0'"):
+        ht.offload(model, hbm_budget=4096, device=htp.make_device("sim"), static=True,
+                   example_inputs=(x,))
+    with torch.no_grad():  # nothing was left behind
+        model(x)
