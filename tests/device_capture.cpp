@@ -20,18 +20,6 @@ template <typename B>
 using device_capture = device_test<B>;
 TYPED_TEST_SUITE(device_capture, backends, backend_names);
 
-/// RAII for one allocation, so a failing assertion leaks nothing.
-struct buffer {
-  device& dev;
-  memory_kind kind;
-  std::size_t bytes;
-  void* ptr;
-  buffer(device& d, memory_kind k, std::size_t n)
-      : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
-  ~buffer() { dev.deallocate(kind, ptr, bytes); }
-  unsigned char* at(std::size_t off) const { return static_cast<unsigned char*>(ptr) + off; }
-};
-
 /// The two verify counters, read by the host once the stream has passed them.
 struct counts {
   std::uint32_t checked, mismatched;

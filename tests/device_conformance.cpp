@@ -23,18 +23,6 @@ template <typename B>
 using device_conformance = device_test<B>;
 TYPED_TEST_SUITE(device_conformance, backends, backend_names);
 
-/// RAII for one allocation, so a failing assertion leaks nothing.
-struct buffer {
-  device& dev;
-  memory_kind kind;
-  std::size_t bytes;
-  void* ptr;
-  buffer(device& d, memory_kind k, std::size_t n)
-      : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
-  ~buffer() { dev.deallocate(kind, ptr, bytes); }
-  unsigned char* bytes_at(std::size_t off) const { return static_cast<unsigned char*>(ptr) + off; }
-};
-
 TYPED_TEST(device_conformance, allocates_both_kinds_aligned) {
   for (auto kind : {memory_kind::device, memory_kind::pinned_host}) {
     for (std::size_t n :
@@ -92,16 +80,15 @@ TYPED_TEST(device_conformance, copy_round_trip_preserves_bytes_at_odd_sizes_and_
                         (std::size_t{2} << 20) + 3, std::size_t{4} << 20}) {
     for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4096}}) {
       if (off + n > cap) continue;
-      fill_pattern(host_in.bytes_at(off), n, ++seed);
+      fill_pattern(host_in.at(off), n, ++seed);
       std::memset(host_out.ptr, 0, cap);
-      d.copy_async(dmem.bytes_at(off), host_in.bytes_at(off), n, copy_direction::host_to_device, s);
-      d.copy_async(host_out.bytes_at(off), dmem.bytes_at(off), n, copy_direction::device_to_host,
-                   s);
+      d.copy_async(dmem.at(off), host_in.at(off), n, copy_direction::host_to_device, s);
+      d.copy_async(host_out.at(off), dmem.at(off), n, copy_direction::device_to_host, s);
       // pageable host memory works too
-      d.copy_async(pageable.data() + off, dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      d.copy_async(pageable.data() + off, dmem.at(off), n, copy_direction::device_to_host, s);
       s.synchronize();
-      const auto want = checksum(host_in.bytes_at(off), n);
-      ASSERT_EQ(checksum(host_out.bytes_at(off), n), want) << "n=" << n << " off=" << off;
+      const auto want = checksum(host_in.at(off), n);
+      ASSERT_EQ(checksum(host_out.at(off), n), want) << "n=" << n << " off=" << off;
       ASSERT_EQ(checksum(pageable.data() + off, n), want) << "pageable n=" << n << " off=" << off;
     }
   }
@@ -133,7 +120,7 @@ TYPED_TEST(device_conformance, bad_copies_are_invalid_argument) {
   EXPECT_THROW(d.copy_async(a.ptr, nullptr, 16, copy_direction::host_to_device, s),
                invalid_argument);
   EXPECT_THROW(d.copy_async(a.ptr, h.ptr, 0, copy_direction::host_to_device, s), invalid_argument);
-  EXPECT_THROW(d.copy_async(a.bytes_at(8), a.ptr, 64, copy_direction::device_to_device, s),
+  EXPECT_THROW(d.copy_async(a.at(8), a.ptr, 64, copy_direction::device_to_device, s),
                invalid_argument);
 }
 
@@ -146,9 +133,9 @@ TYPED_TEST(device_conformance, device_checksum_and_fill_match_the_host) {
   for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{13}, std::size_t{4096} + 5,
                         std::size_t{1} << 20}) {
     for (std::size_t off : {std::size_t{0}, std::size_t{3}}) {
-      d.fill_pattern_async(dmem.bytes_at(off), n, 1234 + n, s);
-      d.checksum_async(dmem.bytes_at(off), n, static_cast<std::uint64_t*>(result.ptr), s);
-      d.copy_async(host.data(), dmem.bytes_at(off), n, copy_direction::device_to_host, s);
+      d.fill_pattern_async(dmem.at(off), n, 1234 + n, s);
+      d.checksum_async(dmem.at(off), n, static_cast<std::uint64_t*>(result.ptr), s);
+      d.copy_async(host.data(), dmem.at(off), n, copy_direction::device_to_host, s);
       s.synchronize();
       std::vector<unsigned char> want(n);
       fill_pattern(want.data(), n, 1234 + n);
@@ -215,11 +202,11 @@ TYPED_TEST(device_conformance, a_verified_decode_stores_its_status_and_never_fai
   buffer back(d, memory_kind::pinned_host, n);
   buffer words(d, memory_kind::pinned_host, 64);
   auto* status = static_cast<std::uint32_t*>(words.ptr);
-  auto* sum = reinterpret_cast<std::uint64_t*>(words.bytes_at(8));
+  auto* sum = reinterpret_cast<std::uint64_t*>(words.at(8));
   // Decodes the host copy (as changed by `damage`) into dst with `dst_bytes`; returns the status.
   const auto decode = [&](const auto& damage, std::size_t dst_bytes) {
     std::memcpy(host.ptr, frame.data(), frame.size());
-    damage(host.bytes_at(0));
+    damage(host.at(0));
     *status = 0xFFFFFFFFu;
     d.copy_async(wire.ptr, host.ptr, frame.size(), copy_direction::host_to_device, s);
     d.decode_weights_async(wire.ptr, frame.size(), dst.ptr, dst_bytes, status, s);
@@ -538,7 +525,7 @@ TYPED_TEST(device_conformance,
   auto other = TypeParam::make(&why);
   ASSERT_NE(other, nullptr) << why;
   buffer h(*this->dev, memory_kind::pinned_host, 4096);
-  EXPECT_NE(other->mapped_device_pointer(h.bytes_at(100)), nullptr);
+  EXPECT_NE(other->mapped_device_pointer(h.at(100)), nullptr);
   std::vector<unsigned char> plain(1 << 16);
   EXPECT_THROW(other->mapped_device_pointer(plain.data()), invalid_argument);
   this->dev->register_host_memory(plain.data(), plain.size(), /*read_only=*/false);

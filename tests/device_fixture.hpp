@@ -45,6 +45,20 @@ struct backend_names {
   }
 };
 
+/// RAII for one allocation of `dev`, so a failing assertion leaks nothing.
+struct buffer {
+  device& dev;
+  memory_kind kind;
+  std::size_t bytes;
+  void* ptr;
+  buffer(device& d, memory_kind k, std::size_t n)
+      : dev(d), kind(k), bytes(n), ptr(d.allocate(k, n)) {}
+  ~buffer() { dev.deallocate(kind, ptr, bytes); }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  unsigned char* at(std::size_t off) const { return static_cast<unsigned char*>(ptr) + off; }
+};
+
 /// Fixture giving each test a fresh device `dev` of the backend, or skipping.
 template <typename Backend>
 class device_test : public ::testing::Test {

@@ -87,17 +87,34 @@ struct model_step {
   }
 };
 
+/// A model_step's plan, its step primed, and a compute stream: what every case starts from.
+struct primed {
+  static_plan plan;
+  static_step step;
+  stream compute;
+  primed(device& dev, const model_step& m)
+      : plan(plan_static(m.in)), step(dev, m.in, plan, m.sources()), compute(dev) {
+    step.prime();
+  }
+  /// A tensor the step loads every time (of a use neither carried nor kept), the last such.
+  std::size_t reloaded(bool last_of_use) const {
+    std::size_t t = 0;
+    for (const auto& use : plan.uses) {
+      if (use.freed_by >= 0 && !use.carried) t = last_of_use ? use.tensors.back() : use.tensors[0];
+    }
+    return t;
+  }
+};
+
 template <typename Backend>
 class static_step_test : public device_test<Backend> {};
 TYPED_TEST_SUITE(static_step_test, backends, backend_names);
 
 TYPED_TEST(static_step_test, eager_steps_read_every_byte_right) {
   model_step m(*this->dev, 6, false);
-  const static_plan plan = plan_static(m.in);
+  primed x(*this->dev, m);
+  auto& [plan, step, compute] = x;
   ASSERT_GT(plan.streamed_bytes, 0u) << "the plan must stream something to test the ring";
-  static_step step(*this->dev, m.in, plan, m.sources());
-  step.prime();
-  stream compute(*this->dev);
   for (int i = 0; i < 3; ++i) step.run(compute, m.kernels(step));
   compute.synchronize();
   EXPECT_EQ(m.counters[0], 3 * m.reads_per_step());
@@ -108,11 +125,9 @@ TYPED_TEST(static_step_test, a_captured_step_replays_100_times_with_the_right_by
   for (const bool coded : {false, true}) {
     SCOPED_TRACE(coded ? "coded" : "raw");
     model_step m(*this->dev, 6, coded);
-    const static_plan plan = plan_static(m.in);
+    primed x(*this->dev, m);
+    auto& [plan, step, compute] = x;
     ASSERT_GT(plan.streamed_bytes, 0u);
-    static_step step(*this->dev, m.in, plan, m.sources());
-    step.prime();
-    stream compute(*this->dev);
     std::set<void*> addresses;
     for (std::size_t p = 0; p < m.in.positions.size(); ++p) {
       for (const std::size_t t : m.in.positions[p].tensors) addresses.insert(step.address(t, p));
@@ -145,16 +160,11 @@ TYPED_TEST(static_step_test, a_captured_step_replays_100_times_with_the_right_by
 
 TYPED_TEST(static_step_test, damaged_host_bytes_are_seen_by_every_replay) {
   model_step m(*this->dev, 6, false);
-  const static_plan plan = plan_static(m.in);
-  static_step step(*this->dev, m.in, plan, m.sources());
-  step.prime();
-  stream compute(*this->dev);
+  primed x(*this->dev, m);
+  auto& [plan, step, compute] = x;
   const graph g = step.capture(compute, m.kernels(step));
   // A tensor the step reloads every time: its damaged host copy reaches the kernels on replay.
-  std::size_t victim = 0;
-  for (const auto& use : plan.uses) {
-    if (use.freed_by >= 0 && !use.carried) victim = use.tensors[0];
-  }
+  const std::size_t victim = x.reloaded(false);
   static_cast<std::uint8_t*>(m.host[victim])[17] ^= 0x40;
   for (int i = 0; i < 10; ++i) step.launch(g, compute);
   compute.synchronize();
@@ -164,15 +174,10 @@ TYPED_TEST(static_step_test, damaged_host_bytes_are_seen_by_every_replay) {
 
 TYPED_TEST(static_step_test, a_damaged_coded_frame_is_named_after_the_replay) {
   model_step m(*this->dev, 6, true);
-  const static_plan plan = plan_static(m.in);
-  static_step step(*this->dev, m.in, plan, m.sources());
-  step.prime();
-  stream compute(*this->dev);
+  primed x(*this->dev, m);
+  auto& [plan, step, compute] = x;
   const graph g = step.capture(compute, {});
-  std::size_t victim = 0;
-  for (const auto& use : plan.uses) {
-    if (use.freed_by >= 0 && !use.carried) victim = use.tensors.back();
-  }
+  const std::size_t victim = x.reloaded(true);
   auto* frame = static_cast<std::uint8_t*>(m.host[victim]);
   frame[m.host_bytes[victim] - 5] ^= 0x10;  // inside the last chunk's coded bytes
   step.launch(g, compute);
@@ -209,9 +214,8 @@ TYPED_TEST(static_step_test, kernels_that_leave_a_stream_unjoined_are_refused_at
 
 TYPED_TEST(static_step_test, a_step_left_part_way_starts_over_at_the_next_first_position) {
   model_step m(*this->dev, 6, false);
-  static_step step(*this->dev, m.in, plan_static(m.in), m.sources());
-  step.prime();
-  stream compute(*this->dev);
+  primed x(*this->dev, m);
+  auto& [plan, step, compute] = x;
   const auto kernels = m.kernels(step);
   std::size_t reads = 0;
   for (std::size_t p = 0; p < 3; ++p) {  // a forward that raised in position 3
@@ -235,10 +239,8 @@ TYPED_TEST(static_step_test, a_step_left_part_way_starts_over_at_the_next_first_
 
 TYPED_TEST(static_step_test, launch_takes_each_replays_streamed_bytes_from_the_bucket) {
   model_step m(*this->dev, 6, false);
-  const static_plan plan = plan_static(m.in);
-  static_step step(*this->dev, m.in, plan, m.sources());
-  step.prime();
-  stream compute(*this->dev);
+  primed x(*this->dev, m);
+  auto& [plan, step, compute] = x;
   const graph g = step.capture(compute, m.kernels(step));
   // A virtual clock a second further on each reading: the bucket refills between takes, and the
   // burst (a third of a step) makes each launch take its bytes in pieces.
