@@ -254,8 +254,10 @@ TEST(static_plan, model_sized_plan_beats_round_robin_and_nears_the_bound) {
   in.link_bytes_per_second = 50e9;
   const std::size_t sizes[] = {32, 8, 8, 32, 112, 112, 112};  // MiB
   std::size_t total = 0;
+  std::vector<std::size_t> layer_of;  // round-robin streams whole layers, as vLLM does
   for (std::size_t l = 0; l < 32; ++l) {
     for (const std::size_t mib : sizes) {
+      layer_of.push_back(l);
       in.positions.push_back({{in.tensors.size()}, 4e6 * static_cast<double>(mib) / 416});
       in.tensors.push_back({"w", mib << 20});
       total += mib << 20;
@@ -267,7 +269,7 @@ TEST(static_plan, model_sized_plan_beats_round_robin_and_nears_the_bound) {
     const double bound = static_step_bound_ns(in);
     double rr = INFINITY;
     for (const std::size_t k : {1, 2, 4}) {
-      rr = std::min(rr, round_robin_plan(in, k).predicted.step_ns);
+      rr = std::min(rr, round_robin_plan(in, k, layer_of).predicted.step_ns);
     }
     std::printf("%d%%: static %.2f ms (its own bound %.2f), budget bound %.2f ms, "
                 "round-robin best %.2f ms\n",

@@ -26,7 +26,7 @@ class static_model {
     const bool timing_only = dev.properties().timing_only;
     in.link_bytes_per_second =
         static_cast<double>(cfg.rate_bytes_per_second.value_or(cfg.link_peak_bytes_per_second));
-    // The sim's modelled decode rate; on cuda, measure_decode_rate replaces it.
+    // The timing-only sim's modelled decode rate; elsewhere measure_decode_rate replaces it.
     in.decode_bytes_per_second = static_cast<double>(sim_config{}.decode_bytes_per_second);
     in.hbm_budget = cfg.hbm_budget_bytes;
     std::vector<std::vector<std::uint8_t>> frames;
@@ -45,6 +45,7 @@ class static_model {
           t.wire_bytes = frames.back().size();
         }
         in.positions.push_back({{in.tensors.size()}, 0.0});
+        layer_of.push_back(static_cast<std::size_t>(l));
         in.tensors.push_back(t);
         views.push_back({{e.data, e.bytes, false},
                          shapes[i].rows,
@@ -65,7 +66,8 @@ class static_model {
 
   static_plan_input in;
   std::vector<const void*> sources;
-  std::vector<weight_view> views;  // per tensor; span.data replaced by the step's address
+  std::vector<weight_view> views;     // per tensor; span.data replaced by the step's address
+  std::vector<std::size_t> layer_of;  // per position: its layer (round_robin_plan's layers)
 
  private:
   // Raw: the run's shared pinned weights. Coded: the frames in one pinned block of our own.
@@ -128,10 +130,11 @@ std::vector<double> measure_compute(device& dev, layer_compute& compute, static_
   return ns;
 }
 
-/// On cuda, the decode rate of the largest coded tensor, timed on the device (decoded bytes per
-/// second); the sim keeps its modelled rate.
+/// The decode rate of the largest coded tensor, timed on the device (decoded bytes per second: a
+/// GPU kernel on cuda, the CPU reference decoder on a sim that moves bytes); a timing-only sim
+/// keeps its modelled rate.
 void measure_decode_rate(device& dev, static_model& m) {
-  if (dev.properties().kind != backend::cuda) return;
+  if (dev.properties().timing_only) return;  // modelled there: keep the sim's rate
   std::size_t t = m.in.tensors.size();
   for (std::size_t i = 0; i < m.in.tensors.size(); ++i) {
     if (m.in.tensors[i].coded() &&
@@ -194,8 +197,9 @@ void measure_link(device& dev, static_model& m) {
   m.in.copy_overhead_ns = std::max(0.0, ns[0] - static_cast<double>(bytes[0]) * per_byte);
 }
 
-static_plan plan_of(const static_plan_input& in, const static_scheme& scheme) {
-  return scheme.round_robin_k != 0 ? round_robin_plan(in, scheme.round_robin_k) : plan_static(in);
+static_plan plan_of(const static_model& m, const static_scheme& scheme) {
+  return scheme.round_robin_k != 0 ? round_robin_plan(m.in, scheme.round_robin_k, m.layer_of)
+                                   : plan_static(m.in);
 }
 
 std::string plan_json(const static_model& m, const static_plan& plan) {
@@ -230,9 +234,9 @@ policy_result run_static(device& dev, const bench_config& cfg, const static_sche
   if (!cfg.rate_bytes_per_second) measure_link(dev, m);  // a budgeted rate is the plan's rate
   if (scheme.compressed) measure_decode_rate(dev, m);
   // Compute per position, measured on a first plan made without it.
-  const auto times = measure_compute(dev, compute, m, plan_of(m.in, scheme), cfg.tokens);
+  const auto times = measure_compute(dev, compute, m, plan_of(m, scheme), cfg.tokens);
   for (std::size_t p = 0; p < times.size(); ++p) m.in.positions[p].compute_ns = times[p];
-  const static_plan plan = plan_of(m.in, scheme);
+  const static_plan plan = plan_of(m, scheme);
   static_step step(dev, m.in, plan, m.sources);
   step.prime();
   stream s(dev);

@@ -139,12 +139,14 @@ static_prediction predict_static_step(const static_plan_input& in, const static_
 /// htp::out_of_memory when no plan fits (the message gives the least arena any plan needs).
 static_plan plan_static(const static_plan_input& in);
 
-/// The round-robin scheme engines run today (vLLM's prefetch offloader): the positions shaped as
-/// the most common position (the decoder layers) stream whole through `k` slots of that size (a
-/// ring of k layers);
-/// every other position stays resident, and the first layers too, in schedule order, while they
-/// fit. A baseline for benchmarks. @throws as make_static_plan, htp::out_of_memory when even all
+/// The round-robin scheme engines run today (vLLM's prefetch offloader): the layers shaped as the
+/// most common layer (the decoder layers) stream whole through `k` slots of a layer's bytes (a
+/// ring of k layers); every other position stays resident, and the first layers too, in schedule
+/// order, while they fit. `layer_of[p]` names position p's layer (positions of one layer are
+/// consecutive; static_plan::npos for a position of no layer); empty: each position is a layer.
+/// A baseline for benchmarks. @throws as make_static_plan; htp::out_of_memory when even all
 /// layers streamed do not fit.
-static_plan round_robin_plan(const static_plan_input& in, std::size_t k);
+static_plan round_robin_plan(const static_plan_input& in, std::size_t k,
+                             const std::vector<std::size_t>& layer_of = {});
 
 }  // namespace htp
