@@ -110,7 +110,7 @@ TYPED_TEST(pager_backend, acquire_on_a_capturing_stream_is_refused_and_names_the
     EXPECT_NE(std::string(e.what()).find("static"), std::string::npos) << e.what();
   }
   EXPECT_THROW(p.release(w, compute), logic_error);
-  graph g(d, d.end_capture(compute));  // still a valid (empty) capture
+  graph g(d, d.end_capture(compute));                          // still a valid (empty) capture
   const device_span s = p.acquire(w, compute, /*wait=*/true);  // and the pager unchanged
   EXPECT_EQ(s.bytes, slab);
   p.release(w, compute);

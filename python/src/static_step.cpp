@@ -36,7 +36,8 @@ struct py_static_step {
   ~py_static_step() {
     step.reset();
     try {
-      if (pinned != nullptr) device->dev->deallocate(memory_kind::pinned_host, pinned, pinned_bytes);
+      if (pinned != nullptr)
+        device->dev->deallocate(memory_kind::pinned_host, pinned, pinned_bytes);
     } catch (...) {  // a destructor cannot throw; the device reported its failure already
     }
   }
