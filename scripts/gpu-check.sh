@@ -99,9 +99,10 @@ slab                   5      7     Google Benchmark, 0.05 s per case, ~40 cases
 memcheck              25     32     compute-sanitizer on the cuda conformance tests that hold no stream
 python-tests          20     25     import torch and htp (~8 s), python/tests/test_cuda.py: 6 tests, one Mixtral offload
 hf-offload           240    300     the whole comparison: 5 modes, 30% and 50%, batch 1 and 16 (extra set only)
-hf-static            170    215     import (~12 s), 16 GB built on the GPU (~5 s), host copy (~8 s); 16 tokens each:
+hf-static            175    220     import (~12 s), 16 GB built on the GPU (~5 s), host copy (~8 s); 16 tokens each:
                                     resident (~2 s), static (pinned copy ~7 s, ~4 s), static-compress (encode on
-                                    16 cores ~20 s, ~4 s), dynamic (~15 s), compiled (inductor ~90 s) (static set only)
+                                    16 cores ~20 s, ~4 s), dynamic (~15 s), resident-compiled (~5 s cached
+                                    kernels), compiled (inductor ~90 s) (static set only)
 '
 declare -A estimate=() budget=()
 while IFS= read -r line; do  # continuation lines start with blanks
