@@ -28,15 +28,7 @@ cudaMemcpyKind to_cuda(copy_direction d) {
 void cuda_device::copy_async(void* dst, const void* src, std::size_t bytes,
                              copy_direction direction, stream_ref s) {
   detail::check_not_in_host_function("copy_async");
-  HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
-              ", ", bytes, ", ", to_string(direction),
-              "): source and destination must be non-null");
-  HTP_EXPECTS(bytes > 0, invalid_argument, "copy_async(", dst, ", ", src,
-              ", 0 bytes): a copy must move at least one byte");
-  const auto* a = static_cast<const char*>(dst);
-  const auto* b = static_cast<const char*>(src);
-  HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
-              ", ", bytes, "): source and destination overlap");
+  detail::check_copy_args(dst, src, bytes, to_string(direction));
   device_guard g(ordinal_);
   if (capturing(native(s))) refuse_pageable_in_capture(dst, src, bytes, direction);
   HTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));

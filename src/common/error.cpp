@@ -64,6 +64,17 @@ void throw_cuda_error(int code, const char* name, const char* description, const
   throw cuda_error(code, name, call, file, line, description);
 }
 
+void check_copy_args(const void* dst, const void* src, std::size_t bytes, const char* direction) {
+  HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
+              ", ", bytes, ", ", direction, "): source and destination must be non-null");
+  HTP_EXPECTS(bytes > 0, invalid_argument, "copy_async(", dst, ", ", src,
+              ", 0 bytes): a copy must move at least one byte");
+  const auto* a = static_cast<const char*>(dst);
+  const auto* b = static_cast<const char*>(src);
+  HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
+              ", ", bytes, "): source and destination overlap");
+}
+
 void check_stream_handle(const void* native, const char* who) {
   const auto v = reinterpret_cast<std::uintptr_t>(native);
   if (v > 2) return;

@@ -225,14 +225,7 @@ bool sim_device::pageable_host_side(const void* dst, const void* src, std::size_
 /// overlap, and a device-side range that is not inside one device allocation.
 void sim_device::validate_copy(void* dst, const void* src, std::size_t bytes,
                                copy_direction d) const {
-  HTP_EXPECTS(dst != nullptr && src != nullptr, invalid_argument, "copy_async(", dst, ", ", src,
-              ", ", bytes, ", ", to_string(d), "): source and destination must be non-null");
-  HTP_EXPECTS(bytes > 0, invalid_argument, "copy_async(", dst, ", ", src,
-              ", 0 bytes): a copy must move at least one byte");
-  const auto* a = static_cast<const char*>(dst);
-  const auto* b = static_cast<const char*>(src);
-  HTP_EXPECTS(a + bytes <= b || b + bytes <= a, invalid_argument, "copy_async(", dst, ", ", src,
-              ", ", bytes, "): source and destination overlap");
+  detail::check_copy_args(dst, src, bytes, to_string(d));
   const bool dst_device =
       d == copy_direction::host_to_device || d == copy_direction::device_to_device;
   const bool src_device =

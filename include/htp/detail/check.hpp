@@ -8,6 +8,7 @@
 
 #include <htp/error.hpp>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -83,6 +84,11 @@ std::string concat(const Parts&... parts) {
 /// refuses, before anything changes. `who` names the caller in the message.
 /// @throws htp::invalid_argument naming the handle and what to pass instead.
 void check_stream_handle(const void* native, const char* who);
+
+/// The checks both backends make of copy_async's arguments before anything is queued: non-null
+/// pointers, at least one byte, no overlap. `direction` names the copy (to_string of it).
+/// @throws htp::invalid_argument saying which.
+void check_copy_args(const void* dst, const void* src, std::size_t bytes, const char* direction);
 
 }  // namespace htp::detail
 
