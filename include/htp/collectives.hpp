@@ -113,4 +113,45 @@ std::unique_ptr<collectives> make_nccl_collectives(const std::vector<device*>& d
 /// loaded; invalid_argument for a null communicator.
 std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comms);
 
+// ---- One rank per process (vLLM, SGLang, torchrun workers) ----
+// Each process is one rank of a world of `world_size` ranks. The object's size() is the world
+// size, and every call takes this process's own rank (another rank is invalid_argument). The
+// calls keep the contract above: stream order on `s`, the same calls in the same order on every
+// rank, and abort() on failure. A rank that dies, or aborts, makes the other ranks' calls fail
+// within a bounded time (NCCL: the caller's watchdog aborts the communicator, as engines do; sim:
+// the rendezvous notices the dead process or the timeout).
+
+/// NCCL's unique id (ncclGetUniqueId, 128 bytes) for make_nccl_rank_collectives: rank 0 makes it
+/// and the engine broadcasts it (torch.distributed, a file, the launcher's environment).
+/// @throws htp::cuda_error if NCCL cannot be loaded or fails.
+std::vector<std::uint8_t> nccl_unique_id();
+/// This process's rank of a new NCCL communicator (ncclCommInitRank on `dev`, a cuda device) from
+/// the id rank 0 made; owned by the result (destroyed with it, or aborted by abort()). Blocks
+/// until every rank has joined (NCCL's rule). @throws htp::invalid_argument for an id that is not
+/// 128 bytes, rank >= world_size, world_size == 0 or a non-cuda device; htp::cuda_error from
+/// NCCL.
+std::unique_ptr<collectives> make_nccl_rank_collectives(const std::vector<std::uint8_t>& unique_id,
+                                                        std::size_t rank, std::size_t world_size,
+                                                        device& dev);
+/// The engine's own communicator for this process (`nccl_comm`, an ncclComm_t of which this
+/// process is `rank` of `world_size`), not owned: it must outlive the result. abort() aborts it
+/// (ncclCommAbort frees it: the engine must not destroy it afterwards). @throws
+/// htp::invalid_argument for a null communicator or rank >= world_size, or when NCCL reports
+/// another rank or size for the communicator; htp::cuda_error if NCCL cannot be loaded.
+std::unique_ptr<collectives> join_nccl_comm(void* nccl_comm, std::size_t rank,
+                                            std::size_t world_size);
+/// This process's rank of sim collectives across processes on one machine: a rendezvous in a
+/// shared-memory segment named `name` (the ranks agree on it, as on an NCCL unique id; the
+/// first rank to arrive makes it, the last to leave removes it). `dev` is this process's sim
+/// device; each call is a host function on `s`. A rank whose process dies, or that waits at a
+/// collective longer than `rendezvous_timeout`, aborts the world: every rank's pending and later
+/// calls fail (pending ones complete without their result, later ones throw logic_error naming
+/// the reason). @throws htp::invalid_argument for a bad name, rank >= world_size, world_size == 0
+/// or a non-sim device; htp::logic_error if the ranks do not all join within
+/// `rendezvous_timeout`, or a segment of this name has another world size; htp::io_error if a
+/// system call fails.
+std::unique_ptr<collectives> make_sim_rank_collectives(
+    const std::string& name, std::size_t rank, std::size_t world_size, device& dev,
+    std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(60));
+
 }  // namespace htp
