@@ -361,6 +361,13 @@ TEST_F(shared_tier_test, StaleTierIsListedRemadeAndRemoved) {
   auto e = live->publish({{"kept", 100}}, fill_entries);
   EXPECT_TRUE(htp::remove_shared_tier(name_, true, dir_));
   EXPECT_TRUE(entries_intact(e));
+  // A new tier of that name is not unlinked when the removed one's last process closes.
+  auto next = htp::shared_tier::open(config());
+  EXPECT_TRUE(next->created());
+  live.reset();
+  EXPECT_TRUE(fs::exists(segment()));
+  next.reset();
+  EXPECT_FALSE(fs::exists(segment()));
   EXPECT_TRUE(throws_naming([&] { htp::remove_shared_tier("bad/name", false, dir_); }, {"'"}));
 }
 

@@ -92,6 +92,14 @@ void check_same_config(const segment_header* h, const shared_tier_config& c, con
               c.name, ")");
 }
 
+/// Unlinks `path` if it still names the file open as `fd` (not one made after a forced removal).
+void unlink_if_ours(int fd, const std::string& path) noexcept {
+  struct stat mine {};
+  struct stat named {};
+  if (::fstat(fd, &mine) != 0 || ::stat(path.c_str(), &named) != 0) return;
+  if (mine.st_dev == named.st_dev && mine.st_ino == named.st_ino) ::unlink(path.c_str());
+}
+
 }  // namespace
 
 shared_tier::impl::~impl() {
@@ -109,8 +117,8 @@ void shared_tier::impl::create(std::uint64_t reusable) {
   made = true;
 }
 
-/// Attaches to (or remakes) the segment in the locked, open file of `size` bytes; returns false
-/// if the file was unlinked meanwhile (the caller opens the path again).
+/// Attaches to (or remakes) the segment in the locked, open file of `size` bytes (`allocated`:
+/// the bytes it occupies, reusable when it is remade).
 void shared_tier::impl::attach_or_create(std::size_t size, std::uint64_t allocated) {
   if (size == 0) {
     create(0);
@@ -206,7 +214,7 @@ void shared_tier::impl::abandon() noexcept {
     struct stat st {};
     unused = ::fstat(fd, &st) == 0 && st.st_size == 0 && st.st_nlink > 0;
   }
-  if (unused && (made || map == nullptr)) ::unlink(path.c_str());
+  if (unused && (made || map == nullptr)) unlink_if_ours(fd, path);
   map.reset();
   ::close(fd);
   fd = -1;
@@ -233,7 +241,7 @@ shared_tier::~shared_tier() {
   } catch (...) {
     live = 1;
   }
-  if (flocked && live == 0) ::unlink(p.path.c_str());
+  if (flocked && live == 0) unlink_if_ours(p.fd, p.path);
   if (p.config.lock_in_memory) ::munlock(p.map.get(), p.plan.segment_bytes);
   p.map.reset();  // unmapped here unless a link still holds it
   ::close(p.fd);  // drops the flock

@@ -189,7 +189,8 @@ void init_header(segment_header* h, const shared_tier_config& c, const layout_pl
                                   std::strerror(rc)),
                    "", rc);
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // Last: a creator that dies before this line leaves a header that reads as unfinished. Readers
+  // look at it only under the file's flock, which orders it after the fields above.
   std::memcpy(h->magic, segment_magic, sizeof segment_magic);
 }
 
