@@ -5,5 +5,4 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/entries.cpp
   ${CMAKE_CURRENT_LIST_DIR}/listing.cpp
   # TEMPORARY: delete with the file once src/transfer/link_cell.cpp is merged.
-  ${CMAKE_CURRENT_LIST_DIR}/link_cell_stub.cpp
 )
