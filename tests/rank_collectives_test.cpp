@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -76,9 +77,9 @@ class children {
                     std::size_t iterations) {
     const std::size_t index = pids_.size();
     outs_.push_back(::testing::TempDir() + name + "." + std::to_string(index) + ".out");
-    std::vector<std::string> args = {HTP_RANK_COLLECTIVES_CHILD, name, std::to_string(rank),
-                                     std::to_string(world), std::to_string(timeout_ms),
-                                     std::to_string(iterations)};
+    std::vector<std::string> args = {HTP_RANK_COLLECTIVES_CHILD, name,
+                                     std::to_string(rank),       std::to_string(world),
+                                     std::to_string(timeout_ms), std::to_string(iterations)};
     std::vector<std::string> env = {"HTP_SIM_RANK_STAGING_BYTES=65536"};
     for (char** e = environ; *e; ++e) {
       if (std::strncmp(*e, "HTP_SIM_RANK_STAGING_BYTES=", 27) != 0) env.emplace_back(*e);
@@ -158,7 +159,7 @@ clock_type::time_point in_seconds(int s) { return clock_type::now() + std::chron
 TEST(rank_collectives, four_processes_gather_and_reduce_exactly_then_remove_the_segment) {
   const std::string name = world_name();
   children ch;
-  for (std::size_t r = 0; r < 4; ++r) ch.spawn(name, r, 4, 60'000, 3);
+  for (std::size_t r = 0; r < 4; ++r) ch.spawn(name, r, 4, 60'000, 10);
   const auto deadline = in_seconds(60);
   for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(ch.wait(r, deadline), 0) << ch.output(r);
   EXPECT_FALSE(exists(segment_path(name))) << "the last rank to leave removes the segment";
@@ -244,6 +245,41 @@ TEST(rank_collectives, a_world_of_one_in_this_process_copies_checks_ranks_and_ab
   EXPECT_THROW(make_sim_rank_collectives(name, 0, 0, *dev), invalid_argument);
   EXPECT_THROW(make_sim_rank_collectives(name, 0, 1, *dev, std::chrono::milliseconds(0)),
                invalid_argument);
+}
+
+// Two ranks in this process (threads stand in for processes): calls that differ abort the world
+// with a reason naming both.
+TEST(rank_collectives, ranks_making_different_calls_abort_the_world_naming_both) {
+  const std::string name = world_name();
+  std::vector<std::unique_ptr<device>> devs;
+  for (int r = 0; r < 2; ++r) devs.push_back(make_sim_device());
+  std::vector<std::unique_ptr<collectives>> c(2);
+  std::vector<std::thread> join;
+  for (std::size_t r = 0; r < 2; ++r) {
+    join.emplace_back([&, r] {
+      c[r] = make_sim_rank_collectives(name, r, 2, *devs[r], std::chrono::seconds(30));
+    });
+  }
+  for (auto& t : join) t.join();
+  ASSERT_TRUE(c[0] && c[1]);
+  stream s0(*devs[0]), s1(*devs[1]);
+  std::vector<float> a(16, 1.0f), b(32, 0.0f);
+  c[0]->all_gather(0, a.data(), b.data(), 64, s0);
+  c[1]->all_reduce_sum(1, a.data(), a.data(), 16, element_type::float32, s1);
+  s0.synchronize();
+  s1.synchronize();
+  EXPECT_TRUE(c[0]->aborted());
+  EXPECT_TRUE(c[1]->aborted());
+  try {
+    c[1]->all_gather(1, a.data(), b.data(), 64, s1);
+    ADD_FAILURE() << "a call after the abort was accepted";
+  } catch (const logic_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("an all_gather of 64 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("a float32 all_reduce_sum of 64 bytes"), std::string::npos) << what;
+  }
+  c.clear();
+  EXPECT_FALSE(exists(segment_path(name)));
 }
 
 }  // namespace

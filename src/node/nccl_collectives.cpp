@@ -14,8 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -52,7 +52,7 @@ struct nccl_api {
   // Optional: join_nccl_comm checks the communicator's rank and size with them when present.
   nccl_result (*comm_count)(nccl_comm, int*) = nullptr;
   nccl_result (*comm_user_rank)(nccl_comm, int*) = nullptr;
-  std::string why;                                                         // empty when loaded
+  std::string why;  // empty when loaded
 };
 
 /// Loads libnccl.so.2 once: $HTP_NCCL_LIBRARY, the loader's path, then the CUDA toolkit's.
@@ -324,15 +324,15 @@ class nccl_collectives final : public collectives {
     HTP_EXPECTS(rank < world_, invalid_argument, "collectives::", what, ": rank ", rank, " of ",
                 world_);
     HTP_EXPECTS(rank >= first_ && rank - first_ < comms_.size(), invalid_argument,
-                "collectives::", what, ": rank ", rank, " is not this process's rank (",
-                first_, " of ", world_, "); each process makes the calls of its own rank only");
+                "collectives::", what, ": rank ", rank, " is not this process's rank (", first_,
+                " of ", world_, "); each process makes the calls of its own rank only");
     HTP_EXPECTS(send && recv && n > 0, invalid_argument, "collectives::", what, "(rank ", rank,
                 "): null buffer or zero size");
   }
   std::vector<nccl_comm> comms_;
   bool owned_;
-  std::size_t first_;  // the rank of comms_[0]
-  std::size_t world_;  // size(): ranks over all processes
+  std::size_t first_;              // the rank of comms_[0]
+  std::size_t world_;              // size(): ranks over all processes
   mutable std::mutex mu_;          // everything below
   std::vector<std::size_t> pins_;  // per rank: NCCL calls in flight on its communicator
   std::vector<bool> gone_;         // per rank: its communicator is aborted (or being aborted)
@@ -438,9 +438,7 @@ std::unique_ptr<collectives> join_nccl_comm(void* nccl_comm, std::size_t rank,
                 "join_nccl_comm: this process is rank ", r, " of the communicator, not ", rank,
                 "; pass the engine's rank of this process");
   }
-  return std::make_unique<nccl_collectives>(std::vector<void*>{nccl_comm}, false, rank,
-                                            world_size);
+  return std::make_unique<nccl_collectives>(std::vector<void*>{nccl_comm}, false, rank, world_size);
 }
-
 
 }  // namespace htp

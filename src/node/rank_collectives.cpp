@@ -57,8 +57,9 @@ struct rank_call {
 };
 
 std::string kind_name(std::uint64_t kind, std::uint64_t bytes) {
-  const char* k = kind == 1 ? "an all_gather" : kind == 2 ? "a float32 all_reduce_sum"
-                                                          : "a bfloat16 all_reduce_sum";
+  const char* k = kind == 1   ? "an all_gather"
+                  : kind == 2 ? "a float32 all_reduce_sum"
+                              : "a bfloat16 all_reduce_sum";
   return detail::concat(k, " of ", bytes, " bytes");
 }
 
@@ -109,8 +110,8 @@ struct rank_world {
   /// The pieces of call `c`, in lockstep with the other ranks.
   void exchange(const rank_call& c) {
     const std::size_t elem = c.reduce ? size_of(c.type) : 1;
-    const std::size_t most = timing_only ? std::max<std::size_t>(c.bytes, 1)
-                                         : seg->staging() / elem * elem;
+    const std::size_t most =
+        timing_only ? std::max<std::size_t>(c.bytes, 1) : seg->staging() / elem * elem;
     const std::string during = c.name();
     for (std::size_t off = 0; off < c.bytes; off += most) {
       const std::size_t len = std::min(most, c.bytes - off);
@@ -139,8 +140,7 @@ struct rank_world {
   bool same_call(const rank_call& c) {
     for (std::size_t r = 0; r < seg->world(); ++r) {
       const detail::rank_record& o = seg->record(r);
-      if (o.kind.load() == c.kind() && o.bytes.load() == c.bytes && o.call.load() == c.id)
-        continue;
+      if (o.kind.load() == c.kind() && o.bytes.load() == c.bytes && o.call.load() == c.id) continue;
       seg->abort(detail::concat("collective #", c.id, " is ", kind_name(c.kind(), c.bytes),
                                 " on rank ", rank, " but ", kind_name(o.kind, o.bytes), " (#",
                                 o.call.load(), ") on rank ", r,
@@ -185,8 +185,7 @@ struct rank_world {
 
 class sim_rank_collectives final : public collectives {
  public:
-  sim_rank_collectives(device& dev, std::shared_ptr<rank_world> w)
-      : dev_(dev), w_(std::move(w)) {}
+  sim_rank_collectives(device& dev, std::shared_ptr<rank_world> w) : dev_(dev), w_(std::move(w)) {}
   /// Calls still queued return without their result; with calls pending the other ranks
   /// could never complete theirs, so the world aborts.
   ~sim_rank_collectives() override {
@@ -236,8 +235,9 @@ class sim_rank_collectives final : public collectives {
  private:
   void throw_if_aborted(const std::string& call) const {
     if (!w_->seg->aborted()) return;
-    throw logic_error(detail::concat("collectives::", call, ": the sim collectives across processes (",
-                                     w_->seg->path(), ") were aborted (", w_->seg->reason(),
+    throw logic_error(detail::concat("collectives::", call,
+                                     ": the sim collectives across processes (", w_->seg->path(),
+                                     ") were aborted (", w_->seg->reason(),
                                      "); no collective runs after an abort: make new collectives"));
   }
 
@@ -283,9 +283,9 @@ bool valid_name(const std::string& name) {
 
 }  // namespace
 
-std::unique_ptr<collectives> make_sim_rank_collectives(const std::string& name, std::size_t rank,
-                                                       std::size_t world_size, device& dev,
-                                                       std::chrono::milliseconds rendezvous_timeout) {
+std::unique_ptr<collectives> make_sim_rank_collectives(
+    const std::string& name, std::size_t rank, std::size_t world_size, device& dev,
+    std::chrono::milliseconds rendezvous_timeout) {
   HTP_EXPECTS(valid_name(name), invalid_argument, "make_sim_rank_collectives: the name \"", name,
               "\" is not 1 to 200 of the characters A-Z a-z 0-9 . _ - (not starting with '.')");
   HTP_EXPECTS(world_size > 0 && rank < world_size, invalid_argument,

@@ -81,7 +81,7 @@ std::uint64_t process_start_time(std::int64_t pid) noexcept {
 bool process_alive(std::int64_t pid, std::uint64_t start_time) noexcept {
   std::vector<std::string> f;
   if (!stat_fields(pid, f)) return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-  if (f[0] == "Z" || f[0] == "X") return false;      // a zombie or dead: it never comes back
+  if (f[0] == "Z" || f[0] == "X") return false;  // a zombie or dead: it never comes back
   return start_time == 0 || std::strtoull(f[19].c_str(), nullptr, 10) == start_time;
 }
 
@@ -213,10 +213,10 @@ void rank_segment::claim() {
     while (me.state.load() == 1) std::this_thread::yield();  // its pid is being written
     const std::int64_t pid = me.pid;
     throw logic_error(concat("make_sim_rank_collectives: rank ", rank_, " of ", path_,
-                             " was already joined by pid ", pid, process_alive(pid, me.start_time)
-                                                                     ? " (still running)"
-                                                                     : " (gone: a stale segment; "
-                                                                       "remove it)",
+                             " was already joined by pid ", pid,
+                             process_alive(pid, me.start_time) ? " (still running)"
+                                                               : " (gone: a stale segment; "
+                                                                 "remove it)",
                              "; every rank joins once"));
   }
   me.pid = static_cast<std::int64_t>(getpid());
@@ -232,7 +232,8 @@ rank_segment::~rank_segment() {
     notify();
     if (last_to_leave()) {
       // Remove the name only if it is still this segment (not a new world's of the same name).
-      struct stat mine {}, named {};
+      struct stat mine {
+      }, named{};
       if (fstat(fd_, &mine) == 0 && stat(path_.c_str(), &named) == 0 &&
           mine.st_ino == named.st_ino && mine.st_dev == named.st_dev) {
         shm_unlink(shm_name_.c_str());
@@ -344,9 +345,9 @@ bool rank_segment::wait_all(const std::function<bool(const rank_record&)>& ready
                    "; the rendezvous timeout of make_sim_rank_collectives ran out"));
       return false;
     }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::min(next_check, deadline) - now)
-                        .count();
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(next_check, deadline) - now)
+            .count();
     timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
     syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&hdr_->epoch), FUTEX_WAIT, seen, &ts,
             nullptr, 0);

@@ -34,12 +34,12 @@ struct alignas(64) rank_record {
   std::atomic<std::uint32_t> state;  // 0: free; 1: being claimed; 2: joined (pid is valid)
   std::atomic<std::uint32_t> left;   // 1 once the rank left (its collectives are gone)
   std::int64_t pid;
-  std::uint64_t start_time;             // field 22 of /proc/<pid>/stat
-  std::atomic<std::uint64_t> arrived;   // the last piece whose bytes are in the staging area
-  std::atomic<std::uint64_t> done;      // the last piece this rank has read
-  std::atomic<std::uint64_t> kind;      // the collective of `arrived`: see rank_collectives.cpp
-  std::atomic<std::uint64_t> bytes;     // its bytes per rank
-  std::atomic<std::uint64_t> call;      // its index
+  std::uint64_t start_time;            // field 22 of /proc/<pid>/stat
+  std::atomic<std::uint64_t> arrived;  // the last piece whose bytes are in the staging area
+  std::atomic<std::uint64_t> done;     // the last piece this rank has read
+  std::atomic<std::uint64_t> kind;     // the collective of `arrived`: see rank_collectives.cpp
+  std::atomic<std::uint64_t> bytes;    // its bytes per rank
+  std::atomic<std::uint64_t> call;     // its index
 };
 
 /// The segment of one world, mapped in this process, with this process's rank claimed.
@@ -90,8 +90,7 @@ class rank_segment {
   void open_existing(clock::time_point deadline);
   void claim();
   bool last_to_leave() const noexcept;
-  void check_ranks(const std::function<bool(const rank_record&)>& ready,
-                   const std::string& during);
+  void check_ranks(const std::function<bool(const rank_record&)>& ready, const std::string& during);
   std::string not_ready(const std::function<bool(const rank_record&)>& ready) const;
 
   std::string path_;  // for messages
