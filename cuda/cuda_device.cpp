@@ -484,6 +484,8 @@ restore_current_device::~restore_current_device() {
   if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
 }
 
+void make_current_device(int ordinal) { HTP_CUDA_TRY(cudaSetDevice(ordinal)); }
+
 bool built_with_cuda() noexcept { return true; }
 
 }  // namespace detail
