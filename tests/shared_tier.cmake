@@ -15,3 +15,15 @@ if(HTP_BUILD_TOOLS)
   target_compile_definitions(test_shared_tier PRIVATE HTP_TIER_CLI="$<TARGET_FILE:htp-tier>")
   add_dependencies(test_shared_tier htp-tier)
 endif()
+
+# htp-tier-bench on sim, 4 processes: one host copy per node (tier and file), the private baseline,
+# and a rank killed mid-run (tests/tier_bench_check.py).
+if(HTP_BUILD_BENCH)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME tier_bench_processes
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tier_bench_check.py
+        $<TARGET_FILE:htp-tier-bench> ${CMAKE_CURRENT_BINARY_DIR}/tier_bench_check)
+    set_tests_properties(tier_bench_processes PROPERTIES TIMEOUT 600)
+  endif()
+endif()

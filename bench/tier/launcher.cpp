@@ -37,6 +37,8 @@ void make_weights(const options& o) {
       throw io_error("htp-tier-bench: cannot write " + path, path, errno);
     }
   }
+  // Written back, so its pages are clean: a rank that copied it into the tier can drop them.
+  ::fsync(::fileno(f));
   std::fclose(f);
   write_json(sums, o.dir + "/checksums.json");
 }
@@ -61,7 +63,10 @@ nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& rank
   std::uint64_t anonymous = 0, link_total = 0, checked = 0, bad = 0;
   nlohmann::json split = nlohmann::json::array();
   for (const auto& r : ranks) {
-    anonymous += r.value("anonymous_bytes", std::uint64_t{0});
+    // On sim, a rank's "HBM" is its own anonymous memory: the GPU's, not a host copy.
+    anonymous += r.value("anonymous_bytes", std::uint64_t{0}) -
+                 std::min(r.value("anonymous_bytes", std::uint64_t{0}),
+                          r.value("sim_hbm_bytes", std::uint64_t{0}));
     link_total += r.value("page_in_bytes", std::uint64_t{0});
     checked += r.value("page_ins_checked", std::uint64_t{0});
     bad += r.value("checksum_mismatches", std::uint64_t{0});
@@ -79,7 +84,7 @@ nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& rank
            static_cast<double>(node) / static_cast<double>(o.weight_bytes)},
           {"tier_segment_bytes", shm},
           {"file_page_cache_bytes", cached},
-          {"ranks_anonymous_bytes", anonymous},
+          {"ranks_private_host_bytes", anonymous},
           {"page_ins_checked", checked},
           {"checksum_mismatches", bad},
           {"link_split", split},

@@ -27,6 +27,8 @@ void add_run_options(CLI::App& app, options& o, double& weight_mib, double& laye
       ->check(CLI::Range(0.01, 4.0))
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps")->check(CLI::Range(1, 100000));
+  app.add_flag("!--no-verify", o.verify,
+               "do not checksum page-ins (for timing: on sim the checksums cost CPU time)");
   app.add_option("--chunk-mib", chunk_mib, "transfer chunk, MiB")->capture_default_str();
   app.add_option("--shared-link-gbps", o.shared_link_gbps,
                  "the node's shared H2D link in the tier, GB/s (0: none)")
@@ -111,6 +113,7 @@ std::vector<std::string> child_arguments(const options& o, int rank) {
                                 "--sim-latency-us",
                                 std::to_string(o.device.sim_latency_us)};
   if (o.link_rate) a.emplace_back("--link-rate");
+  if (!o.verify) a.emplace_back("--no-verify");
   return a;
 }
 

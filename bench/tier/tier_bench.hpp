@@ -33,6 +33,7 @@ struct options {
   std::string source = "tier";  ///< tier, file or private
   double hbm_fraction = 0.25;   ///< each rank's HBM budget, of the weights
   int steps = 4;                ///< timed steps (after one warm-up step)
+  bool verify = true;           ///< checksum every page-in on the device
   std::size_t chunk_bytes = std::size_t{2} << 20;
   double shared_link_gbps = 0;  ///< the node's link cell: 0 = none
   int kill_rank = -1;           ///< SIGKILL this rank once it reports kill_at_step
