@@ -56,6 +56,31 @@ std::function<void()> killer(const options& o, const std::vector<int>& pids, boo
   };
 }
 
+/// Each rank's step p50 against its bound: its bytes paged per step over its share of the link
+/// (the smaller of its GPU's own link and the shared link split N ways). Sim only: on cuda the
+/// GPU's link is not known here (0).
+nlohmann::json steps_against_bound(const options& o, const std::vector<nlohmann::json>& ranks) {
+  double share_gbps = o.device.sim_link_gbps;
+  if (o.shared_link_gbps > 0) {
+    const double split = o.shared_link_gbps / o.processes;
+    share_gbps = share_gbps > 0 ? std::min(share_gbps, split) : split;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : ranks) {
+    if (!r.contains("step_ms")) continue;
+    std::vector<double> ms = r["step_ms"].get<std::vector<double>>();
+    std::sort(ms.begin(), ms.end());
+    const double p50 = ms[ms.size() / 2];
+    const double bytes = static_cast<double>(r.value("page_in_bytes", std::uint64_t{0})) / o.steps;
+    const double bound = share_gbps > 0 ? bytes / (share_gbps * 1e9) * 1e3 : 0;
+    out.push_back({{"rank", r["rank"]},
+                   {"step_p50_ms", p50},
+                   {"bound_ms", bound},
+                   {"p50_over_bound", bound > 0 ? p50 / bound : 0}});
+  }
+  return out;
+}
+
 std::string segment_path(const options& o) { return "/dev/shm/htp." + o.tier_name; }
 
 nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& ranks,
@@ -131,6 +156,7 @@ int launch(options o) {
                         {"ranks", ranks},
                         {"failed_ranks", failed}};
   out.update(summary(o, ranks, tier->describe()));
+  out["steps_against_bound"] = steps_against_bound(o, ranks);
   write_json(out, o.out);
   return failed == 0 && out["checksum_mismatches"] == 0 ? 0 : 1;
 }
@@ -148,6 +174,7 @@ void remove_dir(const std::string& dir) {
   for (int r = 0; r < 64; ++r) {
     ::unlink((dir + "/rank-" + std::to_string(r) + ".json").c_str());
     ::unlink((dir + "/rank-" + std::to_string(r) + ".progress").c_str());
+    ::unlink((dir + "/rank-" + std::to_string(r) + ".ready").c_str());
   }
   ::rmdir(dir.c_str());
 }

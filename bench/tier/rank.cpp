@@ -16,9 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 namespace htp::bench::tier {
 
@@ -133,8 +135,27 @@ std::size_t run_step(device& dev, pager& p, stream_ref s, const std::vector<tens
   return bad;
 }
 
-void note_progress(const options& o, int step) {
-  std::ofstream(o.dir + "/rank-" + std::to_string(o.child) + ".progress") << step << "\n";
+void note_file(const options& o, const char* what, int value) {
+  std::ofstream(o.dir + "/rank-" + std::to_string(o.child) + "." + what) << value << "\n";
+}
+
+/// Waits until every rank has written its ready file (after its warm-up step), so the timed steps
+/// of all ranks overlap and share the link as the bound assumes. @throws htp::logic_error after
+/// the run's timeout.
+void barrier(const options& o) {
+  note_file(o, "ready", 1);
+  const std::int64_t deadline =
+      token_bucket::steady_clock_ns() + static_cast<std::int64_t>(o.timeout_s * 1e9);
+  for (int r = 0; r < o.processes;) {
+    struct stat st {};
+    if (::stat((o.dir + "/rank-" + std::to_string(r) + ".ready").c_str(), &st) == 0) {
+      ++r;
+      continue;
+    }
+    if (token_bucket::steady_clock_ns() > deadline)
+      throw logic_error("htp-tier-bench: rank " + std::to_string(r) + " never became ready");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll of the other processes
+  }
 }
 
 nlohmann::json stream_layers(const options& o, device& dev, pager& p,
@@ -146,10 +167,11 @@ nlohmann::json stream_layers(const options& o, device& dev, pager& p,
   std::uint64_t* checked = o.verify ? words : nullptr;
   const stream_ref s = dev.create_stream();
   std::size_t bad = run_step(dev, p, s, hs, expected, checked);  // warm-up
+  barrier(o);
   const pager_metrics before = p.metrics();
   std::vector<double> ms;
   for (int step = 0; step < o.steps; ++step) {
-    note_progress(o, step + 1);
+    note_file(o, "progress", step + 1);
     const std::int64_t t0 = token_bucket::steady_clock_ns();
     bad += run_step(dev, p, s, hs, expected, checked);
     ms.push_back(static_cast<double>(token_bucket::steady_clock_ns() - t0) / 1e6);
