@@ -7,6 +7,7 @@
 #include "throws_naming.hpp"
 
 #include <htp/error.hpp>
+#include <htp/shared_link.hpp>
 #include <htp/shared_tier.hpp>
 #include <htp/version.hpp>
 
@@ -185,6 +186,25 @@ TEST_F(shared_tier_test, SecondOpenAttachesAndLastCloseUnlinks) {
   EXPECT_TRUE(entries_intact({seen}));  // b still holds it
   b.reset();
   EXPECT_FALSE(fs::exists(segment()));
+}
+
+TEST_F(shared_tier_test, LinksAreOneBudgetForEveryRankAndACloseClearsItsWaits) {
+  auto a = htp::shared_tier::open(config());
+  auto b = htp::shared_tier::open(config());  // a second rank slot, as another process has
+  const std::uint64_t rate = 1'000'000'000, burst = 1 << 20;
+  auto la = a->link("h2d", rate, burst);
+  auto lb = b->link("h2d", rate, burst);
+  htp::shared_link::waiter wa, wb;
+  ASSERT_EQ(la->take_or_wait(burst, htp::transfer_priority::prefetch, wa), 0);
+  EXPECT_EQ(lb->bytes_taken(), burst);  // one cell: b sees a's bytes
+  EXPECT_GT(lb->take_or_wait(burst, htp::transfer_priority::fault, wb), 0);
+  EXPECT_EQ(la->waiting(htp::transfer_priority::fault), 1u);
+  EXPECT_TRUE(throws_naming([&] { a->link("h2d", rate / 2, burst); }, {"h2d", "500000000"}));
+  auto other = a->link("d2h", rate, burst);  // another link: another cell
+  EXPECT_EQ(other->bytes_taken(), 0u);
+  lb.reset();
+  b.reset();  // b's process leaves while its fault waits: its waits are cleared
+  EXPECT_EQ(la->waiting(htp::transfer_priority::fault), 0u);
 }
 
 TEST_F(shared_tier_test, PublishIsAllOrNothing) {
