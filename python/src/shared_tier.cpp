@@ -8,6 +8,7 @@
 #include <htp/error.hpp>
 #include <htp/shared_tier.hpp>
 
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 

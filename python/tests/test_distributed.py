@@ -61,8 +61,7 @@ def test_publish_find_release(tier_name):
     d = tier.describe()
     assert (d["entries"], d["entry_bytes"], d["live_ranks"]) == (2, 5100, 1)
     assert any(t["name"] == tier_name for t in htp.list_shared_tiers())
-    for _ in range(3):  # held by publish, publish again and find
-        tier.release("a")
+    tier.release("a")  # one hold per process, however often it published or found the entry
     assert tier.find("a") is None and tier.describe()["entries"] == 1
     with pytest.raises(htp.InvalidArgumentError, match="'a'"):
         tier.release("a")
@@ -184,7 +183,6 @@ def test_offload_through_the_tier_matches_and_releases(tier_name):
     d = tier.describe()
     assert d["entries"] == len(paged)
     assert tier.find("rank0/model.layers.0.mlp.up_proj.weight") is not None
-    tier.release("rank0/model.layers.0.mlp.up_proj.weight")  # find held it once more
     with torch.no_grad():
         for _ in range(2):
             assert torch.equal(model(ids).logits, want)
