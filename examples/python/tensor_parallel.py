@@ -230,7 +230,7 @@ def run(args, path, rank, world, where, device, exec_device) -> int:
     tier_state = tier.describe()
     mem = private_memory()
     metrics = handle.metrics()
-    print(json.dumps({
+    line = json.dumps({
         "rank": rank, "local_rank": where.local_rank, "node": where.node, "world_size": world,
         "backend": device.backend, "allclose": ok, "max_abs_diff": diff,
         "equal_to_resident_shard": all(torch.equal(x, resident) for x in logits),
@@ -240,7 +240,9 @@ def run(args, path, rank, world, where, device, exec_device) -> int:
         "page_ins": metrics["page_ins"], "evictions": metrics["evictions"],
         "private_rss": mem.get("Private_Clean", 0) + mem.get("Private_Dirty", 0),
         "private_dirty": mem.get("Private_Dirty", 0),
-    }), flush=True)
+    })
+    sys.stdout.write(line + "\n")  # one write: the ranks share torchrun's stdout
+    sys.stdout.flush()
     dist.barrier()  # nobody releases its entries before every rank has described the tier
     handle.remove()
     return 0 if ok else 1
