@@ -8,6 +8,8 @@
 // cuda_device.hpp.
 #include "cuda_device.hpp"
 
+#include <htp/detail/registration_pieces.hpp>
+
 #include <htp/detail/cuda_backend.hpp>
 #include <htp/detail/host_function.hpp>
 #include <htp/detail/topology.hpp>
@@ -175,29 +177,63 @@ void cuda_device::register_host_memory(void* ptr, std::size_t bytes, bool read_o
     std::lock_guard lock(memory_mutex_);
     registered_.remove(ptr);
   };
-  device_guard g(ordinal_);
-  unsigned int flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
-  if (read_only) flags |= cudaHostRegisterReadOnly;
-  const cudaError_t e = cudaHostRegister(ptr, bytes, flags);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+  std::size_t pieces = 0;
+  void* base = nullptr;
+  try {
+    device_guard g(ordinal_);
+    base = register_pieces(ptr, bytes, read_only, pieces);
+  } catch (...) {
     give_up();
-    throw cuda_error(static_cast<int>(e), cudaGetErrorName(e), "cudaHostRegister", __FILE__,
-                     __LINE__, registration_failure(e, ptr, bytes, read_only));
-  }
-  void* d = nullptr;
-  const cudaError_t m = cudaHostGetDevicePointer(&d, ptr, 0);
-  if (m != cudaSuccess || d == nullptr) {
-    (void)cudaGetLastError();
-    (void)cudaHostUnregister(ptr);
-    give_up();
-    throw cuda_error(static_cast<int>(m), cudaGetErrorName(m), "cudaHostGetDevicePointer", __FILE__,
-                     __LINE__,
-                     "registered host memory has no device address (the GPU cannot map host "
-                     "memory); the registration was undone");
+    throw;
   }
   std::lock_guard lock(memory_mutex_);
-  registered_.set_device_base(ptr, d);
+  registered_.set_device_base(ptr, base);
+  if (pieces > 1) {
+    auto* r = const_cast<cuda::registered_ranges::range*>(registered_.find_start(ptr));
+    r->pieces = pieces;
+    multi_piece_ranges_.fetch_add(1);
+  }
+}
+
+void* cuda_device::register_pieces(void* ptr, std::size_t bytes, bool read_only,
+                                   std::size_t& pieces) {
+  unsigned int flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  char* const first = static_cast<char*>(ptr);
+  void* base = nullptr;
+  const auto undo = [&] {
+    detail::for_each_registration_piece(0, bytes, detail::max_registration_piece,
+                                        [&](std::size_t off, std::size_t) {
+                                          if (off / detail::max_registration_piece < pieces)
+                                            (void)cudaHostUnregister(first + off);
+                                        });
+  };
+  detail::for_each_registration_piece(
+      0, bytes, detail::max_registration_piece, [&](std::size_t off, std::size_t n) {
+        const cudaError_t e = cudaHostRegister(first + off, n, flags);
+        if (e != cudaSuccess) {
+          (void)cudaGetLastError();
+          undo();
+          throw cuda_error(static_cast<int>(e), cudaGetErrorName(e), "cudaHostRegister", __FILE__,
+                           __LINE__, registration_failure(e, first + off, n, read_only));
+        }
+        ++pieces;
+        // Each piece's device address must continue the first's (it does under unified addressing),
+        // so a kernel reading across a piece boundary reads the next piece's bytes.
+        void* d = nullptr;
+        const cudaError_t m = cudaHostGetDevicePointer(&d, first + off, 0);
+        if (m == cudaSuccess && off == 0) base = d;
+        if (m != cudaSuccess || d == nullptr || d != static_cast<char*>(base) + off) {
+          (void)cudaGetLastError();
+          undo();
+          throw cuda_error(static_cast<int>(m), cudaGetErrorName(m), "cudaHostGetDevicePointer",
+                           __FILE__, __LINE__,
+                           "registered host memory has no device address, or its pieces' addresses "
+                           "are not contiguous (the GPU cannot map host memory as one range); the "
+                           "registration was undone");
+        }
+      });
+  return base;
 }
 
 void cuda_device::unregister_host_memory(void* ptr) {
@@ -213,13 +249,19 @@ void cuda_device::unregister_host_memory(void* ptr) {
     registered_.remove(ptr);
   }
   device_guard g(ordinal_);
-  const cudaError_t e = cudaHostUnregister(ptr);
+  if (r.pieces > 1) multi_piece_ranges_.fetch_sub(1);
+  cudaError_t e = cudaSuccess;
+  detail::for_each_registration_piece(
+      0, r.bytes, detail::max_registration_piece, [&](std::size_t off, std::size_t) {
+        const cudaError_t one = cudaHostUnregister(static_cast<char*>(ptr) + off);
+        if (one != cudaSuccess && e == cudaSuccess) e = one;
+      });
   if (e != cudaSuccess) {
-    {
+    if (r.pieces == 1) {
       std::lock_guard lock(memory_mutex_);
       registered_.add(ptr, r);  // still registered as far as the driver is concerned
     }
-    HTP_CUDA_CHECK(e);
+    HTP_CUDA_CHECK(e);  // of several pieces, some are gone: the range is forgotten
   }
 }
 
@@ -441,6 +483,8 @@ restore_current_device::restore_current_device() noexcept {
 restore_current_device::~restore_current_device() {
   if (device_ >= 0 && cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
 }
+
+void make_current_device(int ordinal) { HTP_CUDA_TRY(cudaSetDevice(ordinal)); }
 
 bool built_with_cuda() noexcept { return true; }
 

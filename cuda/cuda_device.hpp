@@ -16,6 +16,7 @@
 #include <cuda.h>  // types of the driver entry points only; nothing links libcuda
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -143,6 +144,12 @@ class cuda_device final : public device {
   /// The diagnostic of a failed allocation: GPU facts for device memory, host facts for pinned.
   std::string allocation_failure(memory_kind kind, std::size_t bytes) const;
   /// Why cudaHostRegister refused, in words.
+  /// cudaHostRegister of [ptr, ptr + bytes) in pieces (registration_pieces.hpp), all or none;
+  /// returns the device address of ptr and counts the pieces made in `pieces`.
+  void* register_pieces(void* ptr, std::size_t bytes, bool read_only, std::size_t& pieces);
+  /// Issues a copy whose host side may cross pieces of a range registered in pieces.
+  void copy_across_pieces(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                          cudaStream_t s);
   std::string registration_failure(cudaError_t e, const void* ptr, std::size_t bytes,
                                    bool read_only) const;
 
@@ -154,6 +161,8 @@ class cuda_device final : public device {
   mutable std::mutex memory_mutex_;
   detail::allocation_registry allocations_;
   cuda::registered_ranges registered_;
+  /// Registered ranges made of more than one piece: copies are split only while there are some.
+  std::atomic<int> multi_piece_ranges_{0};
   cuda::checksum_scratch_pool scratch_;
   std::mutex timed_mutex_;
   std::set<cudaEvent_t> timed_;  // events of create_timed_event not yet destroyed (for elapsed)

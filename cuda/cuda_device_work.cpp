@@ -3,6 +3,8 @@
 // operations). Memory, streams and events are in cuda_device.cpp; capture in cuda_capture.cpp.
 #include "cuda_device.hpp"
 
+#include <htp/detail/registration_pieces.hpp>
+
 #include <htp/detail/host_function.hpp>
 
 #include "codec_kernels.hpp"
@@ -31,7 +33,36 @@ void cuda_device::copy_async(void* dst, const void* src, std::size_t bytes,
   detail::check_copy_args(dst, src, bytes, to_string(direction));
   device_guard g(ordinal_);
   if (capturing(native(s))) refuse_pageable_in_capture(dst, src, bytes, direction);
+  if (multi_piece_ranges_.load(std::memory_order_relaxed) > 0 &&
+      direction != copy_direction::device_to_device) {
+    copy_across_pieces(dst, src, bytes, direction, native(s));
+    return;
+  }
   HTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), native(s)));
+}
+
+void cuda_device::copy_across_pieces(void* dst, const void* src, std::size_t bytes,
+                                     copy_direction direction, cudaStream_t s) {
+  const bool host_is_src = direction == copy_direction::host_to_device;
+  const void* host = host_is_src ? src : dst;
+  std::pair<const void*, const cuda::registered_ranges::range*> in{nullptr, nullptr};
+  {
+    std::lock_guard lock(memory_mutex_);
+    in = registered_.containing(host);
+  }
+  if (in.second == nullptr || in.second->pieces == 1) {
+    HTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), s));
+    return;
+  }
+  const auto start =
+      static_cast<std::size_t>(static_cast<const char*>(host) - static_cast<const char*>(in.first));
+  detail::for_each_registration_piece(
+      start, bytes, detail::max_registration_piece, [&](std::size_t off, std::size_t n) {
+        const std::size_t k = off - start;
+        HTP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + k,
+                                       static_cast<const char*>(src) + k, n, to_cuda(direction),
+                                       s));
+      });
 }
 
 void cuda_device::launch_host_func(std::function<void()> fn, stream_ref s) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
 
 namespace htp::cuda {
 
@@ -17,6 +18,8 @@ class registered_ranges {
     bool read_only = false;
     /// cudaHostGetDevicePointer of the first byte; null while pending.
     void* device_base = nullptr;
+    /// Driver registrations it was made of (detail::for_each_registration_piece).
+    std::size_t pieces = 1;
   };
 
   /// True when [ptr, ptr + bytes) shares a byte with a registered range.
@@ -54,6 +57,15 @@ class registered_ranges {
     const auto offset = address(ptr) - address(it->first);
     if (offset >= it->second.bytes || it->second.device_base == nullptr) return nullptr;
     return static_cast<char*>(it->second.device_base) + offset;
+  }
+
+  /// The range holding `ptr` and ptr's offset in it, or {null, 0}.
+  std::pair<const void*, const range*> containing(const void* ptr) const {
+    auto it = map_.upper_bound(ptr);
+    if (it == map_.begin()) return {nullptr, nullptr};
+    --it;
+    if (address(ptr) - address(it->first) >= it->second.bytes) return {nullptr, nullptr};
+    return {it->first, &it->second};
   }
 
   /// Calls f(ptr, range) for every registered range.

@@ -27,6 +27,10 @@ struct htp_fake_nccl_state {
   int open_groups = 0;
   int aborted_while_inside = 0;   // a communicator freed under a thread: must stay 0
   int aborted_in_open_group = 0;  // freed while a group could still launch on it: must stay 0
+  int count[max_comms] = {};      // what ncclCommCount reports
+  int user_rank[max_comms] = {};  // what ncclCommUserRank reports
+  int info_error = 0;             // what both return (non-zero: they fail)
+  int unique_ids = 0;             // ncclGetUniqueId calls
 };
 #endif
 
@@ -54,6 +58,13 @@ int collective(void* comm) {
 extern "C" {
 htp_fake_nccl_state* htp_fake_nccl(int reset);
 int ncclCommInitAll(void**, int, const int*);
+struct fake_unique_id {
+  char internal[128];
+};
+int ncclGetUniqueId(fake_unique_id*);
+int ncclCommInitRank(void**, int, fake_unique_id, int);
+int ncclCommCount(void*, int*);
+int ncclCommUserRank(void*, int*);
 int ncclCommDestroy(void*);
 int ncclCommAbort(void*);
 int ncclCommGetAsyncError(void*, int*);
@@ -71,13 +82,33 @@ htp_fake_nccl_state* htp_fake_nccl(int reset) {
       state.calls[r] = state.aborts[r] = state.destroys[r] = state.async_error[r] =
           state.enqueue_error[r] = 0;
       state.block[r] = false;
+      state.count[r] = state.user_rank[r] = 0;
     }
+    state.info_error = state.unique_ids = 0;
     state.release = false;
     state.open_groups = state.aborted_while_inside = state.aborted_in_open_group = 0;
   }
   return &state;
 }
 int ncclCommInitAll(void**, int, const int*) { return 5; }  // ncclInvalidUsage: no GPUs here
+/// Byte i of the id is i * 3 + 1.
+int ncclGetUniqueId(fake_unique_id* id) {
+  std::lock_guard lock(state.mu);
+  ++state.unique_ids;
+  for (int i = 0; i < 128; ++i) id->internal[i] = static_cast<char>(i * 3 + 1);
+  return 0;
+}
+int ncclCommInitRank(void**, int, fake_unique_id, int) { return 5; }  // no GPUs here either
+int ncclCommCount(void* comm, int* count) {
+  std::lock_guard lock(state.mu);
+  *count = state.count[index_of(comm)];
+  return state.info_error;
+}
+int ncclCommUserRank(void* comm, int* rank) {
+  std::lock_guard lock(state.mu);
+  *rank = state.user_rank[index_of(comm)];
+  return state.info_error;
+}
 int ncclCommDestroy(void* comm) {
   std::lock_guard lock(state.mu);
   ++state.destroys[index_of(comm)];
@@ -121,6 +152,7 @@ const char* ncclGetErrorString(int) { return "fake NCCL error"; }
 
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
+#include <htp/sim_device.hpp>
 
 #include <gtest/gtest.h>
 
@@ -269,6 +301,105 @@ TEST(nccl_abort, an_asynchronous_error_or_a_refused_call_aborts_the_object) {
   EXPECT_TRUE(c->aborted());
   EXPECT_EQ(locked(f, f->aborts[0]), 1);
   EXPECT_EQ(locked(f, f->aborts[1]), 1);
+}
+
+TEST(nccl_rank, the_unique_id_is_ncclGetUniqueId_s_128_bytes) {
+  HTP_FAKE_OR_SKIP(f);
+  const std::vector<std::uint8_t> id = nccl_unique_id();
+  ASSERT_EQ(id.size(), 128u);
+  for (std::size_t i = 0; i < id.size(); ++i)
+    ASSERT_EQ(id[i], static_cast<std::uint8_t>(i * 3 + 1)) << "byte " << i;
+  EXPECT_EQ(locked(f, f->unique_ids), 1);
+}
+
+// The engine's communicator of this process (rank 2 of 4): calls of rank 2 reach it, other ranks
+// are refused before NCCL sees them, abort() aborts it (never destroyed: not ours).
+TEST(nccl_rank, a_joined_communicator_takes_this_rank_s_calls_only_and_aborts) {
+  HTP_FAKE_OR_SKIP(f);
+  void* comm = comms(2)[1];  // the stand-in's communicator 1
+  {
+    std::lock_guard lock(f->mu);
+    f->count[1] = 4;
+    f->user_rank[1] = 2;
+  }
+  auto c = join_nccl_comm(comm, 2, 4);
+  EXPECT_EQ(c->size(), 4u);
+  EXPECT_EQ(c->backend_name(), "nccl");
+  char buf[256] = {};
+  c->all_gather(2, buf, buf, 64, stream_ref{});
+  c->all_reduce_sum(2, buf, buf, 16, element_type::bfloat16, stream_ref{});
+  EXPECT_EQ(locked(f, f->calls[1]), 2);
+  for (std::size_t wrong : {0, 1, 3, 4}) {
+    try {
+      c->all_gather(wrong, buf, buf, 64, stream_ref{});
+      ADD_FAILURE() << "rank " << wrong << "'s call was accepted";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(wrong)), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(locked(f, f->calls[1]), 2) << "nothing reached NCCL";
+  c->abort("rank 0's process died (test)");
+  EXPECT_EQ(locked(f, f->aborts[1]), 1);
+  try {
+    c->all_gather(2, buf, buf, 64, stream_ref{});
+    ADD_FAILURE() << "a call after abort() was accepted";
+  } catch (const logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0's process died (test)"), std::string::npos)
+        << e.what();
+  }
+  c.reset();
+  EXPECT_EQ(locked(f, f->aborts[1]), 1);
+  EXPECT_EQ(locked(f, f->destroys[1]), 0);
+}
+
+TEST(nccl_rank, joining_checks_the_communicator_s_rank_and_size_when_nccl_can_say) {
+  HTP_FAKE_OR_SKIP(f);
+  void* comm = comms(1)[0];
+  {
+    std::lock_guard lock(f->mu);
+    f->count[0] = 3;
+    f->user_rank[0] = 1;
+  }
+  try {
+    join_nccl_comm(comm, 1, 4);
+    ADD_FAILURE() << "a world size NCCL contradicts was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("has 3 ranks, not 4"), std::string::npos) << e.what();
+  }
+  try {
+    join_nccl_comm(comm, 2, 3);
+    ADD_FAILURE() << "a rank NCCL contradicts was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 of the communicator, not 2"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(join_nccl_comm(comm, 1, 3), nullptr);
+  {
+    std::lock_guard lock(f->mu);
+    f->info_error = 5;  // NCCL cannot say: the caller's word is taken
+  }
+  EXPECT_EQ(join_nccl_comm(comm, 3, 8)->size(), 8u);
+  EXPECT_THROW(join_nccl_comm(nullptr, 0, 1), invalid_argument);
+  EXPECT_THROW(join_nccl_comm(comm, 1, 1), invalid_argument);
+  EXPECT_THROW(join_nccl_comm(comm, 0, 0), invalid_argument);
+  EXPECT_EQ(locked(f, f->destroys[0]), 0) << "the engine's communicator is never destroyed";
+}
+
+TEST(nccl_rank, a_new_rank_communicator_checks_its_arguments_first) {
+  HTP_FAKE_OR_SKIP(f);
+  auto sim = make_sim_device();
+  const std::vector<std::uint8_t> id = nccl_unique_id();
+  EXPECT_THROW(make_nccl_rank_collectives(std::vector<std::uint8_t>(127), 0, 2, *sim),
+               invalid_argument);
+  EXPECT_THROW(make_nccl_rank_collectives(id, 2, 2, *sim), invalid_argument);
+  EXPECT_THROW(make_nccl_rank_collectives(id, 0, 0, *sim), invalid_argument);
+  try {
+    make_nccl_rank_collectives(id, 0, 2, *sim);
+    ADD_FAILURE() << "a sim device was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a cuda device"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

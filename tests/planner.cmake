@@ -47,6 +47,13 @@ if(HTP_BUILD_TOOLS)  # the libraries under test and htp-plan live in tools/
   htp_plan_cli_test(planner_cli_bad_option 2 "--bogus" --model llama-3.1-8b --bogus)
   htp_plan_cli_test(planner_cli_host_too_small 2 "host RAM is too small"
     --model gpt3-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 16 --gpu A100-40GB)
+  # The case study under torchrun: private copies per process do not fit 256 GB; one per node does.
+  htp_plan_cli_test(planner_cli_private_copies_per_process 2 "a private copy in each of the 8"
+    --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --page-ms 0.8 --gpu A100-40GB
+    --host-copies process)
+  htp_plan_cli_test(planner_cli_one_copy_per_node 0 "MEETS"
+    --model opt-175b --dtype fp16 --gpus 8 --hbm-gb 40 --host-gb 256 --page-ms 0.8 --gpu A100-40GB
+    --host-copies node)
   htp_plan_cli_test(planner_cli_bad_gpus 2 "--gpus 0 must be in"
     --model opt-175b --gpus 0)
   htp_plan_cli_test(planner_cli_matrix 0 "tensor-parallel\\+paging"

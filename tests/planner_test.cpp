@@ -186,6 +186,19 @@ TEST(planner, HostTooSmallSaysWhatWouldFit) {
                                                 "holds 17", "--host-gb >= 79.7"}));
 }
 
+TEST(planner, ProcessPerGpuFitsOnlyWithOneHostCopyPerNode) {
+  // torchrun --nproc-per-node 8: private offloads pin 8 copies of the streamed layers (638 GB);
+  // the node's shared tier holds them once (79.7 GB of 256 GB), as one process owning 8 GPUs does.
+  plan_inputs in = hand_calculation();
+  in.copies = host_copies::per_process;
+  EXPECT_TRUE(throws_naming([&] { plan(in); }, {"host RAM is too small", "637.9 GB", "8 processes",
+                                                "--host-copies node"}));
+  in.copies = host_copies::per_node;
+  const plan_result r = plan(in);
+  EXPECT_EQ(r.host_bytes_needed, 22ull * 3'624'198'144ull);
+  EXPECT_EQ(r.streamed_layers, 22);
+}
+
 TEST(planner, BadInputsAreNamed) {
   plan_inputs in = hand_calculation();
   in.gpus = 0;

@@ -126,7 +126,8 @@ std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comm
 /// @throws htp::cuda_error if NCCL cannot be loaded or fails.
 std::vector<std::uint8_t> nccl_unique_id();
 /// This process's rank of a new NCCL communicator (ncclCommInitRank on `dev`, a cuda device) from
-/// the id rank 0 made; owned by the result (destroyed with it, or aborted by abort()). Blocks
+/// the id rank 0 made, with `dev`'s GPU current for the call (the caller's current device is kept);
+/// owned by the result (destroyed with it, or aborted by abort()). Blocks
 /// until every rank has joined (NCCL's rule). @throws htp::invalid_argument for an id that is not
 /// 128 bytes, rank >= world_size, world_size == 0 or a non-cuda device; htp::cuda_error from
 /// NCCL.
@@ -143,13 +144,16 @@ std::unique_ptr<collectives> join_nccl_comm(void* nccl_comm, std::size_t rank,
 /// This process's rank of sim collectives across processes on one machine: a rendezvous in a
 /// shared-memory segment named `name` (the ranks agree on it, as on an NCCL unique id; the
 /// first rank to arrive makes it, the last to leave removes it). `dev` is this process's sim
-/// device; each call is a host function on `s`. A rank whose process dies, or that waits at a
-/// collective longer than `rendezvous_timeout`, aborts the world: every rank's pending and later
-/// calls fail (pending ones complete without their result, later ones throw logic_error naming
-/// the reason). @throws htp::invalid_argument for a bad name, rank >= world_size, world_size == 0
-/// or a non-sim device; htp::logic_error if the ranks do not all join within
-/// `rendezvous_timeout`, or a segment of this name has another world size; htp::io_error if a
-/// system call fails.
+/// device; each call is a host function on `s`. The segment is /dev/shm/htp-coll.<name>, with a
+/// staging area per rank (16 MiB, or $HTP_SIM_RANK_STAGING_BYTES of the process that makes it):
+/// a larger collective moves in pieces of that size, every rank in lockstep. Sums are computed in
+/// float in rank order, so every rank gets the same bits. A rank whose process dies, or that waits
+/// at a collective longer than `rendezvous_timeout`, aborts the world: every rank's pending and
+/// later calls fail (pending ones complete without their result, later ones throw logic_error
+/// naming the reason). @throws htp::invalid_argument for a bad name, rank >= world_size, no
+/// ranks, a timeout not > 0 or a non-sim device; htp::logic_error if the ranks do not all join
+/// within `rendezvous_timeout`, or a segment of this name has another world size; htp::io_error if
+/// a system call fails.
 std::unique_ptr<collectives> make_sim_rank_collectives(
     const std::string& name, std::size_t rank, std::size_t world_size, device& dev,
     std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(60));

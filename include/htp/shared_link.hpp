@@ -12,6 +12,9 @@
 // takes them from all of them at once (the links are locked child first, parent last, so two
 // dispatchers never wait on each other). A waiting chunk counts as waiting on every link from its
 // own up to the highest one that holds it back, so priorities hold at each level.
+//
+// A link's budget may also live in a node's shared tier (shared_tier::link): then every process of
+// the node that draws from it shares its rate and its priorities (docs/multi_gpu.md).
 #pragma once
 
 #include <htp/token_bucket.hpp>
@@ -24,6 +27,15 @@
 #include <string>
 
 namespace htp {
+
+class shared_link;
+
+namespace detail {
+class link_budget;  // src/transfer/link_budget.hpp
+struct link_cell;   // detail/link_cell.hpp
+std::shared_ptr<shared_link> make_cell_link(link_cell& cell, std::size_t slot,
+                                            std::shared_ptr<const void> owner);
+}  // namespace detail
 
 class shared_link {
  public:
@@ -44,6 +56,7 @@ class shared_link {
   shared_link(std::string name, std::uint64_t bytes_per_second, std::uint64_t burst_bytes,
               token_bucket::clock_fn clock = &token_bucket::steady_clock_ns,
               std::shared_ptr<shared_link> parent = nullptr);
+  ~shared_link();
   shared_link(const shared_link&) = delete;
   shared_link& operator=(const shared_link&) = delete;
 
@@ -76,16 +89,20 @@ class shared_link {
   std::uint64_t bytes_taken() const;  ///< bytes that crossed the link since construction.
 
  private:
-  bool higher_waiting_locked(int p) const noexcept;
+  friend std::shared_ptr<shared_link> detail::make_cell_link(detail::link_cell&, std::size_t,
+                                                             std::shared_ptr<const void>);
+  shared_link(std::string name, std::unique_ptr<detail::link_budget> budget,
+              std::shared_ptr<const void> owner);
   void set_waiting_locked(int& slot, int p) noexcept;
   /// This link and the ones above it, own first.
   std::size_t chain(std::array<shared_link*, max_chain>& out) noexcept;
 
   std::string name_;
   std::shared_ptr<shared_link> parent_;
-  token_bucket bucket_;
+  /// Where the tokens and waiting counts live: this process, or a shared tier's link cell.
+  std::unique_ptr<detail::link_budget> budget_;
+  std::shared_ptr<const void> owner_;  ///< keeps a cell's memory mapped (null: in process)
   mutable std::mutex mutex_;
-  std::array<std::uint64_t, transfer_priority_count> waiting_{};
 };
 
 }  // namespace htp

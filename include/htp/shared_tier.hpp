@@ -45,8 +45,9 @@ struct shared_tier_config {
   /// The tier's name: letters, digits, '.', '_' and '-' only, at most 200 characters. The segment
   /// is shm_dir/htp.<name>.
   std::string name;
-  /// Bytes for entries (rounded up to page_bytes). The segment adds a header of about 64 KiB plus
-  /// 64 bytes per entry slot.
+  /// Bytes for entries (rounded up to page_bytes). The segment adds a header of about 20 KiB plus
+  /// 296 bytes per entry slot (4.6 MiB for the default max_entries), padded to the data area's
+  /// alignment (page_bytes, at most 2 MiB).
   std::size_t bytes = 0;
   /// Allocation unit of entries: a power of two from 4 KiB to 1 GiB.
   std::size_t page_bytes = std::size_t{64} << 10;
@@ -128,8 +129,9 @@ class shared_tier {
   /// The entry `name` if it is published (holding it for this process), or an empty entry
   /// (data == nullptr) if it is not. Does not wait. @throws htp::invalid_argument for a bad name.
   shared_entry find(const std::string& name);
-  /// Stops holding `name`; it is freed when no process holds it. @throws htp::invalid_argument if
-  /// this process does not hold it.
+  /// Stops holding `name`; it is freed when no process holds it. A hold is one per handle, not a
+  /// count: publishing or finding an entry this handle already holds does not add a second one.
+  /// @throws htp::invalid_argument if this process does not hold it.
   void release(const std::string& name);
 
   /// The link cell `name` of the tier (made on first use with `bytes_per_second` and

@@ -39,6 +39,11 @@ class token_bucket {
   /// excepted).
   bool try_take(std::uint64_t bytes);
 
+  /// Returns `bytes` taken by a try_take whose chunk could not go after all (a link further up
+  /// refused it): the tokens come back (up to the burst) and total_taken no longer counts them.
+  /// Thread-safe. Never throws.
+  void give_back(std::uint64_t bytes) noexcept;
+
   /// Nanoseconds from now until `bytes` tokens will be available, 0 if they are now (or unlimited).
   /// Exact: after the clock advances by the returned amount, try_take(bytes) succeeds, provided
   /// nobody else took tokens meanwhile. Thread-safe.

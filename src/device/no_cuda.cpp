@@ -31,6 +31,10 @@ int cuda_device_count(std::string* why) noexcept {
 restore_current_device::restore_current_device() noexcept = default;
 restore_current_device::~restore_current_device() { (void)device_; }
 
+void make_current_device(int) {
+  throw invalid_argument("the cuda backend is not in this build of htp (HTP_WITH_CUDA=OFF)");
+}
+
 bool built_with_cuda() noexcept { return false; }
 
 }  // namespace htp::detail

@@ -13,7 +13,9 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,9 +30,16 @@ using nccl_result = int;                                            // ncclResul
 using nccl_comm = void*;                                            // ncclComm_t
 constexpr int nccl_uint8 = 1, nccl_float32 = 7, nccl_bfloat16 = 9;  // ncclDataType_t
 constexpr int nccl_sum = 0;                                         // ncclRedOp_t
+constexpr std::size_t nccl_unique_id_bytes = 128;                   // NCCL_UNIQUE_ID_BYTES
+/// ncclUniqueId: a struct of 128 bytes, passed by value to ncclCommInitRank.
+struct nccl_id {
+  char internal[nccl_unique_id_bytes];
+};
 
 struct nccl_api {
   nccl_result (*comm_init_all)(nccl_comm*, int, const int*) = nullptr;
+  nccl_result (*get_unique_id)(nccl_id*) = nullptr;
+  nccl_result (*comm_init_rank)(nccl_comm*, int, nccl_id, int) = nullptr;
   nccl_result (*comm_destroy)(nccl_comm) = nullptr;
   nccl_result (*all_gather)(const void*, void*, std::size_t, int, nccl_comm, void*) = nullptr;
   nccl_result (*all_reduce)(const void*, void*, std::size_t, int, int, nccl_comm, void*) = nullptr;
@@ -40,7 +49,10 @@ struct nccl_api {
   // Optional (absent from old NCCL): abort() and asynchronous error checks need them.
   nccl_result (*comm_abort)(nccl_comm) = nullptr;                          // NCCL >= 2.4
   nccl_result (*comm_get_async_error)(nccl_comm, nccl_result*) = nullptr;  // NCCL >= 2.4
-  std::string why;                                                         // empty when loaded
+  // Optional: join_nccl_comm checks the communicator's rank and size with them when present.
+  nccl_result (*comm_count)(nccl_comm, int*) = nullptr;
+  nccl_result (*comm_user_rank)(nccl_comm, int*) = nullptr;
+  std::string why;  // empty when loaded
 };
 
 /// Loads libnccl.so.2 once: $HTP_NCCL_LIBRARY, the loader's path, then the CUDA toolkit's.
@@ -69,6 +81,8 @@ const nccl_api& api() {
         r.why = std::string("libnccl.so.2 has no ") + name + "; it is too old";
     };
     sym(r.comm_init_all, "ncclCommInitAll");
+    sym(r.get_unique_id, "ncclGetUniqueId");
+    sym(r.comm_init_rank, "ncclCommInitRank");
     sym(r.comm_destroy, "ncclCommDestroy");
     sym(r.all_gather, "ncclAllGather");
     sym(r.all_reduce, "ncclAllReduce");
@@ -80,6 +94,8 @@ const nccl_api& api() {
     };
     optional(r.comm_abort, "ncclCommAbort");
     optional(r.comm_get_async_error, "ncclCommGetAsyncError");
+    optional(r.comm_count, "ncclCommCount");
+    optional(r.comm_user_rank, "ncclCommUserRank");
     return r;  // the library stays loaded for the life of the process
   }();
   return a;
@@ -113,10 +129,19 @@ constexpr nccl_result nccl_in_progress = 7;  // ncclInProgress: not an error
 /// others aborts it. So abort never waits for a thread blocked in NCCL (it would wait for the rank
 /// that failed), and a blocked thread that NCCL releases (a peer's abort closes its connections)
 /// aborts its own communicator on the way out.
+///
+/// One object holds the communicators of the ranks [first_, first_ + comms_.size()) of a world of
+/// world_ ranks: all of them (make_nccl_collectives, wrap_nccl_comms), or this process's one
+/// (make_nccl_rank_collectives, join_nccl_comm).
 class nccl_collectives final : public collectives {
  public:
   nccl_collectives(std::vector<nccl_comm> comms, bool owned)
-      : comms_(std::move(comms)), owned_(owned), pins_(comms_.size(), 0),
+      : nccl_collectives(std::move(comms), owned, 0, 0) {}
+  /// The communicators of ranks first, first + 1, ... of a world of `world` ranks (0: as many
+  /// as there are communicators).
+  nccl_collectives(std::vector<nccl_comm> comms, bool owned, std::size_t first, std::size_t world)
+      : comms_(std::move(comms)), owned_(owned), first_(first),
+        world_(world == 0 ? comms_.size() : world), pins_(comms_.size(), 0),
         gone_(comms_.size(), false) {}
   ~nccl_collectives() override {
     // No call is in flight now (the caller's contract): what an abort left pinned goes now.
@@ -129,7 +154,7 @@ class nccl_collectives final : public collectives {
       api().comm_destroy(c);  // errors ignored: nothing to do about them here
     api().group_end();
   }
-  std::size_t size() const noexcept override { return comms_.size(); }
+  std::size_t size() const noexcept override { return world_; }
   std::string backend_name() const override { return "nccl"; }
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
                   stream_ref s) override {
@@ -197,9 +222,10 @@ class nccl_collectives final : public collectives {
   /// Rank `rank`'s communicator, held for one NCCL call (see Note [Aborting NCCL communicators]).
   class pin {
    public:
-    pin(nccl_collectives& c, std::size_t rank, const char* call) : c_(c), rank_(rank) {
+    pin(nccl_collectives& c, std::size_t i, const char* call) : c_(c), rank_(i) {
       std::lock_guard lock(c_.mu_);
-      if (c_.aborted_) throw c_.aborted_error_locked(detail::concat(call, "(rank ", rank, ")"));
+      if (c_.aborted_)
+        throw c_.aborted_error_locked(detail::concat(call, "(rank ", c_.first_ + i, ")"));
       ++c_.pins_[rank_];
     }
     ~pin() {
@@ -223,15 +249,16 @@ class nccl_collectives final : public collectives {
   template <class F>
   void call(std::size_t rank, const char* what, F&& enqueue) {
     const detail::restore_current_device keep;
-    const pin held(*this, rank, what);
+    const std::size_t i = rank - first_;  // check_args made sure it is one of ours
+    const pin held(*this, i, what);
     if (api().comm_get_async_error) {
       nccl_result async = 0;
-      if (api().comm_get_async_error(comms_[rank], &async) == 0 && async != 0 &&
+      if (api().comm_get_async_error(comms_[i], &async) == 0 && async != 0 &&
           async != nccl_in_progress) {
         fail(async, what, detail::concat("rank ", rank, "'s communicator (an asynchronous error)"));
       }
     }
-    const nccl_result r = enqueue(comms_[rank]);
+    const nccl_result r = enqueue(comms_[i]);
     if (r != 0 && r != nccl_in_progress) fail(r, what, detail::concat("rank ", rank));
   }
 
@@ -294,13 +321,18 @@ class nccl_collectives final : public collectives {
 
   void check_args(std::size_t rank, const void* send, const void* recv, std::size_t n,
                   const char* what) const {
-    HTP_EXPECTS(rank < comms_.size(), invalid_argument, "collectives::", what, ": rank ", rank,
-                " of ", comms_.size());
+    HTP_EXPECTS(rank < world_, invalid_argument, "collectives::", what, ": rank ", rank, " of ",
+                world_);
+    HTP_EXPECTS(rank >= first_ && rank - first_ < comms_.size(), invalid_argument,
+                "collectives::", what, ": rank ", rank, " is not this process's rank (", first_,
+                " of ", world_, "); each process makes the calls of its own rank only");
     HTP_EXPECTS(send && recv && n > 0, invalid_argument, "collectives::", what, "(rank ", rank,
                 "): null buffer or zero size");
   }
   std::vector<nccl_comm> comms_;
   bool owned_;
+  std::size_t first_;              // the rank of comms_[0]
+  std::size_t world_;              // size(): ranks over all processes
   mutable std::mutex mu_;          // everything below
   std::vector<std::size_t> pins_;  // per rank: NCCL calls in flight on its communicator
   std::vector<bool> gone_;         // per rank: its communicator is aborted (or being aborted)
@@ -349,6 +381,64 @@ std::unique_ptr<collectives> wrap_nccl_comms(const std::vector<void*>& nccl_comm
   }
   (void)loaded_api("wrap_nccl_comms");
   return std::make_unique<nccl_collectives>(nccl_comms, false);
+}
+
+std::vector<std::uint8_t> nccl_unique_id() {
+  const nccl_api& a = loaded_api("nccl_unique_id");
+  nccl_id id{};
+  check(a.get_unique_id(&id), "ncclGetUniqueId");
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(id.internal);
+  return std::vector<std::uint8_t>(bytes, bytes + nccl_unique_id_bytes);
+}
+
+std::unique_ptr<collectives> make_nccl_rank_collectives(const std::vector<std::uint8_t>& unique_id,
+                                                        std::size_t rank, std::size_t world_size,
+                                                        device& dev) {
+  HTP_EXPECTS(unique_id.size() == nccl_unique_id_bytes, invalid_argument,
+              "make_nccl_rank_collectives: a unique id of ", unique_id.size(), " bytes; NCCL's is ",
+              nccl_unique_id_bytes, " (make it with nccl_unique_id on rank 0)");
+  HTP_EXPECTS(world_size > 0 && rank < world_size, invalid_argument,
+              "make_nccl_rank_collectives: rank ", rank, " of a world of ", world_size,
+              "; the rank must be below the world size");
+  HTP_EXPECTS(world_size <= std::size_t{1} << 30, invalid_argument,
+              "make_nccl_rank_collectives: a world of ", world_size, " ranks is too large");
+  HTP_EXPECTS(dev.properties().kind == backend::cuda, invalid_argument,
+              "make_nccl_rank_collectives: the device is not a cuda device; use "
+              "make_sim_rank_collectives for sim devices");
+  const nccl_api& a = loaded_api("make_nccl_rank_collectives");
+  nccl_id id{};
+  std::memcpy(id.internal, unique_id.data(), nccl_unique_id_bytes);
+  nccl_comm comm = nullptr;
+  {
+    // Blocking: NCCL waits here for every rank to join. No htp lock is held.
+    const detail::restore_current_device keep;
+    detail::make_current_device(dev.properties().ordinal);  // NCCL's rank lives on the current GPU
+    check(a.comm_init_rank(&comm, static_cast<int>(world_size), id, static_cast<int>(rank)),
+          "ncclCommInitRank");
+  }
+  return std::make_unique<nccl_collectives>(std::vector<nccl_comm>{comm}, true, rank, world_size);
+}
+
+std::unique_ptr<collectives> join_nccl_comm(void* nccl_comm, std::size_t rank,
+                                            std::size_t world_size) {
+  HTP_EXPECTS(nccl_comm != nullptr, invalid_argument, "join_nccl_comm: a null communicator");
+  HTP_EXPECTS(world_size > 0 && rank < world_size, invalid_argument, "join_nccl_comm: rank ", rank,
+              " of a world of ", world_size, "; the rank must be below the world size");
+  const nccl_api& a = loaded_api("join_nccl_comm");
+  // What NCCL says of the communicator, where this NCCL can say it (ncclCommCount and
+  // ncclCommUserRank): a caller's rank or size that disagrees would hang the first collective.
+  int n = 0, r = 0;
+  if (a.comm_count && a.comm_count(nccl_comm, &n) == 0) {
+    HTP_EXPECTS(static_cast<std::size_t>(n) == world_size, invalid_argument,
+                "join_nccl_comm: the communicator has ", n, " ranks, not ", world_size,
+                "; pass the size of the engine's communicator");
+  }
+  if (a.comm_user_rank && a.comm_user_rank(nccl_comm, &r) == 0) {
+    HTP_EXPECTS(static_cast<std::size_t>(r) == rank, invalid_argument,
+                "join_nccl_comm: this process is rank ", r, " of the communicator, not ", rank,
+                "; pass the engine's rank of this process");
+  }
+  return std::make_unique<nccl_collectives>(std::vector<void*>{nccl_comm}, false, rank, world_size);
 }
 
 }  // namespace htp

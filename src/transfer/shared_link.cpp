@@ -2,6 +2,8 @@
 
 #include <htp/detail/check.hpp>
 
+#include "link_budget.hpp"
+
 #include <algorithm>
 
 namespace htp {
@@ -20,11 +22,18 @@ shared_link::shared_link(std::string name, std::uint64_t bytes_per_second,
                          std::uint64_t burst_bytes, token_bucket::clock_fn clock,
                          std::shared_ptr<shared_link> parent)
     : name_(std::move(name)), parent_(std::move(parent)),
-      bucket_(bytes_per_second, burst_bytes, std::move(clock)) {
+      budget_(std::make_unique<detail::process_budget>(bytes_per_second, burst_bytes,
+                                                       std::move(clock))) {
   HTP_EXPECTS(1 + chain_length(parent_.get()) <= max_chain, invalid_argument, "shared link '",
               name_, "' would head a chain of ", 1 + chain_length(parent_.get()),
               " links; at most ", max_chain, " nest (e.g. PCIe switch, NUMA node, socket)");
 }
+
+shared_link::shared_link(std::string name, std::unique_ptr<detail::link_budget> budget,
+                         std::shared_ptr<const void> owner)
+    : name_(std::move(name)), budget_(std::move(budget)), owner_(std::move(owner)) {}
+
+shared_link::~shared_link() = default;
 
 std::size_t shared_link::chain(std::array<shared_link*, max_chain>& out) noexcept {
   std::size_t n = 0;
@@ -32,17 +41,10 @@ std::size_t shared_link::chain(std::array<shared_link*, max_chain>& out) noexcep
   return n;
 }
 
-bool shared_link::higher_waiting_locked(int p) const noexcept {
-  for (int q = 0; q < p; ++q) {
-    if (waiting_[static_cast<std::size_t>(q)] != 0) return true;
-  }
-  return false;
-}
-
 void shared_link::set_waiting_locked(int& slot, int p) noexcept {
   if (slot == p) return;
-  if (slot >= 0) --waiting_[static_cast<std::size_t>(slot)];
-  if (p >= 0) ++waiting_[static_cast<std::size_t>(p)];
+  if (slot >= 0) budget_->add_waiting(slot, -1);
+  if (p >= 0) budget_->add_waiting(p, +1);
   slot = p;
 }
 
@@ -58,20 +60,27 @@ std::int64_t shared_link::take_or_wait(std::uint64_t bytes, transfer_priority p,
   std::int64_t wait = 0;
   int blocker = -1;  // the highest link holding the chunk back
   for (std::size_t i = 0; i < n; ++i) {
-    shared_link& l = *links[i];
-    std::int64_t t = l.bucket_.time_until_available(bytes);
-    if (l.higher_waiting_locked(pr)) t = std::max(min_poll_ns, t);
+    detail::link_budget& b = *links[i]->budget_;
+    std::int64_t t = b.time_until(bytes);
+    if (b.higher_waiting(pr)) t = std::max(min_poll_ns, t);
     if (t > 0) {
       wait = std::max(wait, t);
       blocker = static_cast<int>(i);
     }
   }
   if (blocker < 0) {
+    // A budget in a shared tier can lose its tokens to another process between the look and the
+    // take; the chain then gives back what it took and looks again soon.
     for (std::size_t i = 0; i < n; ++i) {
-      const bool took = links[i]->bucket_.try_take(bytes);
-      HTP_ASSERT(took, "shared link tokens vanished under its lock");
-      links[i]->set_waiting_locked(w.priority[i], -1);
+      if (links[i]->budget_->take(bytes)) continue;
+      for (std::size_t j = 0; j < i; ++j) links[j]->budget_->give_back(bytes);
+      wait = min_poll_ns;
+      blocker = static_cast<int>(i);
+      break;
     }
+  }
+  if (blocker < 0) {
+    for (std::size_t i = 0; i < n; ++i) links[i]->set_waiting_locked(w.priority[i], -1);
     return 0;
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -91,17 +100,17 @@ void shared_link::withdraw(waiter& w) noexcept {
 
 std::uint64_t shared_link::waiting(transfer_priority p) const {
   std::lock_guard lock(mutex_);
-  return waiting_[static_cast<std::size_t>(p)];
+  return budget_->waiting(static_cast<int>(p));
 }
 
 void shared_link::set_rate(std::uint64_t bytes_per_second) {
   std::lock_guard lock(mutex_);
-  bucket_.set_rate(bytes_per_second);
+  budget_->set_rate(bytes_per_second);
 }
 
-std::uint64_t shared_link::rate() const { return bucket_.rate(); }
-std::uint64_t shared_link::burst() const { return bucket_.burst(); }
-std::uint64_t shared_link::bytes_taken() const { return bucket_.total_taken(); }
+std::uint64_t shared_link::rate() const { return budget_->rate(); }
+std::uint64_t shared_link::burst() const { return budget_->burst(); }
+std::uint64_t shared_link::bytes_taken() const { return budget_->taken(); }
 
 std::uint64_t shared_link::chain_burst() const {
   std::uint64_t b = burst();

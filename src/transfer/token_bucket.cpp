@@ -3,6 +3,7 @@
 #include <htp/detail/check.hpp>
 #include <htp/error.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 namespace htp {
@@ -104,6 +105,12 @@ void token_bucket::set_unlimited(bool unlimited) {
     remainder_ = 0;
   }
   unlimited_ = unlimited;
+}
+
+void token_bucket::give_back(std::uint64_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  taken_ -= std::min(taken_, bytes);
+  if (!unlimited_) tokens_ = std::min(burst_, tokens_ + bytes);
 }
 
 std::uint64_t token_bucket::rate() const {

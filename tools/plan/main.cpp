@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -219,6 +220,7 @@ nlohmann::json to_json(const plan_inputs& in, const gpu_spec& gpu, const plan_re
                  {"hbm_gbps", in.hbm_gbps},
                  {"dense_tflops", in.dense_tflops},
                  {"host_gb", in.host_gb},
+                 {"host_copies", in.copies == host_copies::per_node ? "node" : "process"},
                  {"page_bytes", in.page_bytes},
                  {"budget_ms", in.budget_ms},
                  {"headroom_fraction", in.headroom_fraction},
@@ -353,7 +355,16 @@ int parse_options(int argc, char** argv, plan_options& o) {
   app.add_option("--hbm-gb", o.hbm_gb, "HBM per GPU, GB (overrides the preset)");
   app.add_option("--hbm-gbps", o.hbm_gbps, "HBM bandwidth per GPU, GB/s (overrides the preset)");
   app.add_option("--tflops", o.tflops, "dense tensor-core TFLOP/s per GPU (overrides the preset)");
-  app.add_option("--host-gb", in.host_gb, "pinned host RAM for the whole TP group, GB")
+  app.add_option("--host-gb", in.host_gb, "pinned host RAM of the node (the whole TP group), GB")
+      ->capture_default_str();
+  app.add_option("--host-copies", in.copies,
+                 "who holds the streamed layers' host copies: node (one copy per node: one "
+                 "process, or a process per GPU over htp's shared tier) or process (each process "
+                 "of a process-per-GPU job pins its own copy of the model it loaded)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, host_copies>{{"node", host_copies::per_node},
+                                             {"process", host_copies::per_process}},
+          CLI::ignore_case))
       ->capture_default_str();
   auto* link_opt = app.add_option("--link-gbps", o.link_gbps,
                                   "host->device GB/s per GPU (overrides the preset)");

@@ -146,13 +146,20 @@ bool place_layers(const plan_inputs& in, const htp_settings& s, const layer_shar
   p.paged_layers = P;
   p.resident_bytes = static_cast<std::uint64_t>(R) * lay.rounded + emb;
   p.paging_capacity = for_layers - static_cast<std::uint64_t>(R) * lay.rounded;
+  // One copy per node, or (a process per GPU without a shared tier) one in each of N processes.
+  const std::uint64_t copies = in.copies == host_copies::per_process ? N : 1;
   p.host_bytes = static_cast<std::uint64_t>(
-      static_cast<double>(P) * static_cast<double>(lay.bytes * N) * s.compression_ratio);
+      static_cast<double>(P) * static_cast<double>(lay.bytes * N * copies) * s.compression_ratio);
   if (static_cast<double>(p.host_bytes) > in.host_gb * 1e9) {
     p.feasible = false;
-    p.why_not = "host RAM is too small: the " + std::to_string(P) + " paged layers need " +
-                gb_text(static_cast<double>(p.host_bytes)) + " of host tier, --host-gb gives " +
-                gb_text(in.host_gb * 1e9) + "; give more host RAM, HBM or GPUs";
+    p.why_not =
+        "host RAM is too small: the " + std::to_string(P) + " paged layers need " +
+        gb_text(static_cast<double>(p.host_bytes)) + " of host tier" +
+        (copies > 1 ? " (a private copy in each of the " + std::to_string(copies) + " processes)"
+                    : "") +
+        ", --host-gb gives " + gb_text(in.host_gb * 1e9) + "; " +
+        (copies > 1 ? "hold one copy per node (--host-copies node: htp's shared tier), " : "") +
+        "give more host RAM, HBM or GPUs";
     return false;
   }
   return true;

@@ -165,19 +165,25 @@ evaluation evaluate(const plan_inputs& in, int resident_cap) {
   if (r.streamed_layers == 0) r.staging_pages = 0;
   const auto streamed = static_cast<std::uint64_t>(r.streamed_layers);
 
-  // Host RAM holds every streamed layer, all GPUs' shards.
-  r.host_bytes_needed = streamed * r.layer_bytes_per_gpu * gpus;
+  // Host RAM holds every streamed layer, all GPUs' shards: once per node, or once per process.
+  const std::uint64_t copies = in.copies == host_copies::per_process ? gpus : 1;
+  const std::uint64_t per_layer = r.layer_bytes_per_gpu * gpus * copies;
+  r.host_bytes_needed = streamed * per_layer;
   const double host_bytes = in.host_gb * 1e9;
   if (static_cast<double>(r.host_bytes_needed) > host_bytes) {
-    const auto fits = static_cast<std::uint64_t>(
-        std::floor(host_bytes / static_cast<double>(r.layer_bytes_per_gpu * gpus)));
-    e.error = "host RAM is too small for '" + m.name + "': " + std::to_string(streamed) +
-              " layers must be streamed and need " + fixed(gb(r.host_bytes_needed)) +
-              " GB of pinned host RAM (" + fixed(gb(r.layer_bytes_per_gpu * gpus), 2) +
-              " GB each), but --host-gb " + fixed(in.host_gb) + " holds " + std::to_string(fits) +
-              "; use --host-gb >= " + fixed(gb(r.host_bytes_needed)) +
-              ", or more --hbm-gb / --gpus so " + std::to_string(streamed - fits) +
-              " more layers stay resident";
+    const auto fits =
+        static_cast<std::uint64_t>(std::floor(host_bytes / static_cast<double>(per_layer)));
+    e.error =
+        "host RAM is too small for '" + m.name + "': " + std::to_string(streamed) +
+        " layers must be streamed and need " + fixed(gb(r.host_bytes_needed)) +
+        " GB of pinned host RAM (" + fixed(gb(per_layer), 2) + " GB each" +
+        (copies > 1 ? ", a private copy in each of the " + std::to_string(copies) + " processes"
+                    : "") +
+        "), but --host-gb " + fixed(in.host_gb) + " holds " + std::to_string(fits) +
+        "; use --host-gb >= " + fixed(gb(r.host_bytes_needed)) +
+        (copies > 1 ? ", one copy per node (--host-copies node: htp's shared tier)" : "") +
+        ", or more --hbm-gb / --gpus so " + std::to_string(streamed - std::min(fits, streamed)) +
+        " more layers stay resident";
     return e;
   }
 

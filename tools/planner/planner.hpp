@@ -16,19 +16,30 @@ namespace htp::bench {
 /// Decode: one token per sequence per step. Prefill: prompt_tokens per sequence per step.
 enum class phase { decode, prefill };
 
+/// Who holds the host copies of the streamed layers on a node.
+enum class host_copies {
+  /// One copy per node: one process owns every GPU, or a process per GPU over the node's shared
+  /// tier (htp::shared_tier) or files the ranks map (docs/multi_gpu.md).
+  per_node,
+  /// Every process of a process-per-GPU job (torchrun, vLLM, SGLang workers) pins a private copy
+  /// of the streamed layers it loaded: the whole model's, as an offload per rank does.
+  per_process,
+};
+
 /// Everything the plan depends on. Sizes in GB are 1e9 bytes; rates in GB/s are 1e9 bytes/s.
 struct plan_inputs {
   model_shape model;
   dtype weights = dtype::bf16;
-  int batch = 1;                      // sequences per step
-  int gpus = 1;                       // tensor-parallel split: each GPU holds 1/gpus of each layer
-  double hbm_gb = 80;                 // HBM per GPU
-  double hbm_gbps = 3350;             // HBM bandwidth per GPU
-  double dense_tflops = 989;          // dense tensor-core rate per GPU
-  double host_gb = 1024;              // pinned host RAM for the whole TP group
-  double link_gbps = 55;              // host->device rate per GPU (ignored when page_ms > 0)
-  std::string link_source = "given";  // where link_gbps came from, for the report
-  double page_ms = 0;                 // cost of moving one page; 0: page_bytes / link
+  int batch = 1;              // sequences per step
+  int gpus = 1;               // tensor-parallel split: each GPU holds 1/gpus of each layer
+  double hbm_gb = 80;         // HBM per GPU
+  double hbm_gbps = 3350;     // HBM bandwidth per GPU
+  double dense_tflops = 989;  // dense tensor-core rate per GPU
+  double host_gb = 1024;      // pinned host RAM of the node (the whole TP group)
+  host_copies copies = host_copies::per_node;
+  double link_gbps = 55;                   // host->device rate per GPU (ignored when page_ms > 0)
+  std::string link_source = "given";       // where link_gbps came from, for the report
+  double page_ms = 0;                      // cost of moving one page; 0: page_bytes / link
   std::uint64_t page_bytes = 64ull << 20;  // a power of two >= 64 KiB (htp's slab size)
   double budget_ms = 200;                  // the step-time budget
   double headroom_fraction = 0.10;         // of HBM kept for activations, workspace, context
@@ -59,7 +70,7 @@ struct plan_result {
   int streamed_layers = 0;
   bool overlap = true;                  // transfer overlaps compute (two staging layers)
   bool degraded = false;                // weights read over the link from mapped host memory
-  std::uint64_t host_bytes_needed = 0;  // streamed layers, all GPUs' shards
+  std::uint64_t host_bytes_needed = 0;  // streamed layers: all GPUs' shards, per node or process
   // per step, per GPU
   std::uint64_t paged_pages_per_step = 0;
   std::uint64_t paged_bytes_per_step = 0;

@@ -41,6 +41,12 @@ class restore_current_device {
   int device_ = -1;  ///< -1: nothing to restore
 };
 
+/// Makes GPU `ordinal` the calling thread's current CUDA device (cudaSetDevice), for code outside
+/// cuda/ that calls a CUDA library (NCCL) which works on the current device; pair it with a
+/// restore_current_device. @throws htp::cuda_error if CUDA refuses; htp::invalid_argument in a
+/// build without CUDA.
+void make_current_device(int ordinal);
+
 /// True when this build of htp contains the cuda backend.
 bool built_with_cuda() noexcept;
 

@@ -27,12 +27,15 @@ inline constexpr std::size_t link_cell_priorities = 4;
 struct link_cell {
   std::atomic<std::uint32_t> state;  ///< 0 free, 1 being made, 2 ready
   char name[60];                     ///< NUL-terminated
-  std::uint64_t rate;                ///< bytes per second
+  std::uint64_t made_rate;           ///< bytes per second it was made with (claims compare it)
   std::uint64_t burst;               ///< bytes
+  std::atomic<std::uint64_t> rate;   ///< bytes per second now (shared_link::set_rate)
   /// GCRA: the time (steady clock, ns) at which the bucket would be full again had nothing else
-  /// been taken. A take of b bytes at `now` succeeds when max(tat, now) + b/rate - now <= burst/rate.
+  /// been taken. A take of b bytes at `now` succeeds when max(tat, now) + b/rate - now <=
+  /// burst/rate.
   std::atomic<std::int64_t> tat_ns;
-  std::atomic<std::uint64_t> taken;  ///< bytes taken since the cell was made
+  std::atomic<std::uint64_t> taken;                      ///< bytes taken since the cell was made
+  std::atomic<std::uint64_t> taken_by[link_cell_slots];  ///< of which by each slot's process
   /// waiting[slot][priority]: dispatchers of that process waiting at that priority.
   std::atomic<std::uint32_t> waiting[link_cell_slots][link_cell_priorities];
 };
@@ -50,5 +53,8 @@ void link_cell_forget_slot(link_cell& cell, std::size_t slot) noexcept;
 /// @throws htp::invalid_argument if the cell is not ready or slot >= link_cell_slots.
 std::shared_ptr<shared_link> make_cell_link(link_cell& cell, std::size_t slot,
                                             std::shared_ptr<const void> owner);
+/// Bytes the process of `slot` took from the cell (the link's split between processes).
+/// Never throws.
+std::uint64_t link_cell_taken_by(const link_cell& cell, std::size_t slot) noexcept;
 
 }  // namespace htp::detail
