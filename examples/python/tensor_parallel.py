@@ -43,6 +43,7 @@ COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROW = ("o_proj", "down_proj")
 KEEP = ["model.embed_tokens", "lm_head", "*norm"]
 PAGE = 4096
+DTYPE = torch.float32  # the reference's: a bfloat16 checkpoint is compared in float32 too
 
 
 def parse_args() -> argparse.Namespace:
@@ -127,9 +128,9 @@ def sharded_linear(files: Files, name: str, dense: torch.nn.Linear, rank: int, w
         bias = files.slice(f"{name}.bias")[:] if has_bias and rank == 0 else None
     with torch.device("meta"):
         lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    lin.weight = torch.nn.Parameter(weight.contiguous(), requires_grad=False)
+    lin.weight = torch.nn.Parameter(weight.to(DTYPE).contiguous(), requires_grad=False)
     if bias is not None:
-        lin.bias = torch.nn.Parameter(bias.contiguous(), requires_grad=False)
+        lin.bias = torch.nn.Parameter(bias.to(DTYPE).contiguous(), requires_grad=False)
     return lin
 
 
@@ -144,7 +145,7 @@ def shard_model(path: str, rank: int, world: int) -> tuple[torch.nn.Module, int]
     cfg = tf.LlamaConfig.from_pretrained(path)
     check_divisible(cfg, world)
     with init_empty_weights():  # parameters on the meta device, buffers (rotary tables) real
-        model = tf.LlamaForCausalLM(cfg)
+        model = tf.LlamaForCausalLM(cfg).to(DTYPE)
     files = Files(path)
     shard_bytes = 0
     for name, module in list(model.named_modules()):
@@ -165,7 +166,7 @@ def shard_model(path: str, rank: int, world: int) -> tuple[torch.nn.Module, int]
             raise ValueError(f"tensor_parallel: {path} holds no tensor {name!r}")
         owner, _, leaf = name.rpartition(".")
         model.get_submodule(owner)._parameters[leaf] = torch.nn.Parameter(
-            files.slice(name)[:], requires_grad=False)
+            files.slice(name)[:].to(DTYPE), requires_grad=False)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval(), shard_bytes

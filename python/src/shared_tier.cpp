@@ -102,6 +102,16 @@ nb::list publish(py_tier& t, nb::handle batch, nb::handle fill, bool writable) {
   return arrays_of(entries, self, writable);
 }
 
+nb::object find(py_tier& t, const std::string& name, bool writable) {
+  shared_entry e;
+  {
+    nb::gil_scoped_release unlocked;
+    e = t.tier->find(name);
+  }
+  if (e.data == nullptr) return nb::none();
+  return array_over(e.data, e.bytes, nb::find(&t), writable);
+}
+
 nb::dict listing_dict(const shared_tier_listing& l) {
   nb::dict d;
   d["name"] = l.name;
@@ -114,6 +124,61 @@ nb::dict listing_dict(const shared_tier_listing& l) {
   d["stale"] = l.stale;
   d["problem"] = l.problem;
   return d;
+}
+
+/// SharedTier: what it is (data, sizes, name, slot, created, describe).
+void bind_tier_state(nb::class_<py_tier>& cls) {
+  cls.def_prop_ro(
+         "data",
+         [](py_tier& t) {
+           return array_over(t.tier->data(), t.tier->data_bytes(), nb::find(&t), true);
+         },
+         "The whole data area as a writable numpy uint8 array: `pager.lend(tier.data)` once per "
+         "pager, then register entries with copy=False.")
+      .def_prop_ro(
+          "data_bytes", [](const py_tier& t) { return t.tier->data_bytes(); },
+          "Bytes of the data area.")
+      .def_prop_ro(
+          "name", [](const py_tier& t) { return t.tier->config().name; }, "The tier's name.")
+      .def_prop_ro(
+          "page_bytes", [](const py_tier& t) { return t.tier->config().page_bytes; },
+          "The allocation unit of entries.")
+      .def_prop_ro(
+          "slot", [](const py_tier& t) { return t.tier->slot(); }, "This process's rank slot.")
+      .def_prop_ro(
+          "created", [](const py_tier& t) { return t.tier->created(); },
+          "Whether this process created the segment.")
+      .def(
+          "describe", [](const py_tier& t) { return listing_dict(t.tier->describe()); },
+          nb::sig("def describe(self) -> dict[str, object]"),
+          "A snapshot of the segment: name, path, segment_bytes, live_ranks, dead_ranks, "
+          "entries, entry_bytes, stale, problem.");
+}
+
+/// list_shared_tiers and remove_shared_tier.
+void bind_tier_listing(nb::module_& m) {
+  m.def(
+      "list_shared_tiers",
+      [](const std::string& shm_dir) {
+        nb::list out;
+        for (const shared_tier_listing& l : htp::list_shared_tiers(shm_dir))
+          out.append(listing_dict(l));
+        return out;
+      },
+      nb::arg("shm_dir") = "/dev/shm",
+      nb::sig("def list_shared_tiers(shm_dir: str = '/dev/shm') -> list[dict[str, object]]"),
+      "Every htp tier segment in `shm_dir`, as SharedTier.describe() reports one (a segment that "
+      "cannot be read has its `problem`).");
+  m.def(
+      "remove_shared_tier",
+      [](const std::string& name, bool force, const std::string& shm_dir) {
+        return htp::remove_shared_tier(name, force, shm_dir);
+      },
+      nb::call_guard<nb::gil_scoped_release>(), nb::arg("name"), nb::arg("force") = false,
+      nb::arg("shm_dir") = "/dev/shm",
+      "Removes the segment `name` if no live process is attached (or `force`); returns whether "
+      "one was removed. Raises InvalidArgumentError (a bad name), LogicError (live processes "
+      "attached and not force), IoError (the unlink failed).");
 }
 
 }  // namespace
@@ -152,74 +217,19 @@ void bind_shared_tier(nb::module_& m) {
            "batch that only partly exists or exists with other sizes), OutOfMemoryError (the "
            "tier cannot hold the batch), LogicError (another publisher did not finish in "
            "timeout_ms).")
-      .def(
-          "find",
-          [](py_tier& t, const std::string& name, bool writable) -> nb::object {
-            shared_entry e;
-            {
-              nb::gil_scoped_release unlocked;
-              e = t.tier->find(name);
-            }
-            if (e.data == nullptr) return nb::none();
-            return array_over(e.data, e.bytes, nb::find(&t), writable);
-          },
-          nb::arg("name"), nb::arg("writable") = false,
-          nb::sig("def find(self, name: str, writable: bool = False) -> numpy.ndarray | None"),
-          "The published entry `name` as a numpy uint8 array (held for this process), or None. "
-          "Does not wait. Raises InvalidArgumentError for a bad name.")
+      .def("find", &find, nb::arg("name"), nb::arg("writable") = false,
+           nb::sig("def find(self, name: str, writable: bool = False) -> numpy.ndarray | None"),
+           "The published entry `name` as a numpy uint8 array (held for this process), or None. "
+           "Does not wait. Raises InvalidArgumentError for a bad name.")
       .def(
           "release", [](py_tier& t, const std::string& name) { t.tier->release(name); },
           nb::call_guard<nb::gil_scoped_release>(), nb::arg("name"),
-          "Stops holding `name` (freed when no process holds it). Arrays viewing it must not be "
-          "used afterwards. Raises InvalidArgumentError if this process does not hold it.")
-      .def_prop_ro(
-          "data",
-          [](py_tier& t) {
-            return array_over(t.tier->data(), t.tier->data_bytes(), nb::find(&t), true);
-          },
-          "The whole data area as a writable numpy uint8 array: `pager.lend(tier.data)` once per "
-          "pager, then register entries with copy=False.")
-      .def_prop_ro(
-          "data_bytes", [](const py_tier& t) { return t.tier->data_bytes(); },
-          "Bytes of the data area.")
-      .def_prop_ro(
-          "name", [](const py_tier& t) { return t.tier->config().name; }, "The tier's name.")
-      .def_prop_ro(
-          "page_bytes", [](const py_tier& t) { return t.tier->config().page_bytes; },
-          "The allocation unit of entries.")
-      .def_prop_ro(
-          "slot", [](const py_tier& t) { return t.tier->slot(); }, "This process's rank slot.")
-      .def_prop_ro(
-          "created", [](const py_tier& t) { return t.tier->created(); },
-          "Whether this process created the segment.")
-      .def(
-          "describe", [](const py_tier& t) { return listing_dict(t.tier->describe()); },
-          nb::sig("def describe(self) -> dict[str, object]"),
-          "A snapshot of the segment: name, path, segment_bytes, live_ranks, dead_ranks, "
-          "entries, entry_bytes, stale, problem.");
+          "Stops holding `name` (freed when no process holds it). A hold is one per process: "
+          "publishing or finding an entry it holds adds none. Arrays viewing it must not be used "
+          "afterwards. Raises InvalidArgumentError if this process does not hold it.");
+  bind_tier_state(cls);
   cls.attr("max_ranks") = shared_tier::max_ranks;
-  m.def(
-      "list_shared_tiers",
-      [](const std::string& shm_dir) {
-        nb::list out;
-        for (const shared_tier_listing& l : htp::list_shared_tiers(shm_dir))
-          out.append(listing_dict(l));
-        return out;
-      },
-      nb::arg("shm_dir") = "/dev/shm",
-      nb::sig("def list_shared_tiers(shm_dir: str = '/dev/shm') -> list[dict[str, object]]"),
-      "Every htp tier segment in `shm_dir`, as SharedTier.describe() reports one (a segment that "
-      "cannot be read has its `problem`).");
-  m.def(
-      "remove_shared_tier",
-      [](const std::string& name, bool force, const std::string& shm_dir) {
-        return htp::remove_shared_tier(name, force, shm_dir);
-      },
-      nb::call_guard<nb::gil_scoped_release>(), nb::arg("name"), nb::arg("force") = false,
-      nb::arg("shm_dir") = "/dev/shm",
-      "Removes the segment `name` if no live process is attached (or `force`); returns whether "
-      "one was removed. Raises InvalidArgumentError (a bad name), LogicError (live processes "
-      "attached and not force), IoError (the unlink failed).");
+  bind_tier_listing(m);
 }
 
 }  // namespace htp::python
