@@ -707,7 +707,7 @@ class SharedTier:
 
     def release(self, name: str) -> None:
         """
-        Stops holding `name` (freed when no process holds it). Arrays viewing it must not be used afterwards. Raises InvalidArgumentError if this process does not hold it.
+        Stops holding `name` (freed when no process holds it). A hold is one per process: publishing or finding an entry it holds adds none. Arrays viewing it must not be used afterwards. Raises InvalidArgumentError if this process does not hold it.
         """
 
     @property
