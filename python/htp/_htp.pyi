@@ -1,6 +1,8 @@
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 import enum
 import os
+
+import numpy
 
 from htp import (
     CorruptDataError as CorruptDataError,
@@ -681,3 +683,79 @@ class StaticStep:
         """
         Names of the coded tensors whose decode in the last step failed its checks; clears.
         """
+
+class SharedTier:
+    """
+    A node's host tier in POSIX shared memory (shared_tier.hpp), shared by the node's processes (one per GPU). `SharedTier(name, bytes, page_bytes='64KiB', max_entries=16384, lock_in_memory=False, timeout_ms=60000, shm_dir='/dev/shm')`: the first process to open `name` creates the segment shm_dir/htp.<name>, the others attach (same bytes and page size). Entries are byte ranges the processes agree on by name; arrays taken from the tier keep it open. Lend `data` to a Pager once, then register entries with copy=False.
+
+    Raises InvalidArgumentError (a bad name, zero bytes, a bad page size, a tier of this name made with another size or layout), OutOfMemoryError (shm_dir cannot hold it: raise docker's --shm-size), LogicError (every rank slot taken, the creator did not finish in time), IoError (a system call failed).
+    """
+
+    def __init__(self, name: str, bytes: int | str, page_bytes: int | str = '64KiB', max_entries: int = 16384, lock_in_memory: bool = False, timeout_ms: int = 60000, shm_dir: str = '/dev/shm') -> None: ...
+
+    def publish(self, batch: Iterable[tuple[str, int | str]], fill: Callable[[list[numpy.ndarray]], None] | None, writable: bool = False) -> list[numpy.ndarray]:
+        """
+        Publishes a batch of (name, nbytes) entries, all or nothing, and holds them for this process; returns numpy uint8 arrays viewing them, in batch order (read-only unless `writable`). If none exists, this caller reserves them and calls `fill(arrays)` (writable, with the GIL) to write their bytes; `fill=None` publishes them as the tier holds them. If all exist with the same sizes, it waits (without the GIL) for their publisher to finish and returns them; `fill` is not called. Of processes racing on one batch, exactly one fills. If `fill` raises, nothing is published and the exception propagates.
+
+        Raises InvalidArgumentError (an empty batch, a repeated or bad name, zero bytes, a batch that only partly exists or exists with other sizes), OutOfMemoryError (the tier cannot hold the batch), LogicError (another publisher did not finish in timeout_ms).
+        """
+
+    def find(self, name: str, writable: bool = False) -> numpy.ndarray | None:
+        """
+        The published entry `name` as a numpy uint8 array (held for this process), or None. Does not wait. Raises InvalidArgumentError for a bad name.
+        """
+
+    def release(self, name: str) -> None:
+        """
+        Stops holding `name` (freed when no process holds it). A hold is one per process: publishing or finding an entry it holds adds none. Arrays viewing it must not be used afterwards. Raises InvalidArgumentError if this process does not hold it.
+        """
+
+    @property
+    def data(self) -> object:
+        """
+        The whole data area as a writable numpy uint8 array: `pager.lend(tier.data)` once per pager, then register entries with copy=False.
+        """
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of the data area."""
+
+    @property
+    def name(self) -> str:
+        """The tier's name."""
+
+    @property
+    def page_bytes(self) -> int:
+        """The allocation unit of entries."""
+
+    @property
+    def slot(self) -> int:
+        """This process's rank slot."""
+
+    @property
+    def created(self) -> bool:
+        """Whether this process created the segment."""
+
+    def describe(self) -> dict[str, object]:
+        """
+        A snapshot of the segment: name, path, segment_bytes, live_ranks, dead_ranks, entries, entry_bytes, stale, problem.
+        """
+
+    max_ranks: int = 64
+
+def list_shared_tiers(shm_dir: str = '/dev/shm') -> list[dict[str, object]]:
+    """
+    Every htp tier segment in `shm_dir`, as SharedTier.describe() reports one (a segment that cannot be read has its `problem`).
+    """
+
+def remove_shared_tier(name: str, force: bool = False, shm_dir: str = '/dev/shm') -> bool:
+    """
+    Removes the segment `name` if no live process is attached (or `force`); returns whether one was removed. Raises InvalidArgumentError (a bad name), LogicError (live processes attached and not force), IoError (the unlink failed).
+    """
+
+def safetensors_header(path: str) -> dict[str, object]:
+    """
+    The checked header of the safetensors file at `path` (htp/safetensors.hpp): {'data_start', 'file_size', 'tensors': {name: {'dtype', 'shape', 'begin', 'end', 'bytes'}} in the order of their bytes (begin and end are absolute offsets in the file), 'metadata'}. Only the header is read.
+
+    Raises CorruptDataError (a header that breaks the format: the tensor and the field), IoError (the file cannot be read: the path).
+    """

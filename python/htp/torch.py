@@ -12,6 +12,7 @@ would keep views past their release. See docs/python.md.
 from __future__ import annotations
 
 import fnmatch
+import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from ._htp import Device, InvalidArgumentError, Pager, Tensor, make_device, parse_bytes
+from . import _weights
+from ._htp import (Device, InvalidArgumentError, Pager, SharedTier, Tensor, make_device,
+                   parse_bytes)
 from ._offloaded import (OffloadedError, OffloadedParameter, OffloadedTensor, guard_optimizer,
                          map_tensors, refuse_backward, unguard_optimizer)
 from ._static import StaticOffload, static_offload
@@ -105,6 +108,7 @@ class Offload:
         self._recording = True
         self._spans: dict[int, tuple[int, int]] = {}  # id(param) -> (data_ptr, nbytes) while acquired
         self._hooks: list[Any] = []
+        self._on_remove: list[Any] = []  # run at the end of remove() (tier entries to release)
         self._patched: list[torch.nn.Module] = []  # modules whose _apply is guarded
         # The last state_dict() call's copies, weakly (they live as long as that state dict).
         self._state_dict_copies: tuple[int, Any] = (0, weakref.WeakValueDictionary())
@@ -266,7 +270,10 @@ class Offload:
                 module.to(device)
             for t in {t: None for unit in self.units for t in unit.tensors}:
                 pager.unregister(t)
+            for done in self._on_remove:
+                done()
         finally:
+            self._on_remove = []
             self._hooks, self._patched = [], []
             self.units, self._pager, self.host_copies = [], None, {}
             self._spans.clear()
@@ -333,14 +340,18 @@ _COMPRESSIBLE = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.Tensor],
-                    compress: bool = False) -> list[_Unit]:
+                    compress: bool = False, source: Any = None) -> list[_Unit]:
+    """Registers each unit's parameters once (tied ones too). ``source``: a function giving a
+    parameter's bytes elsewhere (a mapped file, a shared tier), registered with copy=False."""
     registered: dict[int, Tensor] = {}
     units = []
     for name, module, own in raw_units:
         unit = _Unit(name, module, [])
         for pname, p in own:
             full = f"{name}.{pname}" if name else pname
-            if id(p) not in registered:
+            if id(p) not in registered and source is not None:
+                registered[id(p)] = pager.register(full, source(p), copy=False, read_only=True)
+            elif id(p) not in registered:
                 src = p.detach()
                 if not copy and pager.device.backend == "cuda" and not src.is_pinned():
                     src = src.pin_memory()
@@ -374,7 +385,9 @@ def _place_kept(model: torch.nn.Module, kept, exec_device: torch.device) -> list
 def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] = (),
             device: Device | None = None, copy: bool = True, compress: bool = False,
             static: bool = False, example_inputs: Any = None,
-            link_bytes_per_second: float = 25e9, **config: Any) -> "Offload | StaticOffload":
+            link_bytes_per_second: float = 25e9, weights: str | os.PathLike | None = None,
+            tier: SharedTier | None = None, tier_prefix: str = "",
+            **config: Any) -> "Offload | StaticOffload":
     """Pages ``model``'s parameters through a new pager of ``hbm_budget`` bytes of GPU memory.
 
     ``keep``: module names (or fnmatch patterns: ``"*norm"``) whose parameters stay resident on the
@@ -394,7 +407,22 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     module order a static plan is made for, at ``link_bytes_per_second``. ``compress=True``
     streams bfloat16, float16 and float32 parameters coded and decodes them inside the step. Not
     with ``copy=False`` or pager ``config``.
+
+    ``weights="dir/"``: the model may be built on the meta device (under
+    ``accelerate.init_empty_weights()``); its bytes come from the directory's safetensors files
+    (those ``model.safetensors.index.json`` names, else every ``*.safetensors``), each mapped
+    read-only and lent to the pager, every parameter registered at its offset with no copy: the
+    file's page cache is the host copy, shared by every process on the machine. Parameters are
+    matched by name (a tied one by any of its names), dtype and shape are checked against the
+    headers; ``keep`` modules and meta buffers are copied from the files onto the execution device.
+
+    ``tier=``: an :class:`htp.SharedTier` (:func:`htp.distributed.node_tier`): the parameters are
+    published into it as ``tier_prefix`` + name (all or nothing; ranks publishing the same names
+    share one copy) and paged from it with no private host copy; their own CPU memory is let go as
+    with ``copy=True``. ``remove()`` gives the model copies and releases the entries.
     """
+    if weights is not None or tier is not None:
+        _check_sources(weights, tier, tier_prefix, copy, compress, static)
     if static:
         return _offload_static(model, hbm_budget, keep, device, copy, compress, example_inputs,
                                link_bytes_per_second, config)
@@ -410,11 +438,87 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     unique = {id(p): p for _, _, own in raw_units for _, p in own}
     budget = parse_bytes(hbm_budget, "hbm_budget")
     _check_units_fit(raw_units, budget)
+    if weights is None:
+        _check_no_meta(raw_units, kept)
+    if weights is not None or tier is not None:
+        return _offload_from(model, dev, budget, keep, raw_units, kept, weights, tier,
+                             tier_prefix, config)
     pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts, compress)
     moved = _place_kept(model, kept, _execution_device(dev))
     return Offload(model, pager, units, moved, hosts)
+
+
+def _check_no_meta(raw_units, kept) -> None:
+    """A parameter on the meta device has no bytes: only weights= can page it."""
+    for name, module, own in raw_units + [(n, m, list(m.named_parameters())) for n, m in kept]:
+        for pname, p in own:
+            if p.is_meta:
+                full = ".".join(x for x in (name, pname) if x)
+                raise InvalidArgumentError(
+                    f"offload: parameter {full!r} is on the meta device (no bytes); pass "
+                    "weights='dir/' to page the model from its safetensors files")
+
+
+def _check_sources(weights: Any, tier: Any, tier_prefix: str, copy: bool, compress: bool,
+                   static: bool) -> None:
+    what = "weights=" if weights is not None else "tier="
+    if weights is not None and tier is not None:
+        raise InvalidArgumentError(
+            "offload: weights= and tier= are two sources of the same bytes; pass one (the files "
+            "are already shared between processes through the page cache)")
+    if static or compress or not copy:
+        raise InvalidArgumentError(
+            f"offload({what}...): the bytes are registered in place, with no copy, for the dynamic "
+            f"pager; drop static=True, compress=True and copy=False (got static={static}, "
+            f"compress={compress}, copy={copy})")
+    if tier is not None and not isinstance(tier, SharedTier):
+        raise InvalidArgumentError(
+            f"offload(tier=...): expected an htp.SharedTier (htp.distributed.node_tier()), not "
+            f"{type(tier).__name__}")
+    if not isinstance(tier_prefix, str):
+        raise InvalidArgumentError(f"offload: tier_prefix must be a str, not {tier_prefix!r}")
+
+
+def _offload_from(model: torch.nn.Module, dev: Device, budget: int, keep: list[str], raw_units,
+                  kept, weights: Any, tier: SharedTier | None, tier_prefix: str,
+                  config: dict[str, Any]) -> Offload:
+    """offload(weights=...) or offload(tier=...): parameters registered copy=False from mapped
+    files or from a node's shared tier (htp._weights)."""
+    exec_device = _execution_device(dev)
+    released: list[str] = []
+    if weights is not None and callable(getattr(model, "tie_weights", None)):
+        # A Hugging Face model made under init_empty_weights has its tied parameters apart (and
+        # its checkpoint holds one of them): tie them as from_pretrained does.
+        model.tie_weights()
+        raw_units, kept = _units_of(model, keep)
+    paged = {id(p): p for _, _, own in raw_units for _, p in own}
+    if weights is not None:
+        ckpt = _weights.Checkpoint(weights)
+        entries = _weights.materialize_from(ckpt, model, kept, paged.values(), exec_device)
+        raw_units, kept = _units_of(model, keep)  # the parameters were replaced
+        pager = _make_pager(dev, budget, (), config)
+        source = _weights.file_sources(ckpt, pager, entries)
+    else:
+        names = {}
+        for name, _, own in raw_units:
+            for pname, p in own:
+                names.setdefault(id(p), f"{name}.{pname}" if name else pname)
+        pager = _make_pager(dev, budget, (), config)
+        source, released = _weights.tier_sources(
+            tier, tier_prefix, pager, [(names[i], p) for i, p in paged.items()])
+    try:
+        units = _register_units(pager, raw_units, False, {}, source=source)
+    except BaseException:
+        for n in released:
+            tier.release(n)
+        raise
+    moved = _place_kept(model, kept, exec_device)
+    handle = Offload(model, pager, units, moved, {})
+    if released:
+        handle._on_remove.append(lambda: [tier.release(n) for n in released])
+    return handle
 
 
 def _offload_static(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str],

@@ -167,6 +167,8 @@ void bind_pager_config(nb::module_& m);
 void bind_pager(nb::module_& m);
 void bind_node(nb::module_& m);
 void bind_static_step(nb::module_& m);
+void bind_shared_tier(nb::module_& m);  // shared_tier.cpp
+void bind_safetensors(nb::module_& m);  // safetensors.cpp: safetensors_header
 
 }  // namespace htp::python
 

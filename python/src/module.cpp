@@ -13,4 +13,6 @@ NB_MODULE(_htp, m) {
   htp::python::bind_pager(m);
   htp::python::bind_node(m);
   htp::python::bind_static_step(m);
+  htp::python::bind_shared_tier(m);
+  htp::python::bind_safetensors(m);
 }

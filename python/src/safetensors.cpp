@@ -1,10 +1,14 @@
 // Pager.register_safetensors: a safetensors file's tensors as file-backed weights, its header read
-// and checked in C++ (htp/safetensors.hpp), so that Python parses nothing. All or nothing.
+// and checked in C++ (htp/safetensors.hpp), so that Python parses nothing. All or nothing. And
+// htp.safetensors_header: that checked header as a dict (htp.torch.offload(weights=...) maps the
+// files and registers each tensor at its offset).
 #include "bindings.hpp"
 
 #include <htp/error.hpp>
 #include <htp/safetensors.hpp>
 #include <htp/tensor_file.hpp>
+
+#include <nanobind/stl/string.h>
 
 #include <iterator>
 #include <map>
@@ -84,6 +88,53 @@ nb::dict register_safetensors(pager_state& s, const std::string& path,
         py_tensor{handle, name, a.dtype, a.shape, a.bytes, tensor_kind::weight};
   }
   return out;
+}
+
+namespace {
+
+nb::dict header_dict(const safetensors::header& h) {
+  nb::dict tensors;
+  for (const safetensors::entry& e : h.tensors) {
+    nb::dict t;
+    t["dtype"] = e.dtype;
+    nb::list shape;
+    for (const std::int64_t d : e.shape) shape.append(d);
+    t["shape"] = shape;
+    t["begin"] = e.begin;
+    t["end"] = e.end;
+    t["bytes"] = e.bytes;
+    tensors[nb::str(e.name.data(), e.name.size())] = t;
+  }
+  nb::dict metadata;
+  for (const auto& [k, v] : h.metadata) metadata[nb::str(k.data(), k.size())] = v;
+  nb::dict d;
+  d["data_start"] = h.data_start;
+  d["file_size"] = h.file_size;
+  d["tensors"] = tensors;
+  d["metadata"] = metadata;
+  return d;
+}
+
+}  // namespace
+
+void bind_safetensors(nb::module_& m) {
+  m.def(
+      "safetensors_header",
+      [](const std::string& path) {
+        safetensors::header h;
+        {
+          nb::gil_scoped_release unlocked;
+          h = safetensors::read_header(path);
+        }
+        return header_dict(h);
+      },
+      nb::arg("path"), nb::sig("def safetensors_header(path: str) -> dict[str, object]"),
+      "The checked header of the safetensors file at `path` (htp/safetensors.hpp): "
+      "{'data_start', 'file_size', 'tensors': {name: {'dtype', 'shape', 'begin', 'end', "
+      "'bytes'}} in the order of their bytes (begin and end are absolute offsets in the file), "
+      "'metadata'}. Only the header is read.\n\n"
+      "Raises CorruptDataError (a header that breaks the format: the tensor and the field), "
+      "IoError (the file cannot be read: the path).");
 }
 
 }  // namespace htp::python
