@@ -97,7 +97,8 @@ integrity             10     13     600 tensors, 10,000 checksummed acquires thr
 torch-baseline        16     20     import torch (~8 s), 3.5 GB drawn on the GPU (~2 s), 3 policies x 6 steps (~6 s)
 slab                   5      7     Google Benchmark, 0.05 s per case, ~40 cases (CPU only)
 memcheck              25     32     compute-sanitizer on the cuda conformance tests that hold no stream
-python-tests          20     25     import torch and htp (~8 s), python/tests/test_cuda.py: 6 tests, one Mixtral offload
+python-tests          25     32     import torch and htp (~8 s), python/tests/test_cuda.py: 7 tests, one Mixtral offload,
+                                    the tensor-parallel example on NCCL, world size 1 (~5 s)
 hf-offload           240    300     the whole comparison: 5 modes, 30% and 50%, batch 1 and 16 (extra set only)
 hf-static            175    220     import (~12 s), 16 GB built on the GPU (~5 s), host copy (~8 s); 16 tokens each:
                                     resident (~2 s), static (pinned copy ~7 s, ~4 s), static-compress (encode on
@@ -117,7 +118,7 @@ declare -A set_steps=(
   [extra]="facts wheel hf-offload"
   [static]="facts wheel hf-static"
 )
-declare -A set_limit=([headline]=200 [core]=210 [python]=40 [extra]=330 [static]=240)
+declare -A set_limit=([headline]=200 [core]=210 [python]=47 [extra]=330 [static]=240)
 # Steps that may SKIP on a machine with a GPU: compute-sanitizer absent, or refusing the device
 # (gVisor: "Device not supported"). Any other step that skips there, or exits 77, FAILS.
 optional=" memcheck "

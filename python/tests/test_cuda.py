@@ -99,3 +99,30 @@ def test_compressed_weights_are_decoded_bit_exact_by_the_gpu(gpu):
     m = p.metrics()
     assert m["compressed_tensors"] == 1 and m["page_ins"] == 2
     assert m["page_in_wire_bytes"] < 0.75 * m["page_in_bytes"]
+
+
+def test_tensor_parallel_example_on_nccl_with_world_size_1(monkeypatch, capsys):
+    """examples/python/tensor_parallel.py as torchrun starts it (env:// variables), on NCCL with
+    one rank: the shard is the whole tiny Llama, published into the node's shared tier and paged
+    into the GPU at 30% of it; its logits are allclose to the resident model's."""
+    import json
+    import os
+    import runpy
+    import socket
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HTP_TIER=f"tp-check-{os.getpid()}")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / "tensor_parallel.py"
+    monkeypatch.setattr(sys, "argv", [str(example), "--backend", "cuda"])
+    assert runpy.run_path(str(example), run_name="tensor_parallel")["main"]() == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["backend"] == "cuda" and line["allclose"] and line["world_size"] == 1
+    assert line["page_ins"] > 0  # paged, not resident
+
