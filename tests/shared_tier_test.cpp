@@ -191,7 +191,8 @@ TEST_F(shared_tier_test, SecondOpenAttachesAndLastCloseUnlinks) {
 TEST_F(shared_tier_test, LinksAreOneBudgetForEveryRankAndACloseClearsItsWaits) {
   auto a = htp::shared_tier::open(config());
   auto b = htp::shared_tier::open(config());  // a second rank slot, as another process has
-  const std::uint64_t rate = 1'000'000'000, burst = 1 << 20;
+  // 1 kB/s: a drained burst refills in 17 minutes, so no take below races the refill.
+  const std::uint64_t rate = 1000, burst = 1 << 20;
   auto la = a->link("h2d", rate, burst);
   auto lb = b->link("h2d", rate, burst);
   htp::shared_link::waiter wa, wb;
@@ -199,7 +200,7 @@ TEST_F(shared_tier_test, LinksAreOneBudgetForEveryRankAndACloseClearsItsWaits) {
   EXPECT_EQ(lb->bytes_taken(), burst);  // one cell: b sees a's bytes
   EXPECT_GT(lb->take_or_wait(burst, htp::transfer_priority::fault, wb), 0);
   EXPECT_EQ(la->waiting(htp::transfer_priority::fault), 1u);
-  EXPECT_TRUE(throws_naming([&] { a->link("h2d", rate / 2, burst); }, {"h2d", "500000000"}));
+  EXPECT_TRUE(throws_naming([&] { a->link("h2d", rate / 2, burst); }, {"h2d", "500 B/s"}));
   auto other = a->link("d2h", rate, burst);  // another link: another cell
   EXPECT_EQ(other->bytes_taken(), 0u);
   lb.reset();

@@ -33,8 +33,10 @@ class shared_link;
 namespace detail {
 class link_budget;  // src/transfer/link_budget.hpp
 struct link_cell;   // detail/link_cell.hpp
+using link_cell_clock = std::int64_t (*)() noexcept;
 std::shared_ptr<shared_link> make_cell_link(link_cell& cell, std::size_t slot,
-                                            std::shared_ptr<const void> owner);
+                                            std::shared_ptr<const void> owner,
+                                            link_cell_clock clock);
 }  // namespace detail
 
 class shared_link {
@@ -90,7 +92,8 @@ class shared_link {
 
  private:
   friend std::shared_ptr<shared_link> detail::make_cell_link(detail::link_cell&, std::size_t,
-                                                             std::shared_ptr<const void>);
+                                                             std::shared_ptr<const void>,
+                                                             detail::link_cell_clock);
   shared_link(std::string name, std::unique_ptr<detail::link_budget> budget,
               std::shared_ptr<const void> owner);
   void set_waiting_locked(int& slot, int p) noexcept;

@@ -38,12 +38,22 @@ struct link_cell {
   std::atomic<std::uint64_t> taken_by[link_cell_slots];  ///< of which by each slot's process
   /// waiting[slot][priority]: dispatchers of that process waiting at that priority.
   std::atomic<std::uint32_t> waiting[link_cell_slots][link_cell_priorities];
+  /// When each slot's process last asked the cell for tokens (steady clock, ns). A waiting
+  /// dispatcher asks again at least once per burst time, so counts of a slot that has not asked
+  /// for far longer are a dead process's, ignored until its slot is reclaimed: a rank killed while
+  /// its faults waited holds back no other rank's prefetch.
+  std::atomic<std::int64_t> asked_ns[link_cell_slots];
 };
+
+/// A cell's clock: the steady clock (shared by every process of the machine); tests inject one.
+using link_cell_clock = std::int64_t (*)() noexcept;
 
 /// Makes a free cell ready with this name, rate and burst, or checks a ready one has them.
 /// Returns false if the cell holds another name (the caller tries the next cell).
-/// @throws htp::invalid_argument for a zero rate or burst, a name longer than 59 bytes, or a
-/// ready cell of this name with another rate or burst (the message names both).
+/// A cell left half made by a process that died while making it is made anew (callers claim under
+/// the tier's lock). @throws htp::invalid_argument for a zero rate or burst, a burst longer than
+/// 10^9 s at the rate, a name longer than 59 bytes, or a ready cell of this name with another rate
+/// or burst (the message names both).
 bool link_cell_claim(link_cell& cell, const std::string& name, std::uint64_t bytes_per_second,
                      std::uint64_t burst_bytes);
 /// Clears the waiting counts of `slot` (its process died or closed). Never throws.
@@ -52,7 +62,8 @@ void link_cell_forget_slot(link_cell& cell, std::size_t slot) noexcept;
 /// under `slot`; `owner` keeps the cell's memory mapped while the link lives.
 /// @throws htp::invalid_argument if the cell is not ready or slot >= link_cell_slots.
 std::shared_ptr<shared_link> make_cell_link(link_cell& cell, std::size_t slot,
-                                            std::shared_ptr<const void> owner);
+                                            std::shared_ptr<const void> owner,
+                                            link_cell_clock clock = nullptr);
 /// Bytes the process of `slot` took from the cell (the link's split between processes).
 /// Never throws.
 std::uint64_t link_cell_taken_by(const link_cell& cell, std::size_t slot) noexcept;
