@@ -45,17 +45,22 @@ void cuda_device::copy_across_pieces(void* dst, const void* src, std::size_t byt
                                      copy_direction direction, cudaStream_t s) {
   const bool host_is_src = direction == copy_direction::host_to_device;
   const void* host = host_is_src ? src : dst;
-  std::pair<const void*, const cuda::registered_ranges::range*> in{nullptr, nullptr};
+  const void* first = nullptr;  // the range's start and pieces, read under the lock
+  std::size_t pieces = 1;
   {
     std::lock_guard lock(memory_mutex_);
-    in = registered_.containing(host);
+    const auto in = registered_.containing(host);
+    if (in.second != nullptr) {
+      first = in.first;
+      pieces = in.second->pieces;
+    }
   }
-  if (in.second == nullptr || in.second->pieces == 1) {
+  if (pieces == 1) {
     HTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(direction), s));
     return;
   }
   const auto start =
-      static_cast<std::size_t>(static_cast<const char*>(host) - static_cast<const char*>(in.first));
+      static_cast<std::size_t>(static_cast<const char*>(host) - static_cast<const char*>(first));
   detail::for_each_registration_piece(
       start, bytes, detail::max_registration_piece, [&](std::size_t off, std::size_t n) {
         const std::size_t k = off - start;

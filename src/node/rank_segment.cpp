@@ -210,7 +210,9 @@ void rank_segment::claim() {
   rank_record& me = record(rank_);
   std::uint32_t free_state = 0;
   if (!me.state.compare_exchange_strong(free_state, 1)) {
-    while (me.state.load() == 1) std::this_thread::yield();  // its pid is being written
+    // Its pid is being written (microseconds), unless its process died in between: bounded.
+    const auto until = clock::now() + std::chrono::seconds(1);
+    while (me.state.load() == 1 && clock::now() < until) std::this_thread::yield();
     const std::int64_t pid = me.pid;
     throw logic_error(concat("make_sim_rank_collectives: rank ", rank_, " of ", path_,
                              " was already joined by pid ", pid,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -29,6 +30,28 @@ class segment_lock {
   const shared_tier::impl& p_;
   std::lock_guard<std::mutex> local_;
 };
+
+/// Publishes the rows a fill reserved (ready, held by `bit`) or takes them back (free). Each row
+/// changes by single atomic stores, so when the segment's lock cannot be had in time the stores go
+/// ahead without it: rows left "filling" by a live process would block its waiters for good.
+void finish_fill(const shared_tier::impl& p, const std::vector<std::uint64_t>& rows, bool filled,
+                 std::uint64_t bit) noexcept {
+  std::optional<segment_lock> g;
+  try {
+    g.emplace(p);
+  } catch (...) {  // a lock held past the timeout, or a system error: the stores need no lock
+  }
+  segment_header* h = p.map.get();
+  for (std::uint64_t i : rows) {
+    tier_entry& e = entries_of(h)[i];
+    if (filled) {
+      e.holders.store(bit, std::memory_order_relaxed);
+      e.state.store(entry_ready, std::memory_order_release);
+    } else if (e.state.load(std::memory_order_relaxed) == entry_filling && e.filler == p.slot) {
+      e.state.store(entry_free, std::memory_order_release);
+    }
+  }
+}
 
 void check_entry_name(const std::string& tier, const std::string& name) {
   HTP_EXPECTS(!name.empty() && name.size() <= max_name_bytes, htp::invalid_argument,
@@ -194,20 +217,10 @@ std::vector<shared_entry> shared_tier::publish(
   try {
     if (fill) fill(out);
   } catch (...) {
-    segment_lock g(p);
-    for (std::uint64_t i : rows) {
-      tier_entry& e = entries_of(h)[i];
-      if (e.state.load(std::memory_order_relaxed) == entry_filling && e.filler == p.slot) {
-        e.state.store(entry_free, std::memory_order_release);
-      }
-    }
+    finish_fill(p, rows, false, bit);
     throw;
   }
-  segment_lock g(p);
-  for (std::uint64_t i : rows) {
-    entries_of(h)[i].holders.store(bit, std::memory_order_relaxed);
-    entries_of(h)[i].state.store(entry_ready, std::memory_order_release);
-  }
+  finish_fill(p, rows, true, bit);
   return out;
 }
 

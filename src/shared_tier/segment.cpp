@@ -112,6 +112,11 @@ bool slot_alive(const rank_slot& s) noexcept {
   const pid_t pid = s.pid.load(std::memory_order_relaxed);
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  // A /proc this process cannot read (hidepid, no /proc) says nothing: kill() said the pid lives,
+  // so the slot is taken as alive rather than reclaimed from under a running process.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  if (::access(path, R_OK) != 0 && errno != ENOENT) return true;
   const std::uint64_t start = process_start_time(pid);
   return start != 0 && start == s.start_time.load(std::memory_order_relaxed);
 }
