@@ -194,6 +194,34 @@ def file_sources(ckpt: Checkpoint, pager: Pager, entries: dict[int, Entry]
     return lambda p: ckpt.tensor(entries[id(p)])
 
 
+# Tier entries each offload of this process holds, by tier handle: the tier counts one hold per
+# process, so a second offload of the same names would be freed by the first one's remove().
+_HELD: dict[tuple[str, int, int], set[str]] = {}
+
+
+def release_held(tier: SharedTier, names: list[str]) -> None:
+    """Releases entries an offload published (on remove, or when it failed)."""
+    held = _HELD.get((tier.name, tier.slot, id(tier)), set())
+    for n in names:
+        held.discard(n)
+        tier.release(n)
+
+
+def _check_same_bytes(tier: SharedTier, names: list[str], arrays: list[np.ndarray],
+                      params: list[tuple[str, torch.nn.Parameter]]) -> None:
+    """Another process published these names first: its bytes must be this process's, or a rank
+    would page another rank's weights (tensor-parallel shards share names and shapes) silently."""
+    for n, a, (_, p) in zip(names, arrays, params):
+        nbytes = p.numel() * p.element_size()
+        mine = p.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        if not np.array_equal(a[:nbytes], mine):
+            raise InvalidArgumentError(
+                f"offload(tier=...): tier {tier.name!r} already holds entry {n!r}, published by "
+                "another process, with other bytes than this process's parameter: ranks with "
+                "different weights (tensor-parallel shards) need their own tier_prefix, e.g. "
+                "tier_prefix=f'rank{rank}/'")
+
+
 def tier_sources(tier: SharedTier, prefix: str, pager: Pager,
                  params: list[tuple[str, torch.nn.Parameter]]
                  ) -> tuple[Callable[[torch.nn.Parameter], torch.Tensor], list[str]]:
@@ -207,19 +235,31 @@ def tier_sources(tier: SharedTier, prefix: str, pager: Pager,
                 f"offload(tier=...): parameter {name!r} is on the meta device and has no bytes to "
                 "publish; load it first, or pass weights= to page it from its files")
     names = [prefix + n for n, _ in params]
+    key = (tier.name, tier.slot, id(tier))
+    held = _HELD.setdefault(key, set())
+    twice = held.intersection(names)
+    if twice:
+        raise InvalidArgumentError(
+            f"offload(tier=...): this process already holds tier entry {sorted(twice)[0]!r} of "
+            f"tier {tier.name!r} for another offload; give each offload its own tier_prefix")
     batch = [(n, max(1, p.numel() * p.element_size())) for n, (_, p) in zip(names, params)]
+    filled = [False]
 
     def fill(arrays: list[np.ndarray]) -> None:
+        filled[0] = True
         for a, (_, p) in zip(arrays, params):
             if p.numel():
                 torch_view(a, p.dtype, p.shape).copy_(p.detach())
     arrays = tier.publish(batch, fill)
     try:
+        if not filled[0]:
+            _check_same_bytes(tier, names, arrays, params)
         pager.lend(tier.data)
     except BaseException:
         for n in names:
             tier.release(n)
         raise
+    held.update(names)
     by_id = {id(p): torch_view(a[:p.numel() * p.element_size()], p.dtype, p.shape)
              for a, (_, p) in zip(arrays, params)}
     return (lambda p: by_id[id(p)]), names

@@ -510,14 +510,14 @@ def _offload_from(model: torch.nn.Module, dev: Device, budget: int, keep: list[s
             tier, tier_prefix, pager, [(names[i], p) for i, p in paged.items()])
     try:
         units = _register_units(pager, raw_units, False, {}, source=source)
+        moved = _place_kept(model, kept, exec_device)
+        handle = Offload(model, pager, units, moved, {})
     except BaseException:
-        for n in released:
-            tier.release(n)
+        if released:
+            _weights.release_held(tier, released)
         raise
-    moved = _place_kept(model, kept, exec_device)
-    handle = Offload(model, pager, units, moved, {})
     if released:
-        handle._on_remove.append(lambda: [tier.release(n) for n in released])
+        handle._on_remove.append(lambda: _weights.release_held(tier, released))
     return handle
 
 

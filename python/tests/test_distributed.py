@@ -192,6 +192,34 @@ def test_offload_through_the_tier_matches_and_releases(tier_name):
         assert torch.equal(model(ids).logits, want)
 
 
+def test_a_tier_entry_of_other_bytes_or_held_twice_is_refused(tier_name):
+    """Tensor-parallel shards share names and shapes: a rank attaching to entries another process
+    published with other bytes gets a typed error, never the other rank's weights; and a second
+    offload of the same names in one process is refused (the first one's remove() would free
+    them under it)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import htp.torch as ht
+    from conftest import build_model
+    first, keep = build_model("llama", torch.float32)
+    second, _ = build_model("llama", torch.float32)
+    with torch.no_grad():
+        second.model.layers[0].mlp.up_proj.weight[0, 0] += 1  # one element differs
+    publisher = htp.SharedTier(tier_name, "8MiB", page_bytes="4KiB")  # another rank's slot
+    attacher = htp.SharedTier(tier_name, "8MiB", page_bytes="4KiB")
+    dev = htp.make_device("sim")
+    handle = ht.offload(first, "512KiB", keep=keep, device=dev, tier=publisher, tier_prefix="r/")
+    entries = publisher.describe()["entries"]
+    with pytest.raises(htp.InvalidArgumentError, match="other bytes.*tier_prefix"):
+        ht.offload(second, "512KiB", keep=keep, device=dev, tier=attacher, tier_prefix="r/")
+    third, _ = build_model("llama", torch.float32)
+    with pytest.raises(htp.InvalidArgumentError, match="already holds"):
+        ht.offload(third, "512KiB", keep=keep, device=dev, tier=publisher, tier_prefix="r/")
+    assert publisher.describe()["entries"] == entries  # the refusals took nothing away
+    handle.remove()
+    assert publisher.describe()["entries"] == 0
+
+
 # ---- the example under torchrun -----------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
