@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace htp {
@@ -142,10 +144,19 @@ batch_state classify(segment_header* h, const std::string& tier,
                      const std::vector<shared_entry_request>& batch,
                      std::vector<std::uint64_t>& rows) {
   rows.clear();
+  // One pass over the table, then a lookup per name: a batch of a model's thousands of tensors
+  // costs one scan of the table, not one per tensor, while it holds the node's lock.
+  std::unordered_map<std::string_view, std::uint64_t> by_name;
+  const tier_entry* table = entries_of(h);
+  for (std::uint64_t i = 0; i < h->max_entries; ++i) {
+    if (table[i].state.load(std::memory_order_relaxed) != entry_free)
+      by_name.emplace(std::string_view(table[i].name), i);
+  }
   std::size_t present = 0;
   std::string missing, there;
   for (const shared_entry_request& r : batch) {
-    const std::int64_t i = lookup(h, r.name);
+    const auto found = by_name.find(r.name);
+    const std::int64_t i = found == by_name.end() ? -1 : static_cast<std::int64_t>(found->second);
     if (i < 0) {
       if (missing.empty()) missing = r.name;
       continue;
