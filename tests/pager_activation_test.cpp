@@ -54,13 +54,18 @@ TEST_F(pager_activation_test, a_fresh_acquire_moves_no_bytes_and_the_writes_surv
   EXPECT_FALSE(p.info(a).dead);
   EXPECT_TRUE(p.info(a).dirty);
 
-  // Weights acquired one after another push the live activation out (LRU: no schedule).
-  std::vector<tensor_handle> ws;
-  for (int i = 0; i < 3; ++i) {
-    const auto w = payload(bytes, 100 + i);
-    ws.push_back(p.register_tensor("w" + std::to_string(i), bytes, tensor_kind::weight, w.data()));
-    EXPECT_EQ(device_checksum(p, *dev, ws.back(), compute, slot), checksum(w.data(), w.size()));
-  }
+  // Clean tensors go first: one weight is held pinned, so the next one's fault can only make
+  // room by writing the live activation back.
+  const auto w0 = payload(bytes, 100);
+  const auto w1 = payload(bytes, 101);
+  const auto h0 = p.register_tensor("w0", bytes, tensor_kind::weight, w0.data());
+  const auto h1 = p.register_tensor("w1", bytes, tensor_kind::weight, w1.data());
+  const device_span held = p.acquire(h0, compute);
+  dev->checksum_async(held.data, held.bytes, slot.value, compute);
+  compute.synchronize();
+  EXPECT_EQ(*slot.value, checksum(w0.data(), w0.size()));
+  EXPECT_EQ(device_checksum(p, *dev, h1, compute, slot), checksum(w1.data(), w1.size()));
+  p.release(h0, compute);
   p.synchronize();
   EXPECT_EQ(p.info(a).where, residency::host);
   m = p.metrics();
