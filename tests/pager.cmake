@@ -5,6 +5,8 @@ target_include_directories(test_pager_schedule PRIVATE ${PROJECT_SOURCE_DIR}/src
 htp_add_test(test_pager_lookahead pager_lookahead_test.cpp)
 target_include_directories(test_pager_lookahead PRIVATE ${PROJECT_SOURCE_DIR}/src)
 htp_add_test(test_pager_shadow pager_shadow_test.cpp)
+# Activations: fresh acquires, release_last_use, a training-like loop.
+htp_add_test(test_pager_activation pager_activation_test.cpp)
 htp_add_test(test_pager_threads pager_threads_test.cpp)
 htp_add_test(test_pager_scale pager_scale_test.cpp)
 htp_add_test(test_pager_queue_limit pager_queue_limit_test.cpp)

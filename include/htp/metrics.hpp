@@ -63,8 +63,8 @@ enum class counter_kind { level, count, count_ns };
     "Wire bytes of the compressed tensors: what their host extents or files hold.")              \
   X(encode_ns, count_ns, "Host time register_tensor spent encoding weights (caller's thread).")  \
   X(acquires, count,                                                                             \
-    "Tensor acquires; acquires == hits + faults + degraded_acquires + failed_acquires + "        \
-    "oom_ladder.thrown.")                                                                        \
+    "Tensor acquires; acquires == hits + faults + activation_fresh_acquires + "                  \
+    "degraded_acquires + failed_acquires + oom_ladder.thrown.")                                  \
   X(hits, count, "Acquires that found the tensor resident or loading.")                          \
   X(faults, count, "Acquires that had to start a page-in (page faults).")                        \
   X(failed_acquires, count, "Acquires that threw a device error (copy failed, ...).")            \
@@ -99,7 +99,13 @@ enum class counter_kind { level, count, count_ns };
   X(compaction_moves, count, "Tensors moved by compaction.")                                     \
   X(compaction_bytes, count, "Bytes moved by compaction.")                                       \
   X(degraded_acquires, count,                                                                    \
-    "Acquires served from mapped host memory because HBM was full of pinned tensors.")
+    "Acquires served from mapped host memory because HBM was full of pinned tensors.")           \
+  X(activation_fresh_acquires, count,                                                            \
+    "Acquires of a dead activation: HBM allocated, nothing copied in (not a fault).")            \
+  X(activation_dead_releases, count,                                                             \
+    "release_last_use calls: activations whose content died, their HBM freed unwritten.")        \
+  X(activation_write_back_bytes, count,                                                          \
+    "Of write_back_bytes, those of live activations evicted before their last use.")
 
 /// Page-fault waits, the mission's number. One sample per demand fault, and per late prefetch
 /// (counted with its remaining wait): from the acquire call to the bytes being in HBM, which is

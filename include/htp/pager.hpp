@@ -43,8 +43,18 @@ namespace htp {
 /// What a tensor holds, which decides what eviction costs.
 enum class tensor_kind {
   weight,         ///< read-only; the host copy is authoritative; eviction just frees HBM.
-  mutable_state,  ///< KV-cache blocks, activations: eviction writes a dirty copy back first.
+  mutable_state,  ///< KV-cache blocks: eviction writes a dirty copy back first.
+  /// A training step's saved tensor: mutable, and its content lives only from its first write to
+  /// its last use (docs/pager.md, "Activations"). Registered dead (no source); an acquire of a
+  /// dead one allocates HBM and copies nothing in (its bytes are undefined until the kernels write
+  /// them); release(dirty = true) makes it live; eviction writes a live one back to its host
+  /// extent (reserved at registration, written only then); release_last_use makes it dead again,
+  /// freeing its HBM with no write-back.
+  activation,
 };
+
+/// Whether kernels may write tensors of `kind` (a dirty copy is written back on eviction).
+constexpr bool is_mutable(tensor_kind kind) noexcept { return kind != tensor_kind::weight; }
 
 /// A registered tensor. A value: copy it freely. The generation makes a handle stale once its
 /// tensor is unregistered, even after the slot is reused.
@@ -202,6 +212,9 @@ struct tensor_info {
   bool copy_in_flight = false;  ///< a load, write-back or move has not completed.
   bool device_resident =
       false;  ///< registered with register_resident: in HBM for life, no host copy.
+  /// An activation whose content is dead: registered and not yet written, or past
+  /// release_last_use. Its next acquire is fresh (no page-in); its host copy is stale.
+  bool dead = false;
 };
 
 class pager {
@@ -219,9 +232,11 @@ class pager {
 
   /// Registers a tensor of `bytes` bytes: its host extent is allocated and filled from `source`
   /// (`bytes` readable bytes; null = zero-filled; on a timing-only device nothing is filled and
-  /// `source` is not read). State: host.
-  /// @throws htp::invalid_argument if bytes == 0, or the tensor could never fit in HBM and
-  /// on_oom != allow_degraded; htp::out_of_memory if the host tier is full (nothing changes).
+  /// `source` is not read). State: host. An activation takes no source: it starts dead, its host
+  /// extent reserved and not filled.
+  /// @throws htp::invalid_argument if bytes == 0, the tensor could never fit in HBM and
+  /// on_oom != allow_degraded, or an activation is given a source; htp::out_of_memory if the host
+  /// tier is full (nothing changes).
   tensor_handle register_tensor(std::string name, std::size_t bytes, tensor_kind kind,
                                 const void* source = nullptr);
   /// Registers a weight stored compressed (docs/pager.md, "Compressed weights"): `source` (`bytes`
@@ -293,7 +308,8 @@ class pager {
   /// ones fragment HBM. acquire/release work as for any tensor (a hit, always); release's `dirty`
   /// is accepted for mutable ones and changes nothing; copy_to_host reads HBM; evict refuses it.
   /// For weights kept in HBM all run long and for scratch (staging buffers, workspaces).
-  /// @throws htp::invalid_argument if bytes == 0 or it is larger than any HBM extent;
+  /// @throws htp::invalid_argument if bytes == 0, it is larger than any HBM extent, or it is an
+  /// activation (one that stays in HBM needs no pager: use mutable_state);
   /// htp::out_of_memory when HBM cannot make room (pinned tensors and other device-resident ones
   /// fill it); htp::cuda_error if the fill fails. Nothing is left behind on failure.
   tensor_handle register_resident(std::string name, std::size_t bytes, tensor_kind kind,
@@ -359,6 +375,19 @@ class pager {
   /// release took effect) when this was the last holder of a page-in that failed after its
   /// acquire returned (see acquire).
   void release(tensor_handle h, stream_ref compute, bool dirty = false);
+  /// Unpins the last acquire of an activation, as release() does, and marks its content dead:
+  /// this was its last use (the backward pass read it). Stream order: an event is recorded on
+  /// `compute`, and the HBM extent goes back to the pager at once, fenced by that event: nothing
+  /// is copied into it, and no acquire's kernels use it, before `compute` passes this point. No
+  /// write-back of dead content is ever started, and the host copy is stale from now on. A
+  /// write-back or compaction move already in flight for it (started before the acquire) is let
+  /// finish; the extent is freed when it does. The next acquire is fresh (see
+  /// tensor_kind::activation). Thread-safe, like release.
+  /// @throws htp::invalid_argument for a stale handle, a tensor that is not an activation, one
+  /// not acquired, or one still pinned by other acquires (release those first): nothing changes
+  /// then. htp::corrupt_data, htp::io_error or htp::cuda_error as release does when its page-in
+  /// failed after the acquire returned (the release took effect).
+  void release_last_use(tensor_handle h, stream_ref compute);
 
   /// acquire() for a list of handles in one call (a sequence's KV blocks, a layer's weights), with
   /// one lock and the same guarantees: on return every span (in the order of `hs`) is usable on

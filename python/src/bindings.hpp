@@ -100,7 +100,8 @@ nb::object exportable(nb::handle source);
 /// `source` (after exportable) as an array, for `what` (e.g. "register 'w'").
 /// @throws htp::invalid_argument when it is not one htp can read (no DLPack, no buffer protocol).
 nb::ndarray<nb::ro> array_of(nb::handle source, const std::string& what);
-/// A tensor kind from htp.TensorKind or its name: "weight", "mutable" or "mutable_state".
+/// A tensor kind from htp.TensorKind or its name: "weight", "mutable", "mutable_state" or
+/// "activation".
 /// @throws htp::invalid_argument for another name.
 tensor_kind kind_of(nb::handle kind);
 /// An htp.Tensor or an iterable of them, as a list; `single` (when given) says it was one tensor.
@@ -201,6 +202,9 @@ nb::object acquire_views(pager_state& self, nb::handle tensors, nb::handle strea
 /// Pager.release: releases `tensors` on the stream `stream` names (one event). The GIL is released
 /// while the pager works.
 void release_views(pager_state& self, nb::handle tensors, nb::handle stream, bool dirty);
+/// Pager.release_last_use: pager::release_last_use of one activation on `stream` (resolved as
+/// release_views does).
+void release_last_use_view(pager_state& self, const py_tensor& tensor, nb::handle stream);
 /// Pager.acquired: a context manager (htp._htp.Acquired) over acquire_views and release_views.
 nb::object acquired(pager_state& self, nb::object tensors, nb::object stream, bool dirty);
 void bind_acquired(nb::module_& m);

@@ -66,8 +66,10 @@ tensor_kind kind_of(nb::handle kind) {
     const std::string k = nb::cast<std::string>(kind);
     if (k == "weight") return tensor_kind::weight;
     if (k == "mutable" || k == "mutable_state") return tensor_kind::mutable_state;
+    if (k == "activation") return tensor_kind::activation;
   }
-  throw htp::invalid_argument("kind " + repr_of(kind) + " is none of 'weight', 'mutable'");
+  throw htp::invalid_argument("kind " + repr_of(kind) +
+                              " is none of 'weight', 'mutable', 'activation'");
 }
 
 std::vector<py_tensor> tensors_of(nb::handle tensors, bool* single) {
@@ -123,7 +125,9 @@ py_tensor register_copy(pager_state& s, std::string name, const nb::ndarray<nb::
   tensor_handle h;
   {
     nb::gil_scoped_release unlocked;
-    h = s.pager->register_tensor(name, a.bytes, kind, a.data);
+    // An activation starts dead: the source gives its dtype and shape, not its bytes.
+    h = s.pager->register_tensor(name, a.bytes, kind,
+                                 kind == tensor_kind::activation ? nullptr : a.data);
   }
   return tensor_of(h, std::move(name), a, kind);
 }
@@ -367,6 +371,7 @@ nb::dict info_of(pager_state& s, const py_tensor& t) {
   d["degraded"] = i.degraded;
   d["copy_in_flight"] = i.copy_in_flight;
   d["device_resident"] = i.device_resident;
+  d["dead"] = i.dead;
   return d;
 }
 
@@ -414,8 +419,10 @@ void bind_pager_registration(nb::class_<pager_state>& cls) {
           "copy (a pinned torch tensor is used as it is; other memory is registered with the "
           "driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a "
           "memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors "
-          "of one buffer: `lend` it first. `kind`: 'weight' or 'mutable' (written back when "
-          "evicted dirty). `compress=True` (bfloat16, float16 or float32 weights, with "
+          "of one buffer: `lend` it first. `kind`: 'weight', 'mutable' (written back when "
+          "evicted dirty) or 'activation' (a training step's saved tensor: the source gives only "
+          "its dtype and shape; it starts dead, see release_last_use). `compress=True` (bfloat16, "
+          "float16 or float32 weights, with "
           "`copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only "
           "the compressed bytes are kept; each page-in copies them and decodes on the GPU "
           "(docs/pager.md, \"Compressed weights\").\n\n"
@@ -494,6 +501,13 @@ void bind_pager_access(nb::class_<pager_state>& cls) {
                    "dirty: bool = False) -> None"),
            "Unpins the tensor(s), ordered after the work queued on `stream` so far (one event). "
            "`dirty`: kernels wrote them (mutable tensors only).")
+      .def("release_last_use", &release_last_use_view, nb::arg("tensor"),
+           nb::arg("stream").none() = nb::none(),
+           nb::sig("def release_last_use(self, tensor: Tensor, stream: object = None) -> None"),
+           "Releases the last acquire of an activation at its last use (the backward pass read "
+           "it): its content dies and its HBM is freed once `stream` passes this point, with no "
+           "write-back. The next acquire is fresh (nothing copied in). Raises "
+           "InvalidArgumentError for another kind, or while other acquires still hold it.")
       .def("acquired", &acquired, nb::arg("tensors"), nb::arg("stream").none() = nb::none(),
            nb::arg("dirty") = false,
            nb::sig("def acquired(self, tensors: Tensor | collections.abc.Sequence[Tensor], stream: "

@@ -159,7 +159,10 @@ node_config make_node_config(const nb::dict& options) {
 void bind_pager_config(nb::module_& m) {
   nb::enum_<tensor_kind>(m, "TensorKind")
       .value("weight", tensor_kind::weight, "Read-only; eviction just frees HBM.")
-      .value("mutable_state", tensor_kind::mutable_state, "KV blocks, activations: written back.");
+      .value("mutable_state", tensor_kind::mutable_state, "KV blocks: written back when dirty.")
+      .value("activation", tensor_kind::activation,
+             "A training step's saved tensor: dead until written, written back only if evicted "
+             "live, freed unwritten at release_last_use.");
   nb::enum_<eviction_rule>(m, "EvictionRule")
       .value("automatic", eviction_rule::automatic)
       .value("lru", eviction_rule::lru)

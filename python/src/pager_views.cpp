@@ -81,6 +81,13 @@ void release_views(pager_state& self, nb::handle tensors, nb::handle stream, boo
   self.pager->release(hs, target.ref, dirty);
 }
 
+void release_last_use_view(pager_state& self, const py_tensor& tensor, nb::handle stream) {
+  const stream_binder::target target = self.streams->resolve(stream);
+  nb::gil_scoped_release unlocked;
+  self.streams->before_release(target);
+  self.pager->release_last_use(tensor.handle, target.ref);
+}
+
 namespace {
 
 /// What Pager.acquired returns: acquires on __enter__ (after checking `dirty`: weights cannot be

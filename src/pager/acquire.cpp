@@ -18,11 +18,22 @@ using detail::pending_kind;
 using detail::tensor_record;
 
 bool pager::impl::page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot, bool& compacted,
-                          acquire_outcome& outcome) {
+                          acquire_outcome& outcome, std::vector<event_ref>& waits) {
   const tensor_record& t = tensors[slot];
   // A file or compressed tensor has no raw host copy to map: it cannot be served degraded.
   detail::demand_result r = room.for_demand(t.bytes, !compacted, t.source.raw_host() != nullptr);
   compacted = compacted || r.waits.compacted;
+  if (r.room && t.dead) {
+    // A dead activation: nothing to copy in. The kernels write the extent directly, so the compute
+    // stream itself waits for what may still use it (the fences a load would have waited for).
+    for (event_ref e : room.fence_events(*r.room)) {
+      events.retain(e);
+      waits.push_back(e);
+    }
+    tensors.begin_fresh(slot, *r.room);
+    outcome = acquire_outcome::fresh;
+    return true;
+  }
   if (r.room) {
     room.load(slot, *r.room, transfer_priority::fault);
     outcome = acquire_outcome::fault;
@@ -94,7 +105,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
         tensors.cancel_write_back(slot);
         break;
       case residency::host:
-        if (!page_in(lock, slot, compacted, outcome)) continue;
+        if (!page_in(lock, slot, compacted, outcome, waits)) continue;
         if (outcome == acquire_outcome::degraded_oom) {
           const tensor_record& r = tensors[slot];
           return {dev.mapped_device_pointer(r.source.raw_host()), r.bytes, true};
@@ -106,7 +117,7 @@ device_span pager::impl::acquire_one(std::unique_lock<std::mutex>& lock, tensor_
     const tensor_record& r = tensors[slot];  // (page_in may have dropped the lock)
     // A mutable tensor's kernels on other streams may have written it: this stream waits for their
     // release events on the device, as it would for a copy (its own stream is ordered already).
-    if (r.kind == tensor_kind::mutable_state) {
+    if (is_mutable(r.kind)) {
       for (const auto& p : r.release_events) {
         if (p.stream == compute) continue;
         events.retain(p.event);
@@ -219,23 +230,34 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
   tell_acquired(observe.all, tensors, hs, outcomes, called);
 }
 
-void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute,
-                            bool dirty) {
-  detail::check_stream_handle(compute.native, "release: the compute stream");
-  check_not_capturing(compute, "release");
+void pager::impl::check_release(const tensor_handle* hs, std::size_t n, bool dirty, bool last_use) {
+  const char* call = last_use ? "release_last_use" : "release";
+  tensors.check_list(hs, n, call, [&](const tensor_record& t) {
+    HTP_EXPECTS(t.pins > 0, invalid_argument, call, "('", t.name,
+                "') without a matching acquire (or released twice)");
+    HTP_EXPECTS(
+        !(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
+        "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
+        "if kernels write it");
+    if (!last_use) return;
+    HTP_EXPECTS(t.kind == tensor_kind::activation, invalid_argument, "release_last_use('", t.name,
+                "'): only an activation's content dies at a last use; register it as "
+                "tensor_kind::activation, or call release()");
+    HTP_EXPECTS(t.pins == 1, invalid_argument, "release_last_use('", t.name, "'): ", t.pins,
+                " acquires still pin it; release the others first, so that the last use is the "
+                "last holder");
+  });
+}
+
+void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty,
+                            bool last_use) {
+  const char* call = last_use ? "release_last_use" : "release";
+  detail::check_stream_handle(compute.native, last_use ? "release_last_use: the compute stream"
+                                                       : "release: the compute stream");
+  check_not_capturing(compute, call);
   std::unique_lock lock(mutex);
-  const auto check = [&] {  // everything, before anything changes
-    tensors.check_list(hs, n, "release", [&](const tensor_record& t) {
-      HTP_EXPECTS(t.pins > 0, invalid_argument, "release('", t.name,
-                  "') without a matching acquire (or released twice)");
-      HTP_EXPECTS(
-          !(dirty && t.kind == tensor_kind::weight), invalid_argument, "release('", t.name,
-          "', dirty = true): weights are read-only; register it as tensor_kind::mutable_state "
-          "if kernels write it");
-    });
-  };
   reap();
-  check();
+  check_release(hs, n, dirty, last_use);  // everything, before anything changes
   if (n == 0) return;
   const event_ref e = events.take();  // one event for the whole list, held once per tensor
   // Recording on the caller's stream may block while its queue is full: never under the lock.
@@ -257,18 +279,31 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
   const bool ordered = alone_at_start && releases.records_started == my_record;
   try {
     reap();
-    check();  // a concurrent release of the same pins (a caller's double release) shows here
+    // A concurrent release of the same pins (a caller's double release) shows here.
+    check_release(hs, n, dirty, last_use);
   } catch (...) {
     events.release(e);
     throw;
   }
   for (std::size_t i = 1; i < n; ++i) events.retain(e);
-  const std::uint64_t seq = ++releases.seq;
+  unpin_released(hs, n, {e, compute, ++releases.seq}, dirty, last_use, ordered);
+  tensors.retire_releases(compute.native);
+  prefetch.upcoming(room);  // the memory just released may be what the next layer needs
+  room.maybe_compact();
+  sample_occupancy();
+}
+
+void pager::impl::unpin_released(const tensor_handle* hs, std::size_t n,
+                                 detail::release_point point, bool dirty, bool last_use,
+                                 bool ordered) {
   std::string failed;  // a page-in that failed after acquire returned
   std::exception_ptr cause;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t slot = hs[i].index;
-    auto freed = tensors.release(slot, {e, compute, seq}, dirty, /*supersede=*/ordered);
+    auto freed = last_use ? tensors.release_last_use(slot, point, /*supersede=*/ordered)
+                          : tensors.release(slot, point, dirty, /*supersede=*/ordered);
+    // A dead activation's extent goes back now, fenced by the event just recorded.
+    if (last_use) room.discard_dead(slot);
     if (!freed) continue;
     // The last holder of an extent whose page-in failed: freed after the kernels, and the caller
     // told that what they read was not the tensor.
@@ -278,18 +313,13 @@ void pager::impl::release_n(const tensor_handle* hs, std::size_t n, stream_ref c
       cause = tensors[slot].times.load_error;
     }
   }
-  if (!failed.empty()) {
-    const std::string what = detail::concat(
-        "release('", failed,
-        "'): its page-in failed after acquire returned; the release took effect, but kernels "
-        "ordered after that acquire read undefined bytes");
-    if (cause) throw_transfer_failed(what, cause);  // typed: io_error, corrupt_data
-    throw_copy_failed(what, "the copy failed on the device");
-  }
-  tensors.retire_releases(compute.native);
-  prefetch.upcoming(room);  // the memory just released may be what the next layer needs
-  room.maybe_compact();
-  sample_occupancy();
+  if (failed.empty()) return;
+  const std::string what = detail::concat(
+      last_use ? "release_last_use('" : "release('", failed,
+      "'): its page-in failed after acquire returned; the release took effect, but kernels "
+      "ordered after that acquire read undefined bytes");
+  if (cause) throw_transfer_failed(what, cause);  // typed: io_error, corrupt_data
+  throw_copy_failed(what, "the copy failed on the device");
 }
 
 }  // namespace htp

@@ -28,6 +28,7 @@ enum class acquire_outcome {
   fault,
   degraded,      // shares a degraded (zero-copy) acquire already in place
   degraded_oom,  // the ladder's rung 5 served it zero-copy
+  fresh,         // a dead activation given HBM with nothing copied in
 };
 
 /// Why a tensor left HBM or a compaction ran: for a demand of the out-of-memory ladder (its rungs
@@ -71,6 +72,10 @@ class pager_observer {
   /// Its first pin of a run of overlapping pins / the last pin of that run was released.
   virtual void first_pin(const tensor_record&) {}
   virtual void last_release(const tensor_record&) {}
+  /// An activation's last use was released (release_last_use): its content is dead.
+  virtual void last_use(const tensor_record&) {}
+  /// A dead activation gave up its HBM with no write-back (drop_dead).
+  virtual void dead_dropped(const tensor_record&) {}
 
   // ---- loads detached from their tensor (evicted while loading) --------------------------------
   /// A detached load (`ticket`, of `bytes` for `name`, started at `started`; `fault`: a demand
@@ -135,6 +140,8 @@ class observer_list final : public pager_observer {
   void move_started(const tensor_record& t) override { each(&pager_observer::move_started, t); }
   void first_pin(const tensor_record& t) override { each(&pager_observer::first_pin, t); }
   void last_release(const tensor_record& t) override { each(&pager_observer::last_release, t); }
+  void last_use(const tensor_record& t) override { each(&pager_observer::last_use, t); }
+  void dead_dropped(const tensor_record& t) override { each(&pager_observer::dead_dropped, t); }
   void detached_load_finished(transfer_ticket k, bool ok, bool fault, clock::time_point started,
                               std::chrono::nanoseconds latency, std::size_t bytes,
                               const std::string& name) override {

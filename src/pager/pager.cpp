@@ -94,6 +94,11 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
                                      const void* source) {
   auto& p = *impl_;
   check_fits_hbm(p, name, bytes);
+  HTP_EXPECTS(!(kind == tensor_kind::activation && source != nullptr), invalid_argument,
+              "register_tensor('", name,
+              "', activation): an activation has no initial content (it starts dead; its first "
+              "acquire is fresh and the kernels write it); pass source = nullptr, or register it "
+              "as tensor_kind::mutable_state to start from these bytes");
   HTP_EXPECTS(p.tiers.host != nullptr, invalid_argument, "register_tensor('", name,
               "'): pager_config.host_budget_bytes is 0, so the pager holds no host memory of its "
               "own. Lend yours with add_host_region and use register_tensor_at, or set "
@@ -119,7 +124,8 @@ tensor_handle pager::register_tensor(std::string name, std::size_t bytes, tensor
   }
   // Fill outside the lock: registering a large tensor must not stall acquires. A timing-only
   // device's host tier holds no bytes: nothing to fill.
-  if (p.dev.properties().timing_only) {
+  if (p.dev.properties().timing_only || kind == tensor_kind::activation) {
+    // (an activation's host extent is written only by the write-back of a live one)
   } else if (source != nullptr) {
     std::memcpy(h.ptr, source, bytes);
   } else {
@@ -140,11 +146,10 @@ tensor_handle pager::register_tensor_at(std::string name, std::size_t bytes, ten
               " bytes at ", host_ptr,
               "): the range is not inside one region lent with add_host_region; lend "
               "the memory first");
-  HTP_EXPECTS(
-      !(kind == tensor_kind::mutable_state && r->kind == host_region_kind::pageable_read_only),
-      invalid_argument, "register_tensor_at('", name,
-      "'): a mutable tensor cannot live in "
-      "a read-only region (its write-backs would land there); lend writable memory");
+  HTP_EXPECTS(!(is_mutable(kind) && r->kind == host_region_kind::pageable_read_only),
+              invalid_argument, "register_tensor_at('", name,
+              "'): a mutable tensor cannot live in "
+              "a read-only region (its write-backs would land there); lend writable memory");
   ++r->tensors;
   return p.tensors.add(detail::tensor_spec::of(std::move(name), kind,
                                                tensor_source::in_caller_memory(host_ptr, bytes)));
@@ -252,6 +257,10 @@ void pager::release(const std::vector<tensor_handle>& hs, stream_ref compute, bo
   impl_->release_n(hs.data(), hs.size(), compute, dirty);
 }
 
+void pager::release_last_use(tensor_handle h, stream_ref compute) {
+  impl_->release_n(&h, 1, compute, /*dirty=*/false, /*last_use=*/true);
+}
+
 void pager::evict(tensor_handle h) {
   auto& p = *impl_;
   std::unique_lock lock(p.mutex);
@@ -353,8 +362,7 @@ void pager::copy_to_host(tensor_handle h, void* dst) {
               "use a sim device that stores bytes to read them back");
   std::unique_lock lock(p.mutex);
   const std::uint32_t slot = p.quiesce(lock, h, [](const tensor_record& r) {
-    HTP_EXPECTS(!(r.kind == tensor_kind::mutable_state && r.pins > 0), invalid_argument,
-                "copy_to_host('", r.name,
+    HTP_EXPECTS(!(is_mutable(r.kind) && r.pins > 0), invalid_argument, "copy_to_host('", r.name,
                 "'): the mutable tensor is acquired and may be being "
                 "written; release it first");
   });
@@ -401,9 +409,16 @@ tensor_info pager::info(tensor_handle h) const {
   std::lock_guard lock(p.mutex);
   p.reap();
   const tensor_record& t = p.tensors.get(h);
-  return {t.name,           t.bytes, t.kind,     t.where,
-          t.pins,           t.dirty, t.degraded, t.pending != pending_kind::none,
-          t.device_resident};
+  return {t.name,
+          t.bytes,
+          t.kind,
+          t.where,
+          t.pins,
+          t.dirty,
+          t.degraded,
+          t.pending != pending_kind::none,
+          t.device_resident,
+          t.dead};
 }
 
 void pager::reset_metrics() {

@@ -122,13 +122,22 @@ struct pager::impl {
   device_span acquire_one(std::unique_lock<std::mutex>& lock, tensor_handle h, stream_ref compute,
                           detail::acquire_outcome& outcome, transfer_ticket& pending,
                           std::vector<event_ref>& waits);
-  /// The host state of `slot`: a fault. False: the ladder waited (the caller looks again).
+  /// The host state of `slot`: a fault, or a fresh acquire of a dead activation (HBM and no copy;
+  /// the fences over the extent are added to `waits`, held, for the compute stream). False: the
+  /// ladder waited (the caller looks again).
   bool page_in(std::unique_lock<std::mutex>& lock, std::uint32_t slot, bool& compacted,
-               detail::acquire_outcome& outcome);
+               detail::acquire_outcome& outcome, std::vector<event_ref>& waits);
   /// Undoes acquire_one's pin (nothing was queued on the stream but waits).
   void unpin(std::uint32_t slot) { room.free_hbm(tensors.unpin(slot)); }
-  /// release() for n handles: one event recorded on `compute` for all of them.
-  void release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty);
+  /// release() for n handles: one event recorded on `compute` for all of them. `last_use`:
+  /// release_last_use (activations, each the last holder; their content dies).
+  void release_n(const tensor_handle* hs, std::size_t n, stream_ref compute, bool dirty,
+                 bool last_use = false);
+  /// Checks a release of n handles. @throws htp::invalid_argument naming the first bad one.
+  void check_release(const tensor_handle* hs, std::size_t n, bool dirty, bool last_use);
+  /// The table's side of release_n, once `point` is recorded; reports a failed page-in.
+  void unpin_released(const tensor_handle* hs, std::size_t n, detail::release_point point,
+                      bool dirty, bool last_use, bool ordered);
 
   // ---- completions and waits (completions.cpp) ----
   /// Accounts finished copies: loads become resident, write-backs free HBM, moves commit. Looks

@@ -64,6 +64,7 @@ void pager_stats::evicted(const tensor_record& t, eviction how, cause why) {
   if (how == eviction::write_back) {
     ++counters_.write_backs;
     counters_.write_back_bytes += t.bytes;
+    if (t.kind == tensor_kind::activation) counters_.activation_write_back_bytes += t.bytes;
   }
   if (t.notes.prefetched_unused) ++counters_.wasted_prefetches;
   if (why == cause::demand) {
@@ -172,6 +173,7 @@ void pager_stats::acquire_succeeded(const acquired_element* elements, std::size_
         ++c.degraded_acquires;
         ++c.oom.degraded;
         break;
+      case acquire_outcome::fresh: ++c.activation_fresh_acquires; break;
     }
     // A fault's wait: from the call to its bytes' arrival, now (they came while the call waited)
     // or when the load still in flight ends. The first acquire that waits for a load owns it.
@@ -208,6 +210,11 @@ void pager_stats::blocked(clock::time_point from) {
 void pager_stats::last_release(const tensor_record& t) {
   if (trace_)
     trace_->add(trace_track::host_acquired, t.name, "acquired", t.times.acquired_at, clock::now());
+}
+
+void pager_stats::last_use(const tensor_record& t) {
+  ++counters_.activation_dead_releases;
+  last_release(t);
 }
 
 void pager_stats::compute_span(const std::string& name, clock::time_point begin,

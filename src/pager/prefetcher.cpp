@@ -53,6 +53,7 @@ bool prefetcher::prefetch(std::uint32_t slot, room_maker& room,
   const tensor_record& t = tensors_[slot];
   if (!t.live || t.pins > 0) return false;      // degraded (pinned without HBM) or in use
   if (t.where != residency::host) return true;  // there or coming
+  if (t.dead) return true;  // a dead activation: nothing to load (its acquire is fresh)
   // A hint: a device failure while issuing it drops it (load and evict leave the state as it
   // was); it does not fail the acquire or release that issued it.
   try {

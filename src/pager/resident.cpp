@@ -35,6 +35,10 @@ extent pager::impl::room_for(std::unique_lock<std::mutex>& lock, std::uint32_t s
 tensor_handle pager::register_resident(std::string name, std::size_t bytes, tensor_kind kind,
                                        const void* source) {
   auto& p = *impl_;
+  HTP_EXPECTS(kind != tensor_kind::activation, invalid_argument, "register_resident('", name,
+              "', activation): a device-resident tensor never leaves HBM, so there is no last use "
+              "to free it at; register it as tensor_kind::mutable_state (scratch), or with "
+              "register_tensor to page it");
   HTP_EXPECTS(bytes > 0, invalid_argument, "register_resident('", name,
               "', 0 bytes): a tensor must have at least one byte");
   HTP_EXPECTS(

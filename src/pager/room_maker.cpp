@@ -330,10 +330,18 @@ void room_maker::load(std::uint32_t slot, extent where, transfer_priority priori
   tensors_.begin_load(slot, where, ticket, priority);
 }
 
+bool room_maker::discard_dead(std::uint32_t slot) {
+  if (!tensors_.can_drop_dead(slot)) return false;
+  tensors_.settle(slot);
+  free_hbm(tensors_.drop_dead(slot));
+  return true;
+}
+
 void room_maker::evict(std::uint32_t slot, cause why) {
+  if (discard_dead(slot)) return;  // nothing to keep: its HBM is free, not an eviction
   tensors_.settle(slot);
   const tensor_record& t = tensors_[slot];
-  if (!(t.kind == tensor_kind::mutable_state && t.dirty)) {
+  if (!(is_mutable(t.kind) && t.dirty)) {
     free_hbm(tensors_.drop_to_host(slot, why));
     return;
   }
@@ -388,6 +396,8 @@ void room_maker::complete(const finished_transfer& done) {
     case pending_kind::move: finish_move(*slot, ok, done.latency); break;
     case pending_kind::none: break;
   }
+  // An activation whose last use was released while this copy ran: its HBM goes now.
+  discard_dead(*slot);
 }
 
 // ---- loads detached by evict_loading -----------------------------------------------------------

@@ -86,6 +86,10 @@ class room_maker {
   /// Evicts a tensor that can_evict, for `why`: frees HBM now if clean (fenced by its release
   /// events), else starts its write-back ordered after them.
   void evict(std::uint32_t slot, cause why);
+  /// Frees the HBM of a dead activation that holds it idle (tensor_table::can_drop_dead), fenced by
+  /// its release events, with no write-back; does nothing otherwise (one with a copy in flight is
+  /// dropped when the copy completes). Returns whether it freed.
+  bool discard_dead(std::uint32_t slot);
   /// Evicts an unpinned tensor whose load is in flight without waiting (invariant 3): frees the
   /// extent fenced by its release events and detaches the load.
   void evict_loading(std::uint32_t slot, cause why);

@@ -90,6 +90,7 @@ tensor_handle tensor_table::add(tensor_spec spec) {
   t.bytes = spec.source.bytes;
   t.kind = spec.kind;
   t.device_resident = spec.device_resident;
+  t.dead = spec.kind == tensor_kind::activation;  // no content until its first write
   t.source = std::move(spec.source);
   observe_.registered(t);
   done(slot);
@@ -152,8 +153,8 @@ freed_hbm tensor_table::to_host(std::uint32_t slot) {
 void tensor_table::begin_load(std::uint32_t slot, extent where, transfer_ticket ticket,
                               transfer_priority priority) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(t.where == residency::host && !t.device_resident && t.pins == 0, "loading '", t.name,
-             "'");
+  HTP_ASSERT(t.where == residency::host && !t.device_resident && t.pins == 0 && !t.dead,
+             "loading '", t.name, "'");
   t.hbm = where;
   t.where = residency::loading;
   set_pending(slot, pending_kind::load, ticket);
@@ -229,8 +230,8 @@ void tensor_table::detached_load_done(std::uint32_t slot, std::uint32_t generati
 
 void tensor_table::begin_write_back(std::uint32_t slot, transfer_ticket ticket, cause why) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(can_evict(slot) && t.dirty && t.kind == tensor_kind::mutable_state, "writing back '",
-             t.name, "'");
+  HTP_ASSERT(can_evict(slot) && t.dirty && is_mutable(t.kind) && !t.dead, "writing back '", t.name,
+             "'");
   stamp(t, transfer_priority::writeback);
   observe_.evicted(t, eviction::write_back, why);
   t.notes.prefetched_unused = false;
@@ -270,7 +271,8 @@ void tensor_table::fail_write_back(std::uint32_t slot) {
   observe_.copy_finished(t, false, {});
   set_pending(slot, pending_kind::none);
   t.where = residency::resident;
-  t.dirty = true;  // also when re-acquired meanwhile (cancel_write_back marked it clean)
+  t.dirty = !t.dead;  // also when re-acquired meanwhile (cancel_write_back marked it clean); a
+                      // dead activation's content needs no copy
   done(slot);
 }
 
@@ -299,9 +301,34 @@ slab_move tensor_table::finish_move(std::uint32_t slot, bool ok, std::chrono::na
 
 freed_hbm tensor_table::drop_to_host(std::uint32_t slot, cause why) {
   tensor_record& t = at(slot);
-  HTP_ASSERT(can_evict(slot) && !(t.dirty && t.kind == tensor_kind::mutable_state), "evicting '",
-             t.name, "' without a write-back");
+  HTP_ASSERT(can_evict(slot) && !(t.dirty && is_mutable(t.kind)), "evicting '", t.name,
+             "' without a write-back");
   observe_.evicted(t, eviction::clean, why);
+  freed_hbm f = to_host(slot);
+  done(slot);
+  return f;
+}
+
+void tensor_table::begin_fresh(std::uint32_t slot, extent where) {
+  tensor_record& t = at(slot);
+  HTP_ASSERT(t.dead && t.where == residency::host && !t.hbm && t.pins == 0 && !t.degraded &&
+                 t.pending == pending_kind::none,
+             "a fresh acquire of '", t.name, "'");
+  t.hbm = where;
+  t.where = residency::resident;
+  t.times.loaded_at = {};
+  done(slot);
+}
+
+bool tensor_table::can_drop_dead(std::uint32_t slot) const {
+  const tensor_record& t = slots_[slot];
+  return t.dead && can_evict(slot);
+}
+
+freed_hbm tensor_table::drop_dead(std::uint32_t slot) {
+  tensor_record& t = at(slot);
+  HTP_ASSERT(can_drop_dead(slot) && !t.dirty, "dropping the dead activation '", t.name, "'");
+  observe_.dead_dropped(t);
   freed_hbm f = to_host(slot);
   done(slot);
   return f;
@@ -353,19 +380,7 @@ std::optional<freed_hbm> tensor_table::release(std::uint32_t slot, release_point
                                                bool supersede) {
   tensor_record& t = at(slot);
   HTP_ASSERT(t.pins > 0, "releasing '", t.name, "'");
-  // A later release on the same stream supersedes an earlier one: streams run in order.
-  bool replaced = false;
-  if (supersede) {
-    for (auto& r : t.release_events) {
-      if (r.stream != point.stream) continue;
-      events_.release(r.event);
-      r = point;
-      replaced = true;
-      break;
-    }
-  }
-  if (!replaced) t.release_events.push_back(point);
-  releases_[point.stream.native].push_back({point.seq, slot, t.generation});
+  keep_release_point(slot, point, supersede);
   std::optional<freed_hbm> freed;
   if (--t.pins == 0) t.notes.access_counted = false;
   if (t.load_failed) {
@@ -380,9 +395,47 @@ std::optional<freed_hbm> tensor_table::release(std::uint32_t slot, release_point
   } else if (dirty && !t.device_resident) {  // no host copy to write back: nothing to mark
     t.dirty = true;
   }
+  if (dirty) t.dead = false;  // an activation's first write: its content lives from here
   if (t.pins == 0 && !freed) observe_.last_release(t);
   done(slot);
   return freed;
+}
+
+std::optional<freed_hbm> tensor_table::release_last_use(std::uint32_t slot, release_point point,
+                                                        bool supersede) {
+  tensor_record& t = at(slot);
+  HTP_ASSERT(t.pins == 1 && t.kind == tensor_kind::activation, "the last use of '", t.name, "'");
+  keep_release_point(slot, point, supersede);
+  t.pins = 0;
+  t.notes.access_counted = false;
+  t.degraded = false;  // (its writes went to the host copy, now stale)
+  t.dirty = false;     // dead content is never written back
+  t.dead = true;
+  std::optional<freed_hbm> freed;
+  if (t.load_failed) {  // the extent goes after the kernels; the caller reports the failure
+    t.load_failed = false;
+    freed = to_host(slot);
+  }
+  observe_.last_use(t);
+  done(slot);
+  return freed;
+}
+
+void tensor_table::keep_release_point(std::uint32_t slot, release_point point, bool supersede) {
+  tensor_record& t = at(slot);
+  // A later release on the same stream supersedes an earlier one: streams run in order.
+  bool replaced = false;
+  if (supersede) {
+    for (auto& r : t.release_events) {
+      if (r.stream != point.stream) continue;
+      events_.release(r.event);
+      r = point;
+      replaced = true;
+      break;
+    }
+  }
+  if (!replaced) t.release_events.push_back(point);
+  releases_[point.stream.native].push_back({point.seq, slot, t.generation});
 }
 
 void tensor_table::retire_releases(void* s) {
@@ -438,10 +491,12 @@ void tensor_table::reindex(std::uint32_t slot) {
   victim_key k;
   k.indexed = t.live && t.hbm.has_value() && !t.load_failed && !t.device_resident;
   if (k.indexed) {
-    k.group = t.pins > 0                                        ? victim_group::pinned
-              : t.kind == tensor_kind::mutable_state && t.dirty ? victim_group::dirty
-                                                                : victim_group::clean;
-    k.next_use = schedule_.next_use(slot);
+    k.group = t.pins > 0                      ? victim_group::pinned
+              : is_mutable(t.kind) && t.dirty ? victim_group::dirty
+                                              : victim_group::clean;
+    // An idle dead activation's HBM holds nothing anyone reads: the first to go. (One pinned is
+    // being written: it is keyed as any tensor.)
+    k.next_use = t.dead && t.pins == 0 ? access_schedule::never : schedule_.next_use(slot);
     if (groups_.anchor_of(slot) >= 0) k.popularity = groups_.score(slot);
   }
   victims_.update(slot, k);
@@ -497,8 +552,12 @@ void tensor_table::check(std::uint32_t slot) const {
              "': a failed load is kept only while acquired");
   HTP_ASSERT(!t.degraded || (t.where == residency::host && t.pins > 0), "'", t.name,
              "': degraded only while acquired from the host");
-  HTP_ASSERT(!t.dirty || (t.hbm && t.kind == tensor_kind::mutable_state && !t.device_resident), "'",
-             t.name, "': only a mutable tensor in HBM is dirty");
+  HTP_ASSERT(!t.dirty || (t.hbm && is_mutable(t.kind) && !t.device_resident), "'", t.name,
+             "': only a mutable tensor in HBM is dirty");
+  HTP_ASSERT(!t.dead || (t.kind == tensor_kind::activation && !t.device_resident), "'", t.name,
+             "': only an activation is dead");
+  HTP_ASSERT(!t.dead || (!t.dirty && t.where != residency::writing_back), "'", t.name,
+             "': dead content is never dirty nor written back");
   HTP_ASSERT(!t.notes.prefetched_unused || t.hbm, "'", t.name, "': a prefetched tensor holds HBM");
   HTP_ASSERT(!t.device_resident || t.where == residency::resident ||
                  (t.where == residency::host && t.pins == 0),

@@ -16,6 +16,12 @@
 //     +--------------------------drop_to_host--------+                                |
 //     +------------------------------------finish_write_back--------------------------+
 //
+// An activation (tensor_kind::activation) also carries `dead`: its content is not yet written or
+// past its last use. host --begin_fresh--> resident (a dead one: HBM allocated, nothing copied);
+// release(dirty) makes it live; release_last_use makes it dead again, and drop_dead takes a dead,
+// idle one back to host with no write-back. A dead tensor is never loaded nor written back, and
+// is the first victim (keyed as never used again).
+//
 // with moves (begin_move / finish_move) inside `resident`, and pins (pin, pin_degraded, unpin,
 // release) orthogonal to the states. Not thread-safe: the pager's mutex guards it.
 #pragma once
@@ -86,6 +92,8 @@ struct alignas(64) tensor_record {
                                  // last release, which frees the extent and reports the failure
   bool device_resident = false;  // register_resident: HBM for life, no host extent, never a victim
                                  // nor moved (outside the victim index)
+  bool dead = false;  // an activation whose content is dead (unwritten or past its last use): its
+                      // host copy is stale, its next acquire is fresh (begin_fresh)
   std::uint16_t detached_load_count =
       0;  // loads still reading its host copy after it was evicted
           // (detach_load); unregister and copy_to_host wait for them
@@ -213,6 +221,14 @@ class tensor_table {
   /// resident, clean and idle -> host, for `why`; the HBM returned with the release events still
   /// pending.
   freed_hbm drop_to_host(std::uint32_t slot, cause why);
+  /// A dead activation's acquire: host -> resident in `where`, nothing copied (its bytes are
+  /// undefined until the kernels write them; release(dirty) makes it live).
+  void begin_fresh(std::uint32_t slot, extent where);
+  /// A dead activation, resident and idle -> host, no write-back (its content is dead); the HBM
+  /// returned with the release events still pending.
+  freed_hbm drop_dead(std::uint32_t slot);
+  /// Whether `slot` is a dead activation holding HBM it may give up now (drop_dead).
+  bool can_drop_dead(std::uint32_t slot) const;
 
   // ---- pins and releases -----------------------------------------------------------------------
   /// One more acquire of a tensor that holds HBM (resident, loading or writing back).
@@ -230,6 +246,10 @@ class tensor_table {
   /// HBM of a failed load when this was its last pin.
   std::optional<freed_hbm> release(std::uint32_t slot, release_point point, bool dirty,
                                    bool supersede);
+  /// release() of the last pin of an activation at its last use: the content is dead (clean, the
+  /// host copy stale). Returns the HBM of a failed load, as release does.
+  std::optional<freed_hbm> release_last_use(std::uint32_t slot, release_point point,
+                                            bool supersede);
   /// Retires the release points on stream `s` (native handle) whose events completed, oldest
   /// first, in O(what completed).
   void retire_releases(void* s);
@@ -261,6 +281,9 @@ class tensor_table {
   void set_pending(std::uint32_t slot, pending_kind kind, transfer_ticket ticket = {});
   /// The HBM extent leaves the tensor: host state, release events handed over.
   freed_hbm to_host(std::uint32_t slot);
+  /// Keeps `point` among the tensor's release points (superseding the stream's earlier one when
+  /// `supersede`) and queues it for retirement.
+  void keep_release_point(std::uint32_t slot, release_point point, bool supersede);
   /// After a transition: re-key in the victim index and, in checked mode, check the invariants.
   void done(std::uint32_t slot);
   /// The state machine's invariants for `slot`. @throws htp::logic_error naming the broken one.
