@@ -138,6 +138,7 @@ class TrainingState:
         self._order: list[Tensor] = []               # the step being recorded (None once set)
         self._recording: list[Tensor] | None = None
         self._schedule_set = False
+        self._step_order: list[Tensor] = []          # the first step's accesses, once recorded
         self._callback_queued = False
         self._backward_seen = False
         self.activations: ActivationStore | None = None
@@ -151,7 +152,15 @@ class TrainingState:
     # ---- forward ---------------------------------------------------------------------------------
     def model_forward_starts(self) -> None:
         """Starts recording the step's access order at the first forward with autograd on."""
-        if self._schedule_set or not torch.is_grad_enabled():
+        if self._callback_queued:  # the last backward raised: its end never came
+            self._backward_ended()
+        if not torch.is_grad_enabled():
+            return
+        if self._schedule_set:
+            # Not cyclic: at the end of a backward the next accesses are the next forward's, but
+            # an optimizer step comes between that makes every weight's HBM copy stale, so
+            # prefetching them then would be wasted. Each step starts the schedule afresh.
+            self.pager.set_schedule(self._step_order, cyclic=False)
             return
         if self._recording is None or not self._backward_seen:
             self._recording = []  # (again: a forward with no backward after it is not a step)
@@ -280,7 +289,7 @@ class TrainingState:
         if self._recording is not None:
             order, self._recording = self._recording, None
             if order:
-                self.pager.set_schedule(order, cyclic=True)
+                self._step_order = order
                 self._schedule_set = True
 
     # ---- after an optimizer step, by hand ---------------------------------------------------------
@@ -296,6 +305,9 @@ class TrainingState:
             self._synced[t] = param._version
 
     def close(self) -> None:
+        """Releases what a backward that raised left held (remove() unregisters next)."""
+        while self._held_units:
+            self._let_go(self._held_units.pop(0))
         _live_states.pop(id(self), None)
         if self.activations is not None:
             self.activations.close()
@@ -381,8 +393,14 @@ class ActivationStore:
         self._by_seq: dict[int, "weakref.ref[_Packed]"] = {}
         self._lock = threading.Lock()
         self.packed_bytes = 0       # bytes put into slots
+        self.host_write_bytes = 0   # of those, bytes written into slots' host copies (to the host)
         self.kept_bytes = 0         # saved bytes left with autograd (too small, not dense, params)
         self._closed = False
+
+    def reset_counters(self) -> None:
+        """Starts packed_bytes, host_write_bytes and kept_bytes afresh (with the pager's
+        reset_metrics, e.g. after the first step)."""
+        self.packed_bytes = self.host_write_bytes = self.kept_bytes = 0
 
     def _take(self, nbytes: int) -> _Slot:
         slots = self._slots
@@ -416,12 +434,20 @@ class ActivationStore:
             self._live += 1
             seq = self._seq
             self._seq += 1
-        view = torch.from_dlpack(self.pager.acquire(slot.tensor))
-        try:
+        info = self.pager.info(slot.tensor)
+        if info["where"] == "host" and not info["copy_in_flight"]:
+            # Not in HBM: the bytes go straight into the slot's host copy (what a page-in would
+            # overwrite; a pager call that pages it in can only come after this one).
             with torch.no_grad():
-                view.copy_(_bytes_of(t))
-        finally:
-            self.pager.release(slot.tensor, dirty=True)
+                slot.host.copy_(_bytes_of(t))
+            self.host_write_bytes += nbytes
+        else:  # in HBM (the last step's slot, still there): written there, no link bytes
+            view = torch.from_dlpack(self.pager.acquire(slot.tensor))
+            try:
+                with torch.no_grad():
+                    view.copy_(_bytes_of(t))
+            finally:
+                self.pager.release(slot.tensor, dirty=True)
         if self.state is not None:
             self.state.record([slot.tensor])
         self.packed_bytes += nbytes
