@@ -233,8 +233,8 @@ def refuse_backward(output: Any, unit_name: str) -> None:
         raise OffloadedError(
             f"backward through {unit_name!r}: htp.torch.offload pages weights for inference; its "
             "weights were released when its forward ended, so its gradients would be wrong. Run "
-            "the model under torch.no_grad() / torch.inference_mode(), or handle.remove() "
-            "before training")
+            "the model under torch.no_grad() / torch.inference_mode(), or offload it with "
+            "htp.torch.offload(..., training=True) to train it")
     for t in tensors_in(output):
         if t.requires_grad:
             t.register_hook(refuse)
@@ -272,4 +272,4 @@ def _check_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
                 raise OffloadedError(
                     f"{type(optimizer).__name__}.step(): a parameter of shape {tuple(p.shape)} is "
                     "paged by htp.torch.offload (inference only): its bytes live in htp, so a "
-                    "step would update a placeholder. Call handle.remove() before training")
+                    "step would update a placeholder. Offload with training=True to train it")

@@ -6,8 +6,10 @@ module runs, its parameters are acquired as one block and pointed at the acquire
 after it ran they are released on the current stream. The first forward's call order becomes the
 pager's cyclic schedule, so prefetch and Belady's rule work from the second step on (also under
 ``model.generate()``). ``handle.remove()`` restores the model. :func:`accelerate_weights` gives an
-unmodified ``accelerate.cpu_offload`` the same paging. Inference only (``torch.no_grad``): autograd
-would keep views past their release. See docs/python.md.
+unmodified ``accelerate.cpu_offload`` the same paging. Inference by default: a backward through a
+paged module is refused (autograd would read views past their release); ``training=True`` pages the
+weights for backward too and :func:`offload_activations` pages saved activations (htp._training).
+See docs/python.md.
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from ._htp import (Device, InvalidArgumentError, Pager, SharedTier, Tensor, make
 from ._offloaded import (OffloadedError, OffloadedParameter, OffloadedTensor, guard_optimizer,
                          map_tensors, refuse_backward, unguard_optimizer)
 from ._static import StaticOffload, static_offload
+from ._training import TrainingState, offload_activations
 
 __all__ = ["AccelerateWeights", "Offload", "OffloadedError", "OffloadedParameter",
-           "OffloadedTensor", "StaticOffload", "accelerate_weights", "offload"]
+           "OffloadedTensor", "StaticOffload", "accelerate_weights", "offload",
+           "offload_activations"]
 
 _SMALL_MODEL = 256 << 20  # below this HBM budget: 4 KiB pages and slabs sized to the budget
 
@@ -99,7 +103,7 @@ class Offload:
 
     def __init__(self, model: torch.nn.Module, pager: Pager, units: list[_Unit],
                  kept: list[tuple[torch.nn.Module, torch.device]],
-                 host_copies: dict[str, torch.Tensor]) -> None:
+                 host_copies: dict[str, torch.Tensor], training: bool = False) -> None:
         self.model, self._pager, self.units, self._kept = model, pager, units, kept
         #: copy=False: the CPU tensors that are the host copies, by parameter name (tests corrupt them)
         self.host_copies = host_copies
@@ -112,6 +116,8 @@ class Offload:
         self._patched: list[torch.nn.Module] = []  # modules whose _apply is guarded
         # The last state_dict() call's copies, weakly (they live as long as that state dict).
         self._state_dict_copies: tuple[int, Any] = (0, weakref.WeakValueDictionary())
+        #: training=True: the backward side (htp._training); None for inference
+        self._train: TrainingState | None = TrainingState(self) if training else None
         self._install()
         model._htp_offload = weakref.ref(self)
 
@@ -124,11 +130,16 @@ class Offload:
                     stand_ins[id(p.param)] = OffloadedParameter(p.param, p.name,
                                                                 self.execution_device)
                 p.stand_in = stand_ins[id(p.param)]
-                unit.module._parameters[p.local] = p.stand_in
-                p.param.data = _placeholder(p.param)
+                if self._train is None:
+                    unit.module._parameters[p.local] = p.stand_in
+                    p.param.data = _placeholder(p.param)
+                else:  # the module keeps its Parameter, holding its host copy between forwards
+                    p.param.data = self.host_copies[p.name]
             self._hooks.append(unit.module.register_forward_pre_hook(self._pre_hook(unit)))
-            self._hooks.append(unit.module.register_forward_hook(self._post_hook(unit)))
+            self._hooks.append(unit.module.register_forward_hook(
+                self._post_hook(unit), always_call=self._train is not None))
             self._hooks.append(unit.module.register_state_dict_post_hook(self._state_dict_hook(unit)))
+
         self._hooks.append(self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True))
         self._hooks.append(self.model.register_forward_hook(self._model_post))
         for name, module, stand_ins in self._subtrees():
@@ -136,7 +147,14 @@ class Offload:
                 self._load_refusal(stand_ins)))
             module._apply = self._guarded_apply(module, stand_ins)
             self._patched.append(module)
-        guard_optimizer([p.param for unit in self.units for p in unit.params])
+        if self._train is None:
+            guard_optimizer([p.param for unit in self.units for p in unit.params])
+        elif self.execution_device.type == "cuda":
+            # Gradients reach the Parameters on the GPU; the Parameters (and the optimizer's
+            # step) live in the host copies, so each gradient is copied there first.
+            for param in {id(p.param): p.param for u in self.units for p in u.params}.values():
+                self._hooks.append(param.register_hook(
+                    lambda g, param=param: g.to(param.device, non_blocking=False)))
 
     def _subtrees(self):
         """(name, module, {relative name: stand-in}) for every module with paged parameters in
@@ -150,6 +168,8 @@ class Offload:
 
     def _pre_hook(self, unit: _Unit):
         def pre(module, args):
+            if self._train is not None:
+                self._train.before_acquire(unit)
             views = self._pager.acquire(unit.tensors)
             by_tensor = {t: torch.from_dlpack(v) for t, v in zip(unit.tensors, views)}
             for p in unit.params:
@@ -159,25 +179,39 @@ class Offload:
                 self._spans[id(p.param)] = (p.param.data_ptr(), p.tensor.nbytes)
             if self._recording:
                 self.schedule.extend(unit.tensors)
+            if self._train is not None:
+                self._train.forward_entered(unit)
         return pre
 
     def _post_hook(self, unit: _Unit):
         def post(module, args, output):
+            if self._train is not None:
+                self._train.forward_left(unit)
             for p in unit.params:
-                module._parameters[p.local] = p.stand_in
-                p.param.data = _placeholder(p.param)
+                if self._train is None:
+                    module._parameters[p.local] = p.stand_in
+                    p.param.data = _placeholder(p.param)
+                else:
+                    p.param.data = self.host_copies[p.name]
                 self._spans.pop(id(p.param), None)
             self._pager.release(unit.tensors)
-            refuse_backward(output, unit.name)
+            if self._train is None:
+                refuse_backward(output, unit.name)
+            else:
+                self._train.watch_output(unit, output)
         return post
 
     def _model_pre(self, module, args, kwargs):
+        if self._train is not None:
+            self._train.model_forward_starts()
         return _move(args, self.execution_device), _move(kwargs, self.execution_device)
 
     def _model_post(self, module, args, output):
         if self._recording and self.schedule:
             self._recording = False
-            self._pager.set_schedule(self.schedule, cyclic=True)
+            # A training step's schedule (forward, then backward) is set after its backward.
+            if self._train is None or not torch.is_grad_enabled():
+                self._pager.set_schedule(self.schedule, cyclic=True)
 
     def _state_dict_hook(self, unit: _Unit):
         def hook(module, state_dict, prefix, local_metadata):
@@ -212,11 +246,21 @@ class Offload:
 
     def _guarded_apply(self, module: torch.nn.Module, stand_ins: dict[str, OffloadedParameter]):
         apply = type(module)._apply
+        # training=True: the module holds its own Parameters (host copies); a conversion that
+        # passes the stand-ins' check must not move them, so the stand-ins stand in during it.
+        own = [(p.local, p.param, p.stand_in) for u in self.units if u.module is module
+               for p in u.params] if self._train is not None else []
 
         def guarded(fn, *args, **kwargs):
             for s in stand_ins.values():
                 fn(s)  # a conversion that changes a stand-in raises here, before anything moved
-            return apply(module, fn, *args, **kwargs)
+            for local, _, stand_in in own:
+                module._parameters[local] = stand_in
+            try:
+                return apply(module, fn, *args, **kwargs)
+            finally:
+                for local, param, _ in own:
+                    module._parameters[local] = param
         return guarded
 
     # ---- what a caller asks ---------------------------------------------------------------------
@@ -245,6 +289,18 @@ class Offload:
         """(address, bytes) of the view a parameter points into while its module runs, else None."""
         return self._spans.get(id(param))
 
+    def refresh(self) -> None:
+        """training=True: drops the pager's HBM copies of the weights so the next forward pages
+        in the host copies as they are now. Needed only after writing weights in a way their
+        Parameters' version counters do not see (through ``.data`` or ``host_copies``);
+        optimizer steps and other in-place updates of the Parameters are seen by themselves."""
+        pager = self._live("refresh()")
+        if self._train is None:
+            raise InvalidArgumentError("Offload.refresh(): this offload pages read-only weights "
+                                       "(offload(..., training=True) makes them trainable)")
+        del pager
+        self._train.refresh()
+
     def metrics(self) -> dict[str, Any]:
         """The pager's metrics (htp.Pager.metrics). Raises InvalidArgumentError after remove()."""
         return self._live("metrics()").metrics()
@@ -264,6 +320,8 @@ class Offload:
             for module in self._patched:
                 del module._apply
             unguard_optimizer([p.param for unit in self.units for p in unit.params])
+            if self._train is not None:
+                self._train.close()
             pager.synchronize()
             self._restore_parameters(pager)
             for module, device in self._kept:
@@ -386,7 +444,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
             device: Device | None = None, copy: bool = True, compress: bool = False,
             static: bool = False, example_inputs: Any = None,
             link_bytes_per_second: float = 25e9, weights: str | os.PathLike | None = None,
-            tier: SharedTier | None = None, tier_prefix: str = "",
+            tier: SharedTier | None = None, tier_prefix: str = "", training: bool = False,
             **config: Any) -> "Offload | StaticOffload":
     """Pages ``model``'s parameters through a new pager of ``hbm_budget`` bytes of GPU memory.
 
@@ -420,7 +478,22 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     published into it as ``tier_prefix`` + name (all or nothing; ranks publishing the same names
     share one copy) and paged from it with no private host copy; their own CPU memory is let go as
     with ``copy=True``. ``remove()`` gives the model copies and releases the entries.
+
+    ``training=True``: backward and optimizer steps work (htp._training). Each paged module's
+    weights are acquired again for its backward (when a gradient reaches its output: reverse order, prefetched
+    from the second step on: the first step's forward and backward become the cyclic schedule);
+    gradients accumulate into the model's own Parameters; between forwards each Parameter holds
+    its host copy (the parameter's own CPU memory, pinned on cuda, registered without a second
+    copy), which the optimizer updates in place and the next forward pages in. Not with
+    ``static``, ``compress``, ``weights=`` or ``tier=`` (their host bytes are read-only). Saved
+    activations: :func:`offload_activations`.
     """
+    if training and (static or compress or weights is not None or tier is not None):
+        raise InvalidArgumentError(
+            "offload(training=True): the optimizer updates the host copies in place, so they must "
+            "be the parameters' own memory; drop static=True, compress=True, weights= and tier= "
+            f"(got static={static}, compress={compress}, weights={weights!r}, "
+            f"tier={'set' if tier is not None else None})")
     if weights is not None or tier is not None:
         _check_sources(weights, tier, tier_prefix, copy, compress, static)
     if static:
@@ -443,11 +516,12 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
     if weights is not None or tier is not None:
         return _offload_from(model, dev, budget, keep, raw_units, kept, weights, tier,
                              tier_prefix, config)
+    copy = copy and not training  # training: the parameters' own memory is the host copy
     pager = _make_pager(dev, budget, unique.values() if copy else (), config)
     hosts: dict[str, torch.Tensor] = {}
     units = _register_units(pager, raw_units, copy, hosts, compress)
     moved = _place_kept(model, kept, _execution_device(dev))
-    return Offload(model, pager, units, moved, hosts)
+    return Offload(model, pager, units, moved, hosts, training=training)
 
 
 def _check_no_meta(raw_units, kept) -> None:
