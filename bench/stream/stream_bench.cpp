@@ -601,6 +601,8 @@ nlohmann::json run_train_budgets(const stream_options& o, run_setup& s, int& exi
           {"reduction", to.gpus > 1 ? "sim collectives: (N - 1) / N x bytes / interconnect"
                                     : "one rank: no interconnect time"},
           {"interconnect_gbps", o.interconnect_gbps * o.time_scale},
+          {"bound_link_bytes_per_second",
+           static_cast<double>(s.cfg.link_peak_bytes_per_second) * o.time_scale},
           {"budgets", rows}};
 }
 

@@ -296,7 +296,7 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
   double compute_ns = 0;
   for (const auto& u : r.seq) compute_ns += static_cast<double>(u.compute_ns);
   res.compute_ms = compute_ns / 1e6 / scale;
-  // The link peak was calibrated on the dilated sim: undilated, it is `scale` times faster.
+  // The peak was calibrated on the dilated sim: undilated, it is `scale` times faster.
   const double link = link_bytes_per_second * scale;
   res.link_ms = link > 0 ? res.bytes_per_step / link * 1e3 : 0;
   res.bound_ms = std::max(res.compute_ms, res.link_ms);
@@ -375,6 +375,8 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
   for (auto& t : threads) t.join();
   if (r.first_failed < o.gpus) std::rethrow_exception(r.err[r.first_failed]);
   res.belady_bytes_per_step = belady_per_step(r, res.paged_budget_bytes);
+  // The bound's link is the bench's: the copy peak calibrated once for the run (the modelled rate
+  // less the per-copy latency, as the step's copies meet it).
   combine(r, res, static_cast<double>(cfg.link_peak_bytes_per_second));
   return res;
 }
