@@ -579,10 +579,9 @@ nlohmann::json run_train_budgets(const stream_options& o, run_setup& s, int& exi
     rows.push_back(to_json(results.back(), static_cast<double>(b) / model_bytes));
   }
   print_train_table(results);
-  const std::size_t per_layer = static_cast<std::size_t>(o.batch) *
-                                static_cast<std::size_t>(o.seq_len) *
-                                static_cast<std::size_t>(s.cfg.model.hidden) *
-                                bytes_per_element(s.cfg.type);
+  const std::size_t per_layer =
+      static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(o.seq_len) *
+      static_cast<std::size_t>(s.cfg.model.hidden) * bytes_per_element(s.cfg.type);
   return {{"batch", o.batch},
           {"seq_len", o.seq_len},
           {"tokens_per_step", o.batch * o.seq_len},

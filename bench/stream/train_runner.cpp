@@ -65,7 +65,7 @@ struct train_run {
   std::size_t paged_budget;
   std::vector<std::unique_ptr<device>> devs;
   std::unique_ptr<collectives> coll;
-  std::vector<std::vector<double>> step_ms;  // [gpu][step], warm-up included
+  std::vector<std::vector<double>> step_ms;             // [gpu][step], warm-up included
   std::vector<std::vector<double>> red_ms, exposed_ms;  // [gpu][timed step]
   std::vector<pager_metrics> metrics;
   std::vector<std::exception_ptr> err;
@@ -100,10 +100,7 @@ pager_config train_pager_config(const bench_config& cfg, std::size_t budget,
 /// The modelled compute of one module on `s`: the stream is busy for `ns`.
 void run_module(device& dev, std::int64_t ns, stream_ref s) {
   dev.launch_host_func(
-      [ns] {
-        std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns));
-      },
-      s);
+      [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
 }
 
 /// One GPU's pager, streams and gradient buffer for the run.
@@ -156,8 +153,8 @@ void run_step(train_run& r, gpu_state& g, std::size_t rank) {
     (void)g.p.acquire(g.hs[u.tensor], g.cs);
     run_module(g.dev, u.compute_ns, g.cs);
     g.p.release(g.hs[u.tensor], g.cs);
-    const bool layer_end = k >= half && (k + 1 == r.seq.size() || r.seq[k + 1].tensor / n !=
-                                                                      u.tensor / n);
+    const bool layer_end =
+        k >= half && (k + 1 == r.seq.size() || r.seq[k + 1].tensor / n != u.tensor / n);
     if (layer_end) reduce_layer(r, g, rank, u.tensor / n);
   }
   g.dev.launch_host_func(
@@ -221,8 +218,16 @@ void run_gpu(train_run& r, std::size_t rank) {
     for (const auto& u : r.seq) sched.push_back(hs[u.tensor]);
     p.set_schedule(sched, /*cyclic=*/true);
     void* grad = dev.allocate(memory_kind::device, largest_layer);
-    gpu_state g{dev, p, cs, p.engine().reduction_stream(), grad, largest_layer / 2, hs,
-                dev.create_event(), dev.create_event(), {}};
+    gpu_state g{dev,
+                p,
+                cs,
+                p.engine().reduction_stream(),
+                grad,
+                largest_layer / 2,
+                hs,
+                dev.create_event(),
+                dev.create_event(),
+                {}};
     try {
       run_gpu_steps(r, g, rank);
     } catch (...) {
@@ -359,8 +364,20 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
       tensor_bytes.push_back(t.rows * t.cols * bytes_per_element(cfg.type));
   }
   count_uses(seq, tensor_bytes.size(), res);
-  train_run r{cfg, o, seq, tensor_bytes, res.paged_budget_bytes, make_train_devices(cfg, o),
-              nullptr, {}, {}, {}, {}, {}, {}, 0};
+  train_run r{cfg,
+              o,
+              seq,
+              tensor_bytes,
+              res.paged_budget_bytes,
+              make_train_devices(cfg, o),
+              nullptr,
+              {},
+              {},
+              {},
+              {},
+              {},
+              {},
+              0};
   std::vector<device*> ptrs;
   for (const auto& d : r.devs) ptrs.push_back(d.get());
   r.coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(o.interconnect_gbps * 1e9));
@@ -393,8 +410,8 @@ nlohmann::json to_json(const train_result& r, double budget_fraction) {
   j["activation_bytes"] = r.activation_bytes;
   j["paged_budget_bytes"] = r.paged_budget_bytes;
   j["steps_ms"] = r.step_ms;
-  j["step_ms"] = {{"p50", r.step.p50}, {"p99", r.step.p99}, {"max", r.step.max},
-                  {"mean", r.step.mean}};
+  j["step_ms"] = {
+      {"p50", r.step.p50}, {"p99", r.step.p99}, {"max", r.step.max}, {"mean", r.step.mean}};
   j["compute_ms_per_step"] = r.compute_ms;
   j["bytes_per_step"] = r.bytes_per_step;
   j["belady_bytes_per_step"] = r.belady_bytes_per_step;
@@ -413,12 +430,12 @@ nlohmann::json to_json(const train_result& r, double budget_fraction) {
   j["late_prefetches_per_step"] = r.late_prefetches_per_step;
   j["prefetch_timely_share"] = r.prefetch_timely_share;
   j["hbm_peak_pct"] = r.hbm_peak_pct;
-  j["reduction"] = {{"ms_per_step", r.reduction_ms},
-                    {"hidden_ms", r.reduction_hidden_ms},
-                    {"exposed_ms", r.reduction_exposed_ms},
-                    {"exposed_share", r.exposed_share},
-                    {"exposed_share_of_step",
-                     r.step.p50 > 0 ? r.reduction_exposed_ms / r.step.p50 : 0}};
+  j["reduction"] = {
+      {"ms_per_step", r.reduction_ms},
+      {"hidden_ms", r.reduction_hidden_ms},
+      {"exposed_ms", r.reduction_exposed_ms},
+      {"exposed_share", r.exposed_share},
+      {"exposed_share_of_step", r.step.p50 > 0 ? r.reduction_exposed_ms / r.step.p50 : 0}};
   return j;
 }
 
@@ -434,9 +451,8 @@ void print_train_table(const std::vector<train_result>& results) {
       continue;
     }
     std::printf("  %8.2fGB %8.2fms %8.2fms %8.2fms %8.3f %10.3f %10.3f %8.3f %7.2fms %7.1f%%\n",
-                static_cast<double>(r.hbm_budget_bytes) / 1e9, r.step.p50, r.compute_ms,
-                r.bound_ms, r.step_over_bound, r.bytes_per_step / 1e9,
-                r.belady_bytes_per_step / 1e9,
+                static_cast<double>(r.hbm_budget_bytes) / 1e9, r.step.p50, r.compute_ms, r.bound_ms,
+                r.step_over_bound, r.bytes_per_step / 1e9, r.belady_bytes_per_step / 1e9,
                 r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0,
                 r.reduction_ms, 100 * r.exposed_share);
   }

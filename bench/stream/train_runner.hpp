@@ -21,9 +21,9 @@ namespace htp::bench {
 /// The training run's own settings (rates already dilated by the sim's time scale).
 struct train_options {
   int batch = 1;
-  int seq_len = 2048;               ///< tokens per sequence: a step processes whole sequences
-  double flops_per_second = 989e12;  ///< modelled device FLOP rate (dilated)
-  std::size_t gpus = 1;             ///< data-parallel ranks, one sim device each
+  int seq_len = 2048;                    ///< tokens per sequence: a step processes whole sequences
+  double flops_per_second = 989e12;      ///< modelled device FLOP rate (dilated)
+  std::size_t gpus = 1;                  ///< data-parallel ranks, one sim device each
   double link_gbps = 4, latency_us = 5;  ///< each sim device's modelled host link (dilated)
   double interconnect_gbps = 0;          ///< sim collectives' modelled rate (dilated); 0: free
   double time_scale = 1;                 ///< sim time dilation: times are divided by it again
@@ -34,21 +34,21 @@ struct train_options {
 struct train_result {
   bool skipped = false;
   std::string skip_reason;
-  std::size_t hbm_budget_bytes = 0;     ///< per GPU, as asked
-  std::size_t activation_bytes = 0;     ///< reserved out of it (not paged)
-  std::size_t paged_budget_bytes = 0;   ///< what the pager gets: the rest, in whole pages
+  std::size_t hbm_budget_bytes = 0;    ///< per GPU, as asked
+  std::size_t activation_bytes = 0;    ///< reserved out of it (not paged)
+  std::size_t paged_budget_bytes = 0;  ///< what the pager gets: the rest, in whole pages
   std::size_t gpus = 1;
   std::vector<double> step_ms;  ///< per timed step: the slowest GPU's
   summary_ms step;
-  double compute_ms = 0;              ///< modelled compute per step (forward + backward)
-  double bytes_per_step = 0;          ///< paged in per timed step, mean over GPUs
-  double belady_bytes_per_step = 0;   ///< Belady's rule on the step's sequence, same capacity
-  double link_ms = 0;                 ///< bytes_per_step / the calibrated link peak
-  double bound_ms = 0;                ///< max(compute, bytes_per_step / link)
-  double belady_bound_ms = 0;         ///< max(compute, belady_bytes_per_step / link)
-  double step_over_bound = 0;         ///< step p50 / bound_ms
-  std::size_t schedule_length = 0;    ///< acquires per step
-  std::size_t schedule_weights = 0;   ///< distinct weights in it
+  double compute_ms = 0;                   ///< modelled compute per step (forward + backward)
+  double bytes_per_step = 0;               ///< paged in per timed step, mean over GPUs
+  double belady_bytes_per_step = 0;        ///< Belady's rule on the step's sequence, same capacity
+  double link_ms = 0;                      ///< bytes_per_step / the calibrated link peak
+  double bound_ms = 0;                     ///< max(compute, bytes_per_step / link)
+  double belady_bound_ms = 0;              ///< max(compute, belady_bytes_per_step / link)
+  double step_over_bound = 0;              ///< step p50 / bound_ms
+  std::size_t schedule_length = 0;         ///< acquires per step
+  std::size_t schedule_weights = 0;        ///< distinct weights in it
   std::size_t uses_min = 0, uses_max = 0;  ///< acquires of each weight per step
   double faults_per_step = 0, late_prefetches_per_step = 0, prefetch_timely_share = 1;
   double reduction_ms = 0;          ///< per step: the all-reduces' time on the reduction stream
