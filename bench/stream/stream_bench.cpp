@@ -223,6 +223,17 @@ run_setup set_up(stream_options& o) {
   return s;
 }
 
+/// What the run's compute is: the layer compute's own line, or --train's modelled FLOPs.
+std::string compute_description(const stream_options& o, const run_setup& s) {
+  if (!o.train) return s.compute->description();
+  char b[200];
+  std::snprintf(b, sizeof b,
+                "--train: modelled FLOPs per module, forward 2 x params x tokens, backward 2 x "
+                "forward, at %.0f TFLOPS; %d x %d tokens per step",
+                o.train_tflops, o.batch, o.seq_len);
+  return b;
+}
+
 /// The run's header: the device, the model, the steps, the link and the compute, and what on sim
 /// is modelled, timing-only or dilated.
 void print_header(const stream_options& o, const run_setup& s) {
@@ -250,7 +261,7 @@ void print_header(const stream_options& o, const run_setup& s) {
       static_cast<double>(cfg.link_peak_bytes_per_second) * o.time_scale / 1e9,
       cfg.rate_bytes_per_second ? (std::to_string(o.rate_gbps) + " GB/s").c_str() : "none",
       o.slab_mib, o.page_kib, o.chunk_mib);
-  std::printf("  compute: %s\n", s.compute->description().c_str());
+  std::printf("  compute: %s\n", compute_description(o, s).c_str());
   if (props.kind == backend::sim) {
     std::printf(
         "  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
@@ -458,7 +469,7 @@ nlohmann::json run_json(const stream_options& o, const run_setup& s,
                  {"kv_context_tokens", cfg.kv_context_tokens},
                  {"kv_block_tokens", cfg.kv_block_tokens},
                  {"latency_budget_ms", o.budget_ms},
-                 {"compute", s.compute->description()},
+                 {"compute", compute_description(o, s)},
                  {"seed", o.seed}};
   if (props.kind == backend::sim) {
     const bool timing_only = o.device.sim_timing_only;
