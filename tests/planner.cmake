@@ -99,6 +99,12 @@ if(HTP_BUILD_BENCH AND Python3_Interpreter_FOUND)
       $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny-llama.config.json
       ${CMAKE_CURRENT_BINARY_DIR}/stream_bench_static_check)
   set_tests_properties(stream_bench_static_json PROPERTIES TIMEOUT 600)
+  # htp-stream-bench --train: the training step on timing-only sim, bytes against Belady's.
+  add_test(NAME stream_bench_train_json
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/stream_bench_train_check.py
+      $<TARGET_FILE:htp-stream-bench> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny-llama.config.json
+      ${CMAKE_CURRENT_BINARY_DIR}/stream_bench_train_check)
+  set_tests_properties(stream_bench_train_json PROPERTIES TIMEOUT 300)
   # htp-moe-bench: a tiny run (2 layers of Mixtral-8x7B, timing-only sim), its JSON and its trace.
   add_test(NAME moe_bench_sim_json
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/moe_bench_check.py

@@ -111,6 +111,18 @@ void add_node_options(CLI::App& app, stream_options& o) {
   app.add_flag("--host-paging", o.host_paging,
                "with --case-study: tensor-parallel keeps no layer resident and pages every layer "
                "from the host tier (348 GB of host copies; with --compress 0.68 of that)");
+  app.add_flag(
+      "--train", o.train,
+      "the training step instead of the policies: forward then backward over every "
+      "layer, each weight acquired twice, as the pager's cyclic schedule; timing-only sim; "
+      "with --gpus N each layer's gradient all-reduced data parallel (default budgets "
+      "0.3,0.5,0.75)");
+  app.add_option("--batch", o.batch, "--train: sequences per step")->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "--train: tokens per sequence")->capture_default_str();
+  app.add_option("--train-tflops", o.train_tflops,
+                 "--train: modelled device FLOP rate in TFLOPS (forward 2 x params x tokens, "
+                 "backward twice that)")
+      ->capture_default_str();
   app.add_flag("--case-study", o.case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host "
                "RAM, tensor-parallel "
@@ -188,6 +200,8 @@ int parse_stream_options(int argc, char** argv, stream_options& o) {
     return app.exit(e);
   }
   if (o.case_study) apply_case_study(app, o);
+  if (o.train && app.count("--sweep") == 0 && app.count("--hbm-budget") == 0)
+    o.sweep = "0.3,0.5,0.75";
   return -1;
 }
 

@@ -49,6 +49,11 @@ struct stream_options {
   double compress_ratio = 0.68;
   /// --case-study: tensor-parallel pages every layer from the host tier (no resident layers).
   bool host_paging = false;
+  /// --train: the training step (train_runner.hpp) at each budget instead of the policies.
+  bool train = false;
+  int batch = 1, seq_len = 2048;
+  /// --train: the modelled device FLOP rate (an H100 SXM's dense bf16 peak).
+  double train_tflops = 989;
 };
 
 /// One model of a --models run: its preset and the layers to run (0: the default for the backend).

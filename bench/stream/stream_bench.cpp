@@ -15,6 +15,7 @@
 #include "runner.hpp"
 #include "shared/model_shapes.hpp"
 #include "static_runner.hpp"
+#include "train_runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -90,6 +91,8 @@ void check_and_dilate(stream_options& o, bool want_sim, run_setup& s) {
   if (d.sim_timing_only && o.sim_compute != "modelled")
     throw invalid_argument("--timing-only needs --sim-compute modelled (no bytes to checksum)");
   if (o.node_only && o.gpus == 0) throw invalid_argument("--node-only needs --gpus N");
+  if (o.train && (!want_sim || !d.sim_timing_only))
+    throw invalid_argument("--train runs on the timing-only sim: add --backend sim --timing-only");
   if (!(o.time_scale >= 1)) throw invalid_argument("--sim-time-scale must be at least 1");
   if (o.time_scale != 1 && !want_sim)
     throw invalid_argument("--sim-time-scale needs --backend sim");
@@ -220,6 +223,17 @@ run_setup set_up(stream_options& o) {
   return s;
 }
 
+/// What the run's compute is: the layer compute's own line, or --train's modelled FLOPs.
+std::string compute_description(const stream_options& o, const run_setup& s) {
+  if (!o.train) return s.compute->description();
+  char b[200];
+  std::snprintf(b, sizeof b,
+                "--train: modelled FLOPs per module, forward 2 x params x tokens, backward 2 x "
+                "forward, at %.0f TFLOPS; %d x %d tokens per step",
+                o.train_tflops, o.batch, o.seq_len);
+  return b;
+}
+
 /// The run's header: the device, the model, the steps, the link and the compute, and what on sim
 /// is modelled, timing-only or dilated.
 void print_header(const stream_options& o, const run_setup& s) {
@@ -247,7 +261,7 @@ void print_header(const stream_options& o, const run_setup& s) {
       static_cast<double>(cfg.link_peak_bytes_per_second) * o.time_scale / 1e9,
       cfg.rate_bytes_per_second ? (std::to_string(o.rate_gbps) + " GB/s").c_str() : "none",
       o.slab_mib, o.page_kib, o.chunk_mib);
-  std::printf("  compute: %s\n", s.compute->description().c_str());
+  std::printf("  compute: %s\n", compute_description(o, s).c_str());
   if (props.kind == backend::sim) {
     std::printf(
         "  sim: the link is MODELLED (%.1f GB/s, %.1f us per copy); these are not GPU numbers\n",
@@ -455,7 +469,7 @@ nlohmann::json run_json(const stream_options& o, const run_setup& s,
                  {"kv_context_tokens", cfg.kv_context_tokens},
                  {"kv_block_tokens", cfg.kv_block_tokens},
                  {"latency_budget_ms", o.budget_ms},
-                 {"compute", s.compute->description()},
+                 {"compute", compute_description(o, s)},
                  {"seed", o.seed}};
   if (props.kind == backend::sim) {
     const bool timing_only = o.device.sim_timing_only;
@@ -468,6 +482,7 @@ nlohmann::json run_json(const stream_options& o, const run_setup& s,
                 {"checksums", timing_only ? "off (timing-only: no bytes stored)" : "on"}};
   }
   if (o.case_study) j["preset"] = "case-study";
+  if (sweep_json.empty()) return j;  // --train: its own section
   j["policies"] = sweep_json.back()["policies"];
   if (sweep_json.back().contains("node")) j["node"] = sweep_json.back()["node"];
   j["sweep"] = sweep_json;
@@ -534,6 +549,73 @@ nlohmann::json run_budgets(const stream_options& o, run_setup& s, const host_wei
   return sweep_json;
 }
 
+/// --train's settings from the options (rates already dilated by --sim-time-scale).
+train_options train_options_of(const stream_options& o) {
+  train_options to;
+  to.batch = o.batch;
+  to.seq_len = o.seq_len;
+  to.flops_per_second = o.train_tflops * 1e12 / o.time_scale;
+  to.gpus = std::max<std::size_t>(1, o.gpus);
+  to.link_gbps = o.device.sim_link_gbps;
+  to.latency_us = o.device.sim_latency_us;
+  to.interconnect_gbps = o.interconnect_gbps;
+  to.time_scale = o.time_scale;
+  return to;
+}
+
+/// --train: the training step at every budget, its table printed; returns the JSON's "train"
+/// section. A failed budget is kept as skipped and sets `exit_code` to 1.
+nlohmann::json run_train_budgets(const stream_options& o, run_setup& s, int& exit_code) {
+  const train_options to = train_options_of(o);
+  const double model_bytes = static_cast<double>(streamed_weight_bytes(s.cfg));
+  std::vector<train_result> results;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::size_t b : s.budgets) {
+    s.cfg.hbm_budget_bytes = b;
+    std::printf("\n%s --train: HBM budget %s (%.0f%% of the weights) per GPU, %zu GPU(s)\n",
+                s.cfg.model.name.c_str(), gib(static_cast<double>(b)).c_str(),
+                100.0 * static_cast<double>(b) / model_bytes, to.gpus);
+    try {
+      results.push_back(run_train(s.cfg, to));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "htp-stream-bench: --train at %s failed: %s\n",
+                   gib(static_cast<double>(b)).c_str(), e.what());
+      train_result r;
+      r.hbm_budget_bytes = b;
+      r.skipped = true;
+      r.skip_reason = e.what();
+      results.push_back(r);
+      exit_code = 1;
+    }
+    rows.push_back(to_json(results.back(), static_cast<double>(b) / model_bytes));
+  }
+  print_train_table(results);
+  const std::size_t per_layer =
+      static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(o.seq_len) *
+      static_cast<std::size_t>(s.cfg.model.hidden) * bytes_per_element(s.cfg.type);
+  return {{"batch", o.batch},
+          {"seq_len", o.seq_len},
+          {"tokens_per_step", o.batch * o.seq_len},
+          {"gpus", to.gpus},
+          {"granularity", "module"},
+          {"step", "forward over every layer's weights, then backward in reverse; each weight "
+                   "acquired twice; set as the pager's cyclic schedule"},
+          {"policy", "schedule-auto (Belady eviction on the schedule, automatic lookahead)"},
+          {"compute", "modelled FLOPs: forward 2 x params x tokens, backward 2 x forward, at "
+                      "train_tflops (attention scores and the optimizer not modelled)"},
+          {"train_tflops", o.train_tflops},
+          {"activations", "resident, reserved"},
+          {"activation_bytes_per_layer", per_layer},
+          {"gradients", "a layer's buffer outside the budget, all-reduced (bf16 elements of the "
+                        "layer's weight bytes) on each GPU's reduction stream after its backward"},
+          {"reduction", to.gpus > 1 ? "sim collectives: (N - 1) / N x bytes / interconnect"
+                                    : "one rank: no interconnect time"},
+          {"interconnect_gbps", o.interconnect_gbps * o.time_scale},
+          {"bound_link_bytes_per_second",
+           static_cast<double>(s.cfg.link_peak_bytes_per_second) * o.time_scale},
+          {"budgets", rows}};
+}
+
 /// One model's run: set up, calibrate, pin the weights once, every budget and granularity. Sets
 /// `json` to the run's JSON (unset when it could not run) and returns the exit code (2: it could
 /// not be set up).
@@ -554,7 +636,7 @@ int run_model(stream_options o, nlohmann::json& json) {
   // The weights are pinned, filled and summed once; every policy's pager borrows them.
   std::unique_ptr<host_weights> weights;
   try {
-    if (!o.node_only) weights = std::make_unique<host_weights>(*s.dev, s.cfg);
+    if (!o.node_only && !o.train) weights = std::make_unique<host_weights>(*s.dev, s.cfg);
   } catch (const std::exception& e) {  // the host cannot pin the weights: say so, exit 2
     std::fprintf(stderr, "htp-stream-bench: pinning the weights of %d layers: %s\n", o.layers,
                  e.what());
@@ -562,6 +644,11 @@ int run_model(stream_options o, nlohmann::json& json) {
   }
   std::vector<policy_result> last;
   int exit_code = 0;
+  if (o.train) {
+    json = run_json(o, s, nlohmann::json::array(), {});
+    json["train"] = run_train_budgets(o, s, exit_code);
+    return exit_code;
+  }
   const nlohmann::json sweep_json = run_budgets(o, s, weights.get(), last, exit_code);
   json = run_json(o, s, sweep_json, last);
   return exit_code;

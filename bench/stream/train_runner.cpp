@@ -1,0 +1,461 @@
+// htp-stream-bench --train (train_runner.hpp).
+#include "train_runner.hpp"
+
+#include "common/bench_device.hpp"
+#include "shared/belady_min.hpp"
+#include "shared/htp_layout.hpp"
+
+#include <htp/collectives.hpp>
+#include <htp/detail/check.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace htp::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// One use of a weight in the step: the tensor (layer-major index) and its modelled compute.
+struct step_use {
+  std::size_t tensor;
+  std::int64_t compute_ns;
+};
+
+/// The step's sequence: forward over every layer's weights in order, then backward in reverse,
+/// each weight used twice; forward FLOPs 2 x params x tokens, backward twice that.
+std::vector<step_use> step_sequence(const bench_config& cfg, const train_options& o) {
+  const auto shapes = layer_tensors(cfg.model);
+  const double tokens = static_cast<double>(o.batch) * static_cast<double>(o.seq_len);
+  const auto fwd_ns = [&](std::size_t i) {
+    const double params = static_cast<double>(shapes[i].rows * shapes[i].cols);
+    return static_cast<std::int64_t>(2.0 * params * tokens / o.flops_per_second * 1e9);
+  };
+  std::vector<step_use> seq;
+  const std::size_t n = shapes.size();
+  for (std::size_t l = 0; l < static_cast<std::size_t>(cfg.layers); ++l) {
+    for (std::size_t i = 0; i < n; ++i) seq.push_back({l * n + i, fwd_ns(i)});
+  }
+  for (std::size_t l = static_cast<std::size_t>(cfg.layers); l-- > 0;) {
+    for (std::size_t i = n; i-- > 0;) seq.push_back({l * n + i, 2 * fwd_ns(i)});
+  }
+  return seq;
+}
+
+/// Host-clock stamps of one GPU's step, written by its streams' threads (read after the step).
+struct step_stamps {
+  std::mutex mu;
+  clock_type::time_point begin, compute_end, reduction_end;
+  double reduction_ms = 0;
+};
+
+/// What the GPU threads of one budget's run share: the inputs, each GPU's outputs (slot g written
+/// by GPU g's thread only) and the first failure.
+struct train_run {
+  const bench_config& cfg;
+  const train_options& o;
+  const std::vector<step_use>& seq;
+  const std::vector<std::uint64_t>& tensor_bytes;  // layer-major
+  std::size_t paged_budget;
+  std::vector<std::unique_ptr<device>> devs;
+  std::unique_ptr<collectives> coll;
+  std::vector<std::vector<double>> step_ms;             // [gpu][step], warm-up included
+  std::vector<std::vector<double>> red_ms, exposed_ms;  // [gpu][timed step]
+  std::vector<pager_metrics> metrics;
+  std::vector<std::exception_ptr> err;
+  std::mutex fail_mu;
+  std::size_t first_failed = 0;  // the first GPU to fail; devs.size(): none
+};
+
+/// The pager of one GPU: cfg's slab, page and chunk sizes, `budget` bytes of HBM, the host tier
+/// holding every weight (timing-only: addresses, no bytes), the schedule-auto policy's settings
+/// (Belady eviction on the schedule, lookahead as far as the link needs to cover the compute).
+pager_config train_pager_config(const bench_config& cfg, std::size_t budget,
+                                std::uint64_t rounded_model) {
+  const std::size_t slab = cfg.slab_bytes;
+  pager_config pc;
+  pc.hbm_budget_bytes = budget;
+  pc.host_budget_bytes = (rounded_model + 5 * slab - 1) / slab * slab;
+  pc.slab_bytes = slab;
+  pc.page_bytes = cfg.page_bytes;
+  pc.chunk_bytes = cfg.chunk_bytes;
+  pc.h2d.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  pc.d2h.link_bytes_per_second = cfg.link_peak_bytes_per_second;
+  pc.h2d.unlimited = true;
+  pc.d2h.unlimited = true;
+  pc.lookahead = lookahead_mode::automatic;
+  pc.prefetch_lookahead = 2;
+  pc.eviction = eviction_rule::automatic;
+  pc.prefetch = prefetch_mode::min_page_ins;
+  pc.latency_budget = cfg.latency_budget;
+  return pc;
+}
+
+/// The modelled compute of one module on `s`: the stream is busy for `ns`.
+void run_module(device& dev, std::int64_t ns, stream_ref s) {
+  dev.launch_host_func(
+      [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
+}
+
+/// One GPU's pager, streams and gradient buffer for the run.
+struct gpu_state {
+  device& dev;
+  pager& p;
+  stream& cs;
+  stream_ref rs;
+  void* grad;
+  std::size_t grad_count;  // bf16 elements of the largest layer's gradient
+  std::vector<tensor_handle> hs;
+  event_ref backward_done, reductions_done;
+  step_stamps st;
+};
+
+/// After layer `l`'s backward: its gradient all-reduced on the reduction stream once the compute
+/// stream has finished the layer, the reduction's time stamped by the stream's thread.
+void reduce_layer(train_run& r, gpu_state& g, std::size_t rank, std::size_t l) {
+  std::uint64_t bytes = 0;
+  const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
+  for (std::size_t i = 0; i < n; ++i) bytes += r.tensor_bytes[l * n + i];
+  g.dev.record(g.backward_done, g.cs);
+  g.dev.wait(g.backward_done, g.rs);
+  auto begin = std::make_shared<clock_type::time_point>();
+  g.dev.launch_host_func([begin] { *begin = clock_type::now(); }, g.rs);
+  const std::size_t count = std::min<std::size_t>(g.grad_count, (bytes + 1) / 2);
+  r.coll->all_reduce_sum(rank, g.grad, g.grad, count, element_type::bfloat16, g.rs);
+  g.dev.launch_host_func(
+      [begin, &st = g.st] {
+        const auto now = clock_type::now();
+        std::lock_guard lock(st.mu);
+        st.reduction_ms += std::chrono::duration<double, std::milli>(now - *begin).count();
+        st.reduction_end = now;
+      },
+      g.rs);
+}
+
+/// One training step of GPU `rank`, queued and waited for: forward and backward over the schedule,
+/// each layer's gradient reduced after its backward, the step's end joined with the reductions'.
+void run_step(train_run& r, gpu_state& g, std::size_t rank) {
+  const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
+  const std::size_t half = r.seq.size() / 2;
+  {
+    std::lock_guard lock(g.st.mu);
+    g.st.reduction_ms = 0;
+    g.st.begin = g.st.compute_end = g.st.reduction_end = clock_type::now();
+  }
+  for (std::size_t k = 0; k < r.seq.size(); ++k) {
+    const step_use& u = r.seq[k];
+    (void)g.p.acquire(g.hs[u.tensor], g.cs);
+    run_module(g.dev, u.compute_ns, g.cs);
+    g.p.release(g.hs[u.tensor], g.cs);
+    const bool layer_end =
+        k >= half && (k + 1 == r.seq.size() || r.seq[k + 1].tensor / n != u.tensor / n);
+    if (layer_end) reduce_layer(r, g, rank, u.tensor / n);
+  }
+  g.dev.launch_host_func(
+      [&st = g.st] {
+        std::lock_guard lock(st.mu);
+        st.compute_end = clock_type::now();
+      },
+      g.cs);
+  // The optimizer step (not modelled) waits for every reduction: so does the step's end.
+  g.dev.record(g.reductions_done, g.rs);
+  g.dev.wait(g.reductions_done, g.cs);
+  g.cs.synchronize();
+}
+
+/// GPU `rank`'s warm-up and timed steps; its step times, reductions and pager metrics kept in its
+/// slots of `r`.
+void run_gpu_steps(train_run& r, gpu_state& g, std::size_t rank) {
+  const int total = r.cfg.warmup_steps + r.cfg.steps;
+  for (int step = 0; step < total; ++step) {
+    if (step == r.cfg.warmup_steps) {
+      g.p.synchronize();
+      g.p.reset_metrics();
+    }
+    const auto t0 = clock_type::now();
+    run_step(r, g, rank);
+    r.step_ms[rank].push_back(
+        std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+    if (step < r.cfg.warmup_steps) continue;
+    std::lock_guard lock(g.st.mu);
+    r.red_ms[rank].push_back(g.st.reduction_ms);
+    const double exposed =
+        std::chrono::duration<double, std::milli>(g.st.reduction_end - g.st.compute_end).count();
+    r.exposed_ms[rank].push_back(std::max(0.0, exposed));
+  }
+  g.p.synchronize();
+  r.metrics[rank] = g.p.metrics();
+}
+
+/// GPU `rank`'s thread: its pager over its device, the model registered, the step's sequence as the
+/// cyclic schedule, then its steps. A failure aborts the collectives (no rank waits for it) and is
+/// kept in r.err.
+void run_gpu(train_run& r, std::size_t rank) {
+  try {
+    device& dev = *r.devs[rank];
+    std::uint64_t rounded = 0, largest_layer = 0, layer = 0;
+    const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
+    for (std::size_t t = 0; t < r.tensor_bytes.size(); ++t) {
+      rounded += htp_tensor_bytes(r.tensor_bytes[t], r.cfg.page_bytes);
+      layer += r.tensor_bytes[t];
+      if ((t + 1) % n == 0) largest_layer = std::max(largest_layer, std::exchange(layer, 0));
+    }
+    pager p(dev, train_pager_config(r.cfg, r.paged_budget, rounded));
+    stream cs(dev);
+    const auto shapes = layer_tensors(r.cfg.model);
+    std::vector<tensor_handle> hs;
+    for (std::size_t t = 0; t < r.tensor_bytes.size(); ++t) {
+      hs.push_back(p.register_tensor("L" + std::to_string(t / n) + "." + shapes[t % n].name,
+                                     r.tensor_bytes[t], tensor_kind::weight, nullptr));
+    }
+    std::vector<tensor_handle> sched;
+    for (const auto& u : r.seq) sched.push_back(hs[u.tensor]);
+    p.set_schedule(sched, /*cyclic=*/true);
+    void* grad = dev.allocate(memory_kind::device, largest_layer);
+    gpu_state g{dev,
+                p,
+                cs,
+                p.engine().reduction_stream(),
+                grad,
+                largest_layer / 2,
+                hs,
+                dev.create_event(),
+                dev.create_event(),
+                {}};
+    try {
+      run_gpu_steps(r, g, rank);
+    } catch (...) {
+      r.coll->abort("a GPU of the training run failed");
+      cs.synchronize();
+      p.synchronize();
+      dev.destroy_event(g.backward_done);
+      dev.destroy_event(g.reductions_done);
+      dev.deallocate(memory_kind::device, grad, largest_layer);
+      throw;
+    }
+    dev.destroy_event(g.backward_done);
+    dev.destroy_event(g.reductions_done);
+    dev.deallocate(memory_kind::device, grad, largest_layer);
+  } catch (...) {
+    r.err[rank] = std::current_exception();
+    r.coll->abort("a GPU of the training run failed");
+    std::lock_guard lock(r.fail_mu);
+    if (r.first_failed == r.devs.size()) r.first_failed = rank;
+  }
+}
+
+/// Belady's rule on the step's sequence through `capacity` bytes, each tensor taking its
+/// page-rounded bytes and counting its bytes: the mean over two steps after two of warm-up.
+double belady_per_step(const train_run& r, std::uint64_t capacity) {
+  std::vector<std::uint64_t> footprint;
+  for (const auto b : r.tensor_bytes) footprint.push_back(htp_tensor_bytes(b, r.cfg.page_bytes));
+  std::vector<std::size_t> trace;
+  for (int c = 0; c < 4; ++c) {
+    for (const auto& u : r.seq) trace.push_back(u.tensor);
+  }
+  return static_cast<double>(
+             belady_trace_bytes(footprint, r.tensor_bytes, trace, capacity, 2 * r.seq.size())) /
+         2.0;
+}
+
+}  // namespace
+
+namespace {
+
+/// The GPUs' figures combined into `res`: each timed step's slowest GPU, the means over GPUs of the
+/// bytes paged, the reductions and the pager's counters; then the bounds.
+void combine(train_run& r, train_result& res, double link_bytes_per_second) {
+  const std::size_t N = r.devs.size();
+  const auto steps = static_cast<std::size_t>(r.cfg.steps);
+  const double scale = r.o.time_scale;
+  for (std::size_t s = 0; s < steps; ++s) {
+    double slowest = 0;
+    for (std::size_t g = 0; g < N; ++g)
+      slowest = std::max(slowest, r.step_ms[g][static_cast<std::size_t>(r.cfg.warmup_steps) + s]);
+    res.step_ms.push_back(slowest / scale);
+  }
+  res.step = summarize(res.step_ms);
+  double red = 0, exposed = 0;
+  res.prefetch_timely_share = 0;
+  for (std::size_t g = 0; g < N; ++g) {
+    const pager_metrics& m = r.metrics[g];
+    const double per = 1.0 / static_cast<double>(steps * N);
+    res.bytes_per_step += static_cast<double>(m.page_in_bytes) * per;
+    res.faults_per_step += static_cast<double>(m.faults) * per;
+    res.late_prefetches_per_step += static_cast<double>(m.late_prefetches) * per;
+    res.prefetch_timely_share += m.prefetch_timely_share / static_cast<double>(N);
+    res.hbm_peak_pct = std::max(res.hbm_peak_pct, m.hbm.peak_pct);
+    for (double x : r.red_ms[g]) red += x * per;
+    for (double x : r.exposed_ms[g]) exposed += x * per;
+  }
+  res.reduction_ms = red / scale;
+  res.reduction_exposed_ms = std::min(red, exposed) / scale;
+  res.reduction_hidden_ms = res.reduction_ms - res.reduction_exposed_ms;
+  res.exposed_share = red > 0 ? res.reduction_exposed_ms / res.reduction_ms : 0;
+  double compute_ns = 0;
+  for (const auto& u : r.seq) compute_ns += static_cast<double>(u.compute_ns);
+  res.compute_ms = compute_ns / 1e6 / scale;
+  // The peak was calibrated on the dilated sim: undilated, it is `scale` times faster.
+  const double link = link_bytes_per_second * scale;
+  res.link_ms = link > 0 ? res.bytes_per_step / link * 1e3 : 0;
+  res.bound_ms = std::max(res.compute_ms, res.link_ms);
+  res.belady_bound_ms =
+      std::max(res.compute_ms, link > 0 ? res.belady_bytes_per_step / link * 1e3 : 0);
+  res.step_over_bound = res.bound_ms > 0 ? res.step.p50 / res.bound_ms : 0;
+}
+
+/// How often each weight appears in the step's sequence: (distinct weights, fewest, most).
+void count_uses(const std::vector<step_use>& seq, std::size_t tensors, train_result& res) {
+  std::vector<std::size_t> uses(tensors, 0);
+  for (const auto& u : seq) ++uses[u.tensor];
+  res.schedule_length = seq.size();
+  res.schedule_weights = static_cast<std::size_t>(
+      std::count_if(uses.begin(), uses.end(), [](std::size_t x) { return x > 0; }));
+  res.uses_min = *std::min_element(uses.begin(), uses.end());
+  res.uses_max = *std::max_element(uses.begin(), uses.end());
+}
+
+/// The node's sim devices: timing-only, each with room for the budget and a layer's gradient.
+std::vector<std::unique_ptr<device>> make_train_devices(const bench_config& cfg,
+                                                        const train_options& o) {
+  device_options d;
+  d.backend = "sim";
+  d.sim_memory_bytes = cfg.hbm_budget_bytes + largest_layer_bytes(cfg) + (std::size_t{1} << 30);
+  d.sim_link_gbps = o.link_gbps;
+  d.sim_latency_us = o.latency_us;
+  d.sim_timing_only = true;
+  std::vector<std::unique_ptr<device>> devs;
+  for (std::size_t g = 0; g < o.gpus; ++g) {
+    d.ordinal = static_cast<int>(g);
+    devs.push_back(make_bench_device(d));
+  }
+  return devs;
+}
+
+}  // namespace
+
+train_result run_train(const bench_config& cfg, const train_options& o) {
+  HTP_EXPECTS(o.gpus >= 1 && o.batch >= 1 && o.seq_len >= 1, invalid_argument,
+              "--train needs --gpus, --batch and --seq-len >= 1");
+  train_result res;
+  res.gpus = o.gpus;
+  res.hbm_budget_bytes = cfg.hbm_budget_bytes;
+  res.activation_bytes = static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(o.seq_len) *
+                         static_cast<std::size_t>(cfg.model.hidden) * bytes_per_element(cfg.type) *
+                         static_cast<std::size_t>(cfg.layers);
+  const std::size_t need = largest_layer_bytes(cfg) + 2 * cfg.slab_bytes;
+  if (cfg.hbm_budget_bytes < res.activation_bytes + need) {
+    res.skipped = true;
+    res.skip_reason = "the activations leave less than a layer and two slabs to the weights";
+    return res;
+  }
+  res.paged_budget_bytes =
+      (cfg.hbm_budget_bytes - res.activation_bytes) / cfg.page_bytes * cfg.page_bytes;
+  const std::vector<step_use> seq = step_sequence(cfg, o);
+  std::vector<std::uint64_t> tensor_bytes;
+  for (int l = 0; l < cfg.layers; ++l) {
+    for (const auto& t : layer_tensors(cfg.model))
+      tensor_bytes.push_back(t.rows * t.cols * bytes_per_element(cfg.type));
+  }
+  count_uses(seq, tensor_bytes.size(), res);
+  train_run r{cfg,
+              o,
+              seq,
+              tensor_bytes,
+              res.paged_budget_bytes,
+              make_train_devices(cfg, o),
+              nullptr,
+              {},
+              {},
+              {},
+              {},
+              {},
+              {},
+              0};
+  std::vector<device*> ptrs;
+  for (const auto& d : r.devs) ptrs.push_back(d.get());
+  r.coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(o.interconnect_gbps * 1e9));
+  r.step_ms.resize(o.gpus);
+  r.red_ms.resize(o.gpus);
+  r.exposed_ms.resize(o.gpus);
+  r.metrics.resize(o.gpus);
+  r.err.resize(o.gpus);
+  r.first_failed = o.gpus;
+  std::vector<std::thread> threads;
+  for (std::size_t g = 0; g < o.gpus; ++g) threads.emplace_back([&r, g] { run_gpu(r, g); });
+  for (auto& t : threads) t.join();
+  if (r.first_failed < o.gpus) std::rethrow_exception(r.err[r.first_failed]);
+  res.belady_bytes_per_step = belady_per_step(r, res.paged_budget_bytes);
+  // The bound's link is the bench's: the copy peak calibrated once for the run (the modelled rate
+  // less the per-copy latency, as the step's copies meet it).
+  combine(r, res, static_cast<double>(cfg.link_peak_bytes_per_second));
+  return res;
+}
+
+nlohmann::json to_json(const train_result& r, double budget_fraction) {
+  nlohmann::json j{{"budget_fraction", budget_fraction},
+                   {"hbm_budget_bytes", r.hbm_budget_bytes},
+                   {"gpus", r.gpus},
+                   {"skipped", r.skipped}};
+  if (r.skipped) {
+    j["reason"] = r.skip_reason;
+    return j;
+  }
+  j["activation_bytes"] = r.activation_bytes;
+  j["paged_budget_bytes"] = r.paged_budget_bytes;
+  j["steps_ms"] = r.step_ms;
+  j["step_ms"] = {
+      {"p50", r.step.p50}, {"p99", r.step.p99}, {"max", r.step.max}, {"mean", r.step.mean}};
+  j["compute_ms_per_step"] = r.compute_ms;
+  j["bytes_per_step"] = r.bytes_per_step;
+  j["belady_bytes_per_step"] = r.belady_bytes_per_step;
+  j["bytes_over_belady"] =
+      r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0;
+  j["link_ms_per_step"] = r.link_ms;
+  j["bound_ms"] = r.bound_ms;
+  j["belady_bound_ms"] = r.belady_bound_ms;
+  j["step_over_bound"] = r.step_over_bound;
+  j["schedule"] = {{"length", r.schedule_length},
+                   {"weights", r.schedule_weights},
+                   {"uses_per_weight_min", r.uses_min},
+                   {"uses_per_weight_max", r.uses_max},
+                   {"cyclic", true}};
+  j["faults_per_step"] = r.faults_per_step;
+  j["late_prefetches_per_step"] = r.late_prefetches_per_step;
+  j["prefetch_timely_share"] = r.prefetch_timely_share;
+  j["hbm_peak_pct"] = r.hbm_peak_pct;
+  j["reduction"] = {
+      {"ms_per_step", r.reduction_ms},
+      {"hidden_ms", r.reduction_hidden_ms},
+      {"exposed_ms", r.reduction_exposed_ms},
+      {"exposed_share", r.exposed_share},
+      {"exposed_share_of_step", r.step.p50 > 0 ? r.reduction_exposed_ms / r.step.p50 : 0}};
+  return j;
+}
+
+void print_train_table(const std::vector<train_result>& results) {
+  std::printf("\n  training step (forward then backward, each weight twice), timing-only sim\n"
+              "  %10s %10s %10s %10s %8s %10s %10s %8s %9s %8s\n",
+              "budget", "step p50", "compute", "bound", "step/bd", "GB/step", "Belady GB",
+              "x Belady", "reduce", "exposed");
+  for (const auto& r : results) {
+    if (r.skipped) {
+      std::printf("  %8.2fGB skipped: %s\n", static_cast<double>(r.hbm_budget_bytes) / 1e9,
+                  r.skip_reason.c_str());
+      continue;
+    }
+    std::printf("  %8.2fGB %8.2fms %8.2fms %8.2fms %8.3f %10.3f %10.3f %8.3f %7.2fms %7.1f%%\n",
+                static_cast<double>(r.hbm_budget_bytes) / 1e9, r.step.p50, r.compute_ms, r.bound_ms,
+                r.step_over_bound, r.bytes_per_step / 1e9, r.belady_bytes_per_step / 1e9,
+                r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0,
+                r.reduction_ms, 100 * r.exposed_share);
+  }
+}
+
+}  // namespace htp::bench

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Runs htp-stream-bench --train briefly on a tiny config (timing-only sim, two data-parallel GPUs)
+and checks its JSON: every budget ran, the step's schedule holds each weight twice, bytes paged per
+step are at least Belady's on the same sequence and within a sane factor of it, and the fields the
+report reads are present. No timing thresholds. Usage: stream_bench_train_check.py BENCH
+CONFIG_JSON WORKDIR"""
+import json
+import os
+import subprocess
+import sys
+
+bench, config, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+out_json = os.path.join(work, "train.json")
+budgets = [0.3, 0.5, 0.75]
+args = [bench, "--backend", "sim", "--timing-only", "--config", config, "--train",
+        "--batch", "1", "--seq-len", "64", "--gpus", "2", "--steps", "2", "--warmup", "1",
+        "--sweep", ",".join(str(b) for b in budgets), "--slab-mib", "1", "--chunk-mib", "1",
+        "--sim-link-gbps", "8", "--json", out_json]
+run = subprocess.run(args, capture_output=True, text=True, timeout=600)
+print(run.stdout)
+if run.returncode != 0:
+    sys.exit(f"htp-stream-bench --train exited {run.returncode}\n{run.stderr}")
+
+j = json.load(open(out_json))
+failures = []
+train = j.get("train")
+if train is None:
+    sys.exit("no 'train' section in the JSON")
+for key in ["batch", "seq_len", "tokens_per_step", "gpus", "granularity", "compute", "activations",
+            "activation_bytes_per_layer", "reduction", "budgets"]:
+    if key not in train:
+        failures.append(f"train.{key} missing")
+if train.get("activations") != "resident, reserved":
+    failures.append(f"activations: {train.get('activations')}")
+if train.get("gpus") != 2:
+    failures.append(f"gpus {train.get('gpus')}, want 2")
+rows = train.get("budgets", [])
+got = [round(r["budget_fraction"], 2) for r in rows]
+if got != budgets:
+    failures.append(f"budgets {got}, want {budgets}")
+layers = j["model"]["layers_run"]
+for r in rows:
+    b = r["budget_fraction"]
+    if r.get("skipped"):
+        failures.append(f"{b}: skipped: {r.get('reason')}")
+        continue
+    for key in ["steps_ms", "step_ms", "compute_ms_per_step", "bytes_per_step",
+                "belady_bytes_per_step", "bytes_over_belady", "link_ms_per_step", "bound_ms",
+                "belady_bound_ms", "step_over_bound", "schedule", "faults_per_step",
+                "prefetch_timely_share", "reduction", "activation_bytes", "paged_budget_bytes"]:
+        if key not in r:
+            failures.append(f"{b}: {key} missing")
+    if failures:
+        continue
+    s = r["schedule"]
+    if s["uses_per_weight_min"] != 2 or s["uses_per_weight_max"] != 2:
+        failures.append(f"{b}: each weight used {s['uses_per_weight_min']}.."
+                        f"{s['uses_per_weight_max']} times per step, want 2")
+    if s["length"] != 2 * s["weights"] or s["weights"] % layers != 0:
+        failures.append(f"{b}: schedule of {s['length']} for {s['weights']} weights")
+    if len(r["steps_ms"]) != 2:
+        failures.append(f"{b}: {len(r['steps_ms'])} timed steps, want 2")
+    paged, belady = r["bytes_per_step"], r["belady_bytes_per_step"]
+    if belady <= 0:
+        failures.append(f"{b}: Belady's bytes {belady}: the weights should not fit")
+    elif not belady * 0.999 <= paged <= belady * 3:
+        failures.append(f"{b}: {paged} bytes paged per step against Belady's {belady}")
+    if r["activation_bytes"] != train["activation_bytes_per_layer"] * layers:
+        failures.append(f"{b}: activations {r['activation_bytes']} reserved")
+    if r["paged_budget_bytes"] > r["hbm_budget_bytes"] - r["activation_bytes"]:
+        failures.append(f"{b}: the pager got more than the budget less the activations")
+    red = r["reduction"]
+    for key in ["ms_per_step", "hidden_ms", "exposed_ms", "exposed_share"]:
+        if key not in red:
+            failures.append(f"{b}: reduction.{key} missing")
+    if red.get("exposed_share", 0) < 0 or red.get("exposed_share", 0) > 1:
+        failures.append(f"{b}: exposed share {red.get('exposed_share')}")
+if "training step (forward then backward" not in run.stdout:
+    failures.append("the training table was not printed")
+if failures:
+    sys.exit("\n".join(failures))
+print("stream bench --train: OK")
