@@ -117,7 +117,12 @@ class TensorKind(enum.Enum):
     """Read-only; eviction just frees HBM."""
 
     mutable_state = 1
-    """KV blocks, activations: written back."""
+    """KV blocks: written back when dirty."""
+
+    activation = 2
+    """
+    A training step's saved tensor: dead until written, written back only if evicted live, freed unwritten at release_last_use.
+    """
 
 class EvictionRule(enum.Enum):
     automatic = 0
@@ -439,7 +444,7 @@ class Pager:
         """
         Registers a tensor from a CPU torch tensor, numpy array, buffer or DLPack producer, keeping its dtype and shape.
 
-        `copy=True`: its bytes are copied into htp's pinned tier (host_budget); the source may be dropped afterwards. `copy=False`: no copy; the source's memory is the tensor's host copy (a pinned torch tensor is used as it is; other memory is registered with the driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors of one buffer: `lend` it first. `kind`: 'weight' or 'mutable' (written back when evicted dirty). `compress=True` (bfloat16, float16 or float32 weights, with `copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only the compressed bytes are kept; each page-in copies them and decodes on the GPU (docs/pager.md, "Compressed weights").
+        `copy=True`: its bytes are copied into htp's pinned tier (host_budget); the source may be dropped afterwards. `copy=False`: no copy; the source's memory is the tensor's host copy (a pinned torch tensor is used as it is; other memory is registered with the driver, read-only when `read_only` or when a numpy array is not writeable, e.g. a memmap opened 'r'). The pager keeps the source alive until unregister. Several tensors of one buffer: `lend` it first. `kind`: 'weight', 'mutable' (written back when evicted dirty) or 'activation' (a training step's saved tensor: the source gives only its dtype and shape; it starts dead, see release_last_use). `compress=True` (bfloat16, float16 or float32 weights, with `copy=True`): the bytes are entropy-coded now (a few hundred MB/s per core) and only the compressed bytes are kept; each page-in copies them and decodes on the GPU (docs/pager.md, "Compressed weights").
 
         Raises InvalidArgumentError (not an array, bad dtype, not contiguous, not CPU memory, too large for the HBM budget, compress with a mutable tensor, another dtype or copy=False), OutOfMemoryError (host tier full).
         """
@@ -484,6 +489,11 @@ class Pager:
     def release(self, tensors: Tensor | Sequence[Tensor], stream: object = None, dirty: bool = False) -> None:
         """
         Unpins the tensor(s), ordered after the work queued on `stream` so far (one event). `dirty`: kernels wrote them (mutable tensors only).
+        """
+
+    def release_last_use(self, tensor: Tensor, stream: object = None) -> None:
+        """
+        Releases the last acquire of an activation at its last use (the backward pass read it): its content dies and its HBM is freed once `stream` passes this point, with no write-back. The next acquire is fresh (nothing copied in). Raises InvalidArgumentError for another kind, or while other acquires still hold it.
         """
 
     def acquired(self, tensors: Tensor | Sequence[Tensor], stream: object = None, dirty: bool = False) -> Acquired:
