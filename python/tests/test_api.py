@@ -384,3 +384,33 @@ def test_routed_groups_rank_experts_by_popularity_from_python(sim):
         p.set_routed_group(router, experts, 5)
     with pytest.raises(htp.InvalidArgumentError, match="none of"):
         htp.pager_config(lookahead="eager")
+
+
+def test_an_activation_is_written_fresh_kept_through_an_eviction_and_dead_after_its_last_use(pager):
+    """kind='activation': the first acquire copies nothing in (the kernels write it), an eviction
+    while it is live writes it back and a page-in brings it back, and release_last_use frees it
+    for good: it is never written back again and its next acquire is fresh."""
+    torch = pytest.importorskip("torch")  # numpy's from_dlpack views are read-only
+    a = pager.register("act", np.zeros(1024, dtype=np.float32), kind="activation")
+    assert pager.info(a)["dead"]
+    view = torch.from_dlpack(pager.acquire(a))
+    assert pager.metrics()["page_in_bytes"] == 0  # fresh: nothing crossed the link
+    view.copy_(torch.arange(1024, dtype=torch.float32))
+    pager.release(a, dirty=True)
+    pager.evict(a)
+    assert pager.metrics()["activation_write_back_bytes"] == 4096
+    back = np.from_dlpack(pager.acquire(a))
+    assert np.array_equal(back, np.arange(1024, dtype=np.float32))
+    pager.release_last_use(a)
+    assert pager.info(a)["dead"]
+    written = pager.metrics()["write_back_bytes"]
+    pager.evict(a)  # dead: nothing to write back
+    assert pager.metrics()["write_back_bytes"] == written
+    np.from_dlpack(pager.acquire(a))
+    assert pager.metrics()["activation_fresh_acquires"] == 2
+    pager.release_last_use(a)
+    w = pager.register("w", np.ones(16, dtype=np.float32))
+    pager.acquire(w)
+    with pytest.raises(htp.InvalidArgumentError, match="activation"):
+        pager.release_last_use(w)
+    pager.release(w)
