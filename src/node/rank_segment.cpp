@@ -5,10 +5,10 @@
 #include <htp/detail/check.hpp>
 
 #include "log.hpp"
+#include "process_liveness.hpp"
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,9 +19,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <new>
-#include <sstream>
 #include <thread>
 
 namespace htp::detail {
@@ -42,25 +40,6 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "the segment need
 
 constexpr std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
 
-/// The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses):
-/// fields[0] is field 3 (the state), fields[19] field 22 (the start time).
-bool stat_fields(std::int64_t pid, std::vector<std::string>& fields) noexcept {
-  try {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    if (!in) return false;
-    std::string line;
-    std::getline(in, line);
-    const std::size_t close = line.rfind(')');
-    if (close == std::string::npos) return false;
-    std::istringstream rest(line.substr(close + 1));
-    fields.clear();
-    for (std::string f; rest >> f;) fields.push_back(f);
-    return fields.size() >= 20;
-  } catch (...) {
-    return false;
-  }
-}
-
 }  // namespace
 
 struct rank_segment::header {
@@ -71,19 +50,6 @@ struct rank_segment::header {
   std::atomic<std::uint32_t> abort_state;  // 0: running; 1: a reason is being written; 2: aborted
   char reason[reason_bytes];
 };
-
-std::uint64_t process_start_time(std::int64_t pid) noexcept {
-  std::vector<std::string> f;
-  if (!stat_fields(pid, f)) return 0;
-  return std::strtoull(f[19].c_str(), nullptr, 10);
-}
-
-bool process_alive(std::int64_t pid, std::uint64_t start_time) noexcept {
-  std::vector<std::string> f;
-  if (!stat_fields(pid, f)) return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-  if (f[0] == "Z" || f[0] == "X") return false;  // a zombie or dead: it never comes back
-  return start_time == 0 || std::strtoull(f[19].c_str(), nullptr, 10) == start_time;
-}
 
 std::size_t sim_rank_staging_bytes() {
   const char* env = std::getenv("HTP_SIM_RANK_STAGING_BYTES");

@@ -110,10 +110,4 @@ class rank_segment {
 /// 64, rounded up to 64), else 16 MiB. @throws htp::invalid_argument for a malformed value.
 std::size_t sim_rank_staging_bytes();
 
-/// Whether process `pid`, started at `start_time` (field 22 of /proc/<pid>/stat), still runs:
-/// false if it is gone, a zombie, or the pid now names another process. Never throws.
-bool process_alive(std::int64_t pid, std::uint64_t start_time) noexcept;
-/// This process's start time (field 22 of /proc/self/stat); 0 if /proc cannot say.
-std::uint64_t process_start_time(std::int64_t pid) noexcept;
-
 }  // namespace htp::detail

@@ -2,6 +2,8 @@
 // stale; the rank slot taken and given back (docs/multi_gpu.md, "A process per GPU").
 #include "shared_tier/tier_impl.hpp"
 
+#include "process_liveness.hpp"
+
 #include <htp/detail/check.hpp>
 
 #include <fcntl.h>
@@ -72,7 +74,7 @@ std::size_t take_slot(segment_header* h, const std::string& name) {
     rank_slot& r = h->ranks[s];
     if (r.state.load(std::memory_order_relaxed) != slot_free) continue;
     r.pid.store(::getpid(), std::memory_order_relaxed);
-    r.start_time.store(process_start_time(::getpid()), std::memory_order_relaxed);
+    r.start_time.store(detail::process_start_time(::getpid()), std::memory_order_relaxed);
     r.state.store(slot_live, std::memory_order_release);
     return s;
   }

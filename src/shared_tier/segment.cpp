@@ -2,11 +2,12 @@
 // reclaim of dead ranks and the first-fit allocator over the entry table (segment.hpp).
 #include "shared_tier/segment.hpp"
 
+#include "process_liveness.hpp"
+
 #include <htp/detail/check.hpp>
 #include <htp/version.hpp>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -80,45 +81,10 @@ std::string segment_path(const std::string& shm_dir, const std::string& name) {
   return shm_dir + "/" + file_prefix + name;
 }
 
-std::uint64_t process_start_time(pid_t pid) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  // Field 2 (the command) may hold spaces and parentheses: the fields after it start after the
-  // last ')'. Field 3 is the state, field 22 the start time.
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr) return 0;
-  ++p;
-  char state = 0;
-  if (std::sscanf(p, " %c", &state) != 1 || state == 'Z' || state == 'X' || state == 'x') return 0;
-  int field = 2;
-  while (*p != '\0' && field < 22) {
-    if (*p == ' ') ++field;
-    ++p;
-  }
-  unsigned long long start = 0;
-  if (std::sscanf(p, "%llu", &start) != 1) return 0;
-  return start;
-}
-
 bool slot_alive(const rank_slot& s) noexcept {
-  if (s.state.load(std::memory_order_acquire) != slot_live) return false;
-  const pid_t pid = s.pid.load(std::memory_order_relaxed);
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
-  // A /proc this process cannot read (hidepid, no /proc) says nothing: kill() said the pid lives,
-  // so the slot is taken as alive rather than reclaimed from under a running process.
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  if (::access(path, R_OK) != 0 && errno != ENOENT) return true;
-  const std::uint64_t start = process_start_time(pid);
-  return start != 0 && start == s.start_time.load(std::memory_order_relaxed);
+  return s.state.load(std::memory_order_acquire) == slot_live &&
+         detail::process_alive(s.pid.load(std::memory_order_relaxed),
+                               s.start_time.load(std::memory_order_relaxed));
 }
 
 std::string format_bytes(std::uint64_t bytes) {

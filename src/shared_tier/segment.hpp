@@ -95,9 +95,8 @@ inline char* data_of(segment_header* h) { return reinterpret_cast<char*>(h) + h-
 void check_tier_name(const std::string& name);
 std::string segment_path(const std::string& shm_dir, const std::string& name);
 
-/// The start time of process `pid` (field 22 of /proc/<pid>/stat), or 0 if it is gone or a zombie.
-std::uint64_t process_start_time(pid_t pid) noexcept;
-/// Whether slot `s` names a live process (pid alive, same start time, not a zombie).
+/// Whether slot `s` names a live process (detail::process_alive: pid alive, same start time, not a
+/// zombie).
 bool slot_alive(const rank_slot& s) noexcept;
 
 /// "htp 0.1.0 (layout 1, page 64 KiB)" for messages.
