@@ -81,8 +81,6 @@ nlohmann::json steps_against_bound(const options& o, const std::vector<nlohmann:
   return out;
 }
 
-std::string segment_path(const options& o) { return "/dev/shm/htp." + o.tier_name; }
-
 nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& ranks,
                        const shared_tier_listing& tier) {
   std::uint64_t anonymous = 0, link_total = 0, checked = 0, bad = 0;
@@ -101,7 +99,7 @@ nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& rank
                                      static_cast<double>(link_total)
                                : 0.0);
   const std::uint64_t cached = page_cache_bytes(o.dir + "/weights.bin");
-  const std::uint64_t shm = allocated_bytes(segment_path(o));
+  const std::uint64_t shm = allocated_bytes(tier.path);
   const std::uint64_t node = cached + shm + anonymous;
   return {{"weights_bytes", o.weight_bytes},
           {"node_host_bytes", node},
@@ -120,11 +118,7 @@ nlohmann::json summary(const options& o, const std::vector<nlohmann::json>& rank
 
 int launch(options o) {
   make_weights(o);
-  shared_tier_config tc;
-  tc.name = o.tier_name;
-  tc.bytes = o.source == "tier" ? o.weight_bytes + layers_of(o) * (std::size_t{64} << 10)
-                                : std::size_t{64} << 10;
-  auto tier = shared_tier::open(tc);  // the launcher's own slot keeps the segment while it reports
+  auto tier = shared_tier::open(tier_config(o));  // its own slot keeps the segment while it reports
   std::vector<int> pids;
   for (int r = 0; r < o.processes; ++r) pids.push_back(spawn_self(child_arguments(o, r)));
   bool killed = false;

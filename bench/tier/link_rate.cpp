@@ -69,10 +69,7 @@ nlohmann::json threads_run(const options& o) {
 /// N ranks over the tier's link cell: spawns them, each takes from t0 to t1.
 nlohmann::json processes_run(options o) {
   const std::uint64_t burst = chunks_of_burst * o.chunk_bytes;
-  shared_tier_config tc;
-  tc.name = o.tier_name;
-  tc.bytes = std::size_t{64} << 10;
-  auto tier = shared_tier::open(tc);
+  auto tier = shared_tier::open(tier_config(o));
   tier->link("rate", rate, burst);                             // made before any rank takes from it
   o.start_ns = token_bucket::steady_clock_ns() + 500'000'000;  // after every rank has started
   std::vector<int> pids;
@@ -96,10 +93,7 @@ nlohmann::json processes_run(options o) {
 
 int run_link_rate(const options& o) {
   if (o.child >= 0) {  // a rank: its share of the window
-    shared_tier_config tc;
-    tc.name = o.tier_name;
-    tc.bytes = std::size_t{64} << 10;
-    auto tier = shared_tier::open(tc);
+    auto tier = shared_tier::open(tier_config(o));
     auto link = tier->link("rate", rate, chunks_of_burst * o.chunk_bytes);
     const std::uint64_t bytes = greedy(*link, o.chunk_bytes, o.start_ns, o.start_ns + window_ns(o));
     write_json({{"bytes", bytes}}, o.dir + "/rank-" + std::to_string(o.child) + ".json");

@@ -74,6 +74,14 @@ bool parse(int argc, char** argv, options& o, int* rc) {
   return true;
 }
 
+shared_tier_config tier_config(const options& o) {
+  shared_tier_config tc;
+  tc.name = o.tier_name;
+  const std::size_t page = tc.page_bytes;
+  tc.bytes = o.source == "tier" && !o.link_rate ? o.weight_bytes + layers_of(o) * page : page;
+  return tc;
+}
+
 std::vector<std::string> child_arguments(const options& o, int rank) {
   const auto mib_text = [](std::size_t b) {
     char text[64];

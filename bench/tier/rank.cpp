@@ -47,11 +47,6 @@ struct mapped_file {
   mapped_file& operator=(const mapped_file&) = delete;
 };
 
-std::size_t tier_bytes(const options& o) {
-  return o.source == "tier" ? o.weight_bytes + layers_of(o) * (std::size_t{64} << 10)
-                            : std::size_t{64} << 10;
-}
-
 std::size_t hbm_budget(const options& o) {
   const auto b = static_cast<std::size_t>(o.hbm_fraction * static_cast<double>(o.weight_bytes));
   return std::max(b, 3 * o.layer_bytes);
@@ -196,10 +191,7 @@ int run_rank(const options& o) {
   d.ordinal = o.child;
   if (!wants_sim(d.backend)) d.ordinal = o.child % std::max(1, cuda_device_count());
   auto dev = make_bench_device(d);
-  shared_tier_config tc;
-  tc.name = o.tier_name;
-  tc.bytes = tier_bytes(o);
-  auto tier = shared_tier::open(tc);
+  auto tier = shared_tier::open(tier_config(o));
   std::shared_ptr<shared_link> link;
   if (o.shared_link_gbps > 0) {
     const auto rate = static_cast<std::uint64_t>(o.shared_link_gbps * 1e9);

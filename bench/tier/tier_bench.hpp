@@ -16,6 +16,8 @@
 
 #include "common/bench_device.hpp"
 
+#include <htp/shared_tier.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -52,6 +54,9 @@ struct options {
 
 /// Parses argv into `o`; returns false after printing help or an error (exit code in *rc).
 bool parse(int argc, char** argv, options& o, int* rc);
+/// The node's tier as the launcher and every rank open it (all must pass the same size): room for
+/// the weights with the tier source, else a small one that holds only the link cells.
+shared_tier_config tier_config(const options& o);
 /// The arguments that give a rank the same options (for posix_spawn).
 std::vector<std::string> child_arguments(const options& o, int rank);
 
