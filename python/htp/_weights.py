@@ -201,10 +201,13 @@ _HELD: dict[tuple[str, int, int], set[str]] = {}
 
 def release_held(tier: SharedTier, names: list[str]) -> None:
     """Releases entries an offload published (on remove, or when it failed)."""
-    held = _HELD.get((tier.name, tier.slot, id(tier)), set())
+    key = (tier.name, tier.slot, id(tier))
+    held = _HELD.get(key, set())
     for n in names:
         held.discard(n)
         tier.release(n)
+    if not held:
+        _HELD.pop(key, None)  # no set left behind per tier handle
 
 
 def _check_same_bytes(tier: SharedTier, names: list[str], arrays: list[np.ndarray],
