@@ -70,6 +70,7 @@ int ncclCommAbort(void*);
 int ncclCommGetAsyncError(void*, int*);
 int ncclAllGather(const void*, void*, std::size_t, int, void*, void*);
 int ncclAllReduce(const void*, void*, std::size_t, int, int, void*, void*);
+int ncclReduceScatter(const void*, void*, std::size_t, int, int, void*, void*);
 int ncclGroupStart();
 int ncclGroupEnd();
 const char* ncclGetErrorString(int);
@@ -131,6 +132,9 @@ int ncclAllGather(const void*, void*, std::size_t, int, void* comm, void*) {
   return collective(comm);
 }
 int ncclAllReduce(const void*, void*, std::size_t, int, int, void* comm, void*) {
+  return collective(comm);
+}
+int ncclReduceScatter(const void*, void*, std::size_t, int, int, void* comm, void*) {
   return collective(comm);
 }
 int ncclGroupStart() {
@@ -502,6 +506,56 @@ TEST(collectives, sim_all_reduce_sums_float32_and_bfloat16_and_runs_in_stream_or
   EXPECT_EQ(order.size(), 3u) << "work queued after the collectives ran after them";
 }
 
+TEST(collectives, sim_reduce_scatter_leaves_each_rank_its_block_of_the_sum_in_place_or_not) {
+  sim_gpus g(3);
+  auto c = make_sim_collectives(g.ptrs, 100'000'000'000);
+  const std::size_t count = 5;  // per rank received; each rank sends 3 x 5
+  std::vector<std::vector<float>> send(3, std::vector<float>(3 * count));
+  std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t i = 0; i < 3 * count; ++i) send[r][i] = float(r + 1) * float(i);
+  }
+  auto inplace = send;  // rank r's result lands on its own block of its send buffer
+  // bf16, in place: 1.0 + 2.0 + 4.0 = 7.0 exactly.
+  const std::uint16_t ones[3] = {0x3f80, 0x4000, 0x4080};
+  std::vector<std::vector<std::uint16_t>> b(3, std::vector<std::uint16_t>(3 * 4));
+  for (std::size_t r = 0; r < 3; ++r) std::fill(b[r].begin(), b[r].end(), ones[r]);
+  c->group_start();
+  for (std::size_t r = 0; r < 3; ++r) {
+    c->reduce_scatter_sum(r, send[r].data(), recv[r].data(), count, element_type::float32,
+                          *g.streams[r]);
+    c->reduce_scatter_sum(r, inplace[r].data(), inplace[r].data() + r * count, count,
+                          element_type::float32, *g.streams[r]);
+    c->reduce_scatter_sum(r, b[r].data(), b[r].data() + r * 4, 4, element_type::bfloat16,
+                          *g.streams[r]);
+  }
+  c->group_end();
+  for (auto& s : g.streams) s->synchronize();
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const float want = 6.0f * float(r * count + i);  // (1 + 2 + 3) x element r * count + i
+      ASSERT_EQ(recv[r][i], want) << "rank " << r << " element " << i;
+      ASSERT_EQ(inplace[r][r * count + i], want) << "in place, rank " << r << " element " << i;
+    }
+    for (std::size_t i = 0; i < 4; ++i) ASSERT_EQ(b[r][r * 4 + i], 0x40e0) << "7.0 in bfloat16";
+  }
+}
+
+TEST(collectives, a_reduce_scatter_against_an_all_reduce_of_the_same_size_is_named) {
+  sim_gpus g(2);
+  auto c = make_sim_collectives(g.ptrs);
+  std::vector<float> a(8), r(8);
+  c->all_reduce_sum(0, a.data(), r.data(), 4, element_type::float32, *g.streams[0]);
+  try {
+    c->reduce_scatter_sum(1, a.data(), r.data(), 4, element_type::float32, *g.streams[1]);
+    FAIL() << "a reduce_scatter_sum matched an all_reduce_sum";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a all_reduce_sum"), std::string::npos) << e.what();
+  }
+  c->all_reduce_sum(1, a.data(), r.data(), 4, element_type::float32, *g.streams[1]);
+  for (auto& s : g.streams) s->synchronize();
+}
+
 TEST(collectives, mismatched_calls_and_bad_arguments_are_named) {
   sim_gpus g(2);
   auto c = make_sim_collectives(g.ptrs);
@@ -540,6 +594,10 @@ TEST(collectives, one_rank_collectives_copy_on_the_stream_and_refuse_other_ranks
   std::memset(recv, 0, bytes);
   c->all_reduce_sum(0, send, recv, bytes / 2, element_type::bfloat16, s);
   c->all_reduce_sum(0, recv, recv, bytes / 2, element_type::bfloat16, s);  // in place: unchanged
+  s.synchronize();
+  EXPECT_EQ(std::memcmp(recv, send, bytes), 0);
+  std::memset(recv, 0, bytes);
+  c->reduce_scatter_sum(0, send, recv, bytes / 4, element_type::float32, s);  // one block: a copy
   s.synchronize();
   EXPECT_EQ(std::memcmp(recv, send, bytes), 0);
   EXPECT_THROW(c->all_gather(1, send, recv, 1, s), invalid_argument);

@@ -38,3 +38,4 @@ htp_target_warnings(test_nccl_abort)
 add_dependencies(test_nccl_abort htp_fake_nccl)
 gtest_discover_tests(test_nccl_abort DISCOVERY_TIMEOUT 60
   PROPERTIES TIMEOUT 120 ENVIRONMENT "HTP_NCCL_LIBRARY=$<TARGET_FILE:htp_fake_nccl>")
+htp_add_test(test_gradient_reducer gradient_reducer_test.cpp)

@@ -3,7 +3,8 @@
 //   rank_collectives_child NAME RANK WORLD TIMEOUT_MS ITERATIONS
 // It makes a sim device, joins the world NAME, then runs ITERATIONS rounds of all_gather and
 // all_reduce_sum (float32 and bfloat16, several sizes, one larger than the staging area the test
-// sets with HTP_SIM_RANK_STAGING_BYTES) and checks every result exactly. After its first round it
+// sets with HTP_SIM_RANK_STAGING_BYTES) and reduce_scatter_sum (float32, in place and not, one
+// block larger than the staging area), and checks every result exactly. After its first round it
 // writes its rank (one byte) to fd 3 if that is open, so the test knows it runs. What went wrong
 // goes to stderr. Exit codes: 0 every result right; 1 a wrong result or an unexpected error;
 // 2 bad arguments; 3 the world was aborted because a rank died; 4 make_sim_rank_collectives threw
@@ -102,6 +103,23 @@ struct rank_run {
                     std::to_string(i)};
     }
   }
+  /// Rank `rank`'s block of the float32 sum of world x count elements, in place or not.
+  void scatter_f32(std::size_t it, std::size_t count, bool in_place) {
+    std::vector<float> send(world * count), recv(count);
+    for (std::size_t i = 0; i < world * count; ++i) send[i] = f32_value(rank, it, i);
+    float* out = in_place ? send.data() + rank * count : recv.data();
+    c.reduce_scatter_sum(rank, send.data(), out, count, element_type::float32, s);
+    s.synchronize();
+    if (c.aborted()) return;
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0.0f;
+      for (std::size_t k = 0; k < world; ++k) want += f32_value(k, it, rank * count + i);
+      if (out[i] != want)
+        throw wrong{"float32 reduce_scatter_sum of " + std::to_string(count) + ": element " +
+                    std::to_string(i) + " is " + std::to_string(out[i]) + ", not " +
+                    std::to_string(want)};
+    }
+  }
   /// One round; the sizes straddle the test's 64 KiB staging area.
   void round(std::size_t it) {
     for (std::size_t bytes : {std::size_t{1}, std::size_t{4099}, std::size_t{150'001}})
@@ -109,6 +127,8 @@ struct rank_run {
     for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{40'000}})
       reduce_f32(it, count);
     for (std::size_t count : {std::size_t{3}, std::size_t{50'001}}) reduce_bf16(it, count);
+    scatter_f32(it, 7, false);
+    scatter_f32(it, 20'000, true);
   }
 };
 

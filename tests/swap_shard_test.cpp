@@ -129,6 +129,47 @@ TEST(swap_shard, every_gpu_reads_every_layer_gathered_from_the_shards_of_its_pee
   EXPECT_EQ(m.compute_waits, 3u * 8u);
 }
 
+// A training step visits the layers forward then backward; the gathers follow that order two
+// layers ahead in both directions, and every visit reads its own layer's bytes.
+TEST(swap_shard, a_forward_backward_order_gathers_ahead_in_both_directions) {
+  rig r(2, 4 * MiB);
+  const auto layers = make_layers(5, 300 * KiB);
+  const auto [sizes, srcs] = sizes_and_sources(layers);
+  swap_shard_config cfg;
+  cfg.order = forward_backward_order(5);
+  EXPECT_EQ(cfg.order, (std::vector<std::size_t>{0, 1, 2, 3, 4, 4, 3, 2, 1, 0}));
+  swap_shard ss(*r.n, *r.coll, sizes, srcs, cfg);
+  std::vector<std::thread> ts;
+  std::vector<int> bad(2, 0);
+  for (std::size_t g = 0; g < 2; ++g) {
+    ts.emplace_back([&, g] {
+      stream compute(*r.devs[g]);
+      for (int step = 0; step < 2; ++step) {
+        for (std::size_t l : cfg.order) {
+          const device_span sp = ss.acquire(g, l, compute);
+          std::uint64_t sum = 0;
+          r.devs[g]->checksum_async(sp.data, sp.bytes, &sum, compute);
+          compute.synchronize();
+          if (sp.bytes != layers[l].size() || sum != checksum(layers[l].data(), layers[l].size()))
+            ++bad[g];
+          ss.release(g, l, compute);
+        }
+        EXPECT_THROW(ss.acquire(g, 1, compute), invalid_argument)
+            << "after the backward comes the next forward: layer 0";
+      }
+      compute.synchronize();
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad, (std::vector<int>{0, 0})) << "a visit read another layer's bytes";
+  const swap_shard_metrics m = ss.metrics();
+  EXPECT_EQ(m.layers_acquired, 2u * 20u);
+  EXPECT_EQ(m.compute_waits, 2u * 10u) << "one wait per two visits, in both directions";
+  swap_shard_config bad_order;
+  bad_order.order = {0, 5};
+  EXPECT_THROW(swap_shard(*r.n, *r.coll, sizes, srcs, bad_order), invalid_argument);
+}
+
 TEST(swap_shard, one_layer_per_sync_synchronises_every_layer_and_reads_the_same_bytes) {
   rig r(2, 4 * MiB);
   const auto layers = make_layers(4, 300 * KiB);

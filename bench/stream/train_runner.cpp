@@ -7,6 +7,7 @@
 
 #include <htp/collectives.hpp>
 #include <htp/detail/check.hpp>
+#include <htp/gradient_reducer.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -48,13 +49,6 @@ std::vector<step_use> step_sequence(const bench_config& cfg, const train_options
   return seq;
 }
 
-/// Host-clock stamps of one GPU's step, written by its streams' threads (read after the step).
-struct step_stamps {
-  std::mutex mu;
-  clock_type::time_point begin, compute_end, reduction_end;
-  double reduction_ms = 0;
-};
-
 /// What the GPU threads of one budget's run share: the inputs, each GPU's outputs (slot g written
 /// by GPU g's thread only) and the first failure.
 struct train_run {
@@ -65,8 +59,8 @@ struct train_run {
   std::size_t paged_budget;
   std::vector<std::unique_ptr<device>> devs;
   std::unique_ptr<collectives> coll;
-  std::vector<std::vector<double>> step_ms;             // [gpu][step], warm-up included
-  std::vector<std::vector<double>> red_ms, exposed_ms;  // [gpu][timed step]
+  std::vector<std::vector<double>> step_ms;           // [gpu][step], warm-up included
+  std::vector<gradient_reduction_metrics> reduction;  // [gpu], the timed steps'
   std::vector<pager_metrics> metrics;
   std::vector<std::exception_ptr> err;
   std::mutex fail_mu;
@@ -103,51 +97,32 @@ void run_module(device& dev, std::int64_t ns, stream_ref s) {
       [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
 }
 
-/// One GPU's pager, streams and gradient buffer for the run.
+/// One GPU's pager, streams, gradient buffer and reducer for the run.
 struct gpu_state {
   device& dev;
   pager& p;
   stream& cs;
-  stream_ref rs;
   void* grad;
   std::size_t grad_count;  // bf16 elements of the largest layer's gradient
   std::vector<tensor_handle> hs;
-  event_ref backward_done, reductions_done;
-  step_stamps st;
+  gradient_reducer& red;  // on the pager's reduction stream
 };
 
 /// After layer `l`'s backward: its gradient all-reduced on the reduction stream once the compute
-/// stream has finished the layer, the reduction's time stamped by the stream's thread.
-void reduce_layer(train_run& r, gpu_state& g, std::size_t rank, std::size_t l) {
+/// stream has finished the layer (the library's gradient_reducer, which times it).
+void reduce_layer(train_run& r, gpu_state& g, std::size_t l) {
   std::uint64_t bytes = 0;
   const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
   for (std::size_t i = 0; i < n; ++i) bytes += r.tensor_bytes[l * n + i];
-  g.dev.record(g.backward_done, g.cs);
-  g.dev.wait(g.backward_done, g.rs);
-  auto begin = std::make_shared<clock_type::time_point>();
-  g.dev.launch_host_func([begin] { *begin = clock_type::now(); }, g.rs);
   const std::size_t count = std::min<std::size_t>(g.grad_count, (bytes + 1) / 2);
-  r.coll->all_reduce_sum(rank, g.grad, g.grad, count, element_type::bfloat16, g.rs);
-  g.dev.launch_host_func(
-      [begin, &st = g.st] {
-        const auto now = clock_type::now();
-        std::lock_guard lock(st.mu);
-        st.reduction_ms += std::chrono::duration<double, std::milli>(now - *begin).count();
-        st.reduction_end = now;
-      },
-      g.rs);
+  g.red.all_reduce(g.grad, count, element_type::bfloat16, g.cs);
 }
 
 /// One training step of GPU `rank`, queued and waited for: forward and backward over the schedule,
 /// each layer's gradient reduced after its backward, the step's end joined with the reductions'.
-void run_step(train_run& r, gpu_state& g, std::size_t rank) {
+void run_step(train_run& r, gpu_state& g) {
   const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
   const std::size_t half = r.seq.size() / 2;
-  {
-    std::lock_guard lock(g.st.mu);
-    g.st.reduction_ms = 0;
-    g.st.begin = g.st.compute_end = g.st.reduction_end = clock_type::now();
-  }
   for (std::size_t k = 0; k < r.seq.size(); ++k) {
     const step_use& u = r.seq[k];
     (void)g.p.acquire(g.hs[u.tensor], g.cs);
@@ -155,17 +130,10 @@ void run_step(train_run& r, gpu_state& g, std::size_t rank) {
     g.p.release(g.hs[u.tensor], g.cs);
     const bool layer_end =
         k >= half && (k + 1 == r.seq.size() || r.seq[k + 1].tensor / n != u.tensor / n);
-    if (layer_end) reduce_layer(r, g, rank, u.tensor / n);
+    if (layer_end) reduce_layer(r, g, u.tensor / n);
   }
-  g.dev.launch_host_func(
-      [&st = g.st] {
-        std::lock_guard lock(st.mu);
-        st.compute_end = clock_type::now();
-      },
-      g.cs);
   // The optimizer step (not modelled) waits for every reduction: so does the step's end.
-  g.dev.record(g.reductions_done, g.rs);
-  g.dev.wait(g.reductions_done, g.cs);
+  g.red.join(g.cs);
   g.cs.synchronize();
 }
 
@@ -177,20 +145,16 @@ void run_gpu_steps(train_run& r, gpu_state& g, std::size_t rank) {
     if (step == r.cfg.warmup_steps) {
       g.p.synchronize();
       g.p.reset_metrics();
+      g.red.reset_metrics();
     }
     const auto t0 = clock_type::now();
-    run_step(r, g, rank);
+    run_step(r, g);
     r.step_ms[rank].push_back(
         std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-    if (step < r.cfg.warmup_steps) continue;
-    std::lock_guard lock(g.st.mu);
-    r.red_ms[rank].push_back(g.st.reduction_ms);
-    const double exposed =
-        std::chrono::duration<double, std::milli>(g.st.reduction_end - g.st.compute_end).count();
-    r.exposed_ms[rank].push_back(std::max(0.0, exposed));
   }
   g.p.synchronize();
   r.metrics[rank] = g.p.metrics();
+  r.reduction[rank] = g.red.metrics();
 }
 
 /// GPU `rank`'s thread: its pager over its device, the model registered, the step's sequence as the
@@ -218,29 +182,21 @@ void run_gpu(train_run& r, std::size_t rank) {
     for (const auto& u : r.seq) sched.push_back(hs[u.tensor]);
     p.set_schedule(sched, /*cyclic=*/true);
     void* grad = dev.allocate(memory_kind::device, largest_layer);
-    gpu_state g{dev,
-                p,
-                cs,
-                p.engine().reduction_stream(),
-                grad,
-                largest_layer / 2,
-                hs,
-                dev.create_event(),
-                dev.create_event(),
-                {}};
     try {
-      run_gpu_steps(r, g, rank);
+      gradient_reducer red(dev, *r.coll, rank, p.engine().reduction_stream());
+      gpu_state g{dev, p, cs, grad, largest_layer / 2, hs, red};
+      try {
+        run_gpu_steps(r, g, rank);
+      } catch (...) {
+        r.coll->abort("a GPU of the training run failed");  // the reducer's wait then ends
+        cs.synchronize();
+        p.synchronize();
+        throw;
+      }
     } catch (...) {
-      r.coll->abort("a GPU of the training run failed");
-      cs.synchronize();
-      p.synchronize();
-      dev.destroy_event(g.backward_done);
-      dev.destroy_event(g.reductions_done);
       dev.deallocate(memory_kind::device, grad, largest_layer);
       throw;
     }
-    dev.destroy_event(g.backward_done);
-    dev.destroy_event(g.reductions_done);
     dev.deallocate(memory_kind::device, grad, largest_layer);
   } catch (...) {
     r.err[rank] = std::current_exception();
@@ -281,7 +237,7 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
     res.step_ms.push_back(slowest / scale);
   }
   res.step = summarize(res.step_ms);
-  double red = 0, exposed = 0;
+  double red = 0, exposed = 0, reduced_steps = 0;
   res.prefetch_timely_share = 0;
   for (std::size_t g = 0; g < N; ++g) {
     const pager_metrics& m = r.metrics[g];
@@ -291,13 +247,16 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
     res.late_prefetches_per_step += static_cast<double>(m.late_prefetches) * per;
     res.prefetch_timely_share += m.prefetch_timely_share / static_cast<double>(N);
     res.hbm_peak_pct = std::max(res.hbm_peak_pct, m.hbm.peak_pct);
-    for (double x : r.red_ms[g]) red += x * per;
-    for (double x : r.exposed_ms[g]) exposed += x * per;
+    red += r.reduction[g].reduction_ms;
+    exposed += r.reduction[g].exposed_ms;
+    reduced_steps += static_cast<double>(r.reduction[g].steps);
   }
-  res.reduction_ms = red / scale;
-  res.reduction_exposed_ms = std::min(red, exposed) / scale;
+  // Per step, the mean over GPUs, undilated (the reducer's figures are device-timed).
+  const double per_step = reduced_steps > 0 ? 1.0 / reduced_steps / scale : 0;
+  res.reduction_ms = red * per_step;
+  res.reduction_exposed_ms = exposed * per_step;
   res.reduction_hidden_ms = res.reduction_ms - res.reduction_exposed_ms;
-  res.exposed_share = red > 0 ? res.reduction_exposed_ms / res.reduction_ms : 0;
+  res.exposed_share = red > 0 ? exposed / red : 0;
   double compute_ns = 0;
   for (const auto& u : r.seq) compute_ns += static_cast<double>(u.compute_ns);
   res.compute_ms = compute_ns / 1e6 / scale;
@@ -376,14 +335,12 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
               {},
               {},
               {},
-              {},
               0};
   std::vector<device*> ptrs;
   for (const auto& d : r.devs) ptrs.push_back(d.get());
   r.coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(o.interconnect_gbps * 1e9));
   r.step_ms.resize(o.gpus);
-  r.red_ms.resize(o.gpus);
-  r.exposed_ms.resize(o.gpus);
+  r.reduction.resize(o.gpus);
   r.metrics.resize(o.gpus);
   r.err.resize(o.gpus);
   r.first_failed = o.gpus;

@@ -57,6 +57,13 @@ class collectives {
   /// (send == recv is allowed). @throws as all_gather.
   virtual void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
                               element_type type, stream_ref s) = 0;
+  /// Element-wise sum of every rank's `size() * count` elements at `send`, scattered: rank r
+  /// receives block r of the sum (elements [r * count, (r + 1) * count)) at `recv`, `count`
+  /// elements. In place is allowed as NCCL allows it: `recv` at block r of `send`; any other
+  /// overlap is undefined. The ZeRO-2 gradient reduction: each rank keeps its shard's sum.
+  /// @throws as all_gather.
+  virtual void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                                  element_type type, stream_ref s) = 0;
   /// Brackets calls of several ranks issued by one thread. Call group_end after a successful
   /// group_start even when a call in between threw (NCCL keeps the group open otherwise, and an
   /// abort waits for open groups before it tears the communicators down).

@@ -29,7 +29,10 @@
 //   the defaults (ahead = 2, layers_per_sync = 2) once per two layers, double-buffered, and a GPU
 //   never waits for a gather of the group after next (metrics().compute_waits counts the waits).
 //   A group's layers are acquired on one compute stream.
-// - Calls per GPU come in layer order (0, 1, ..., L - 1, 0, ...). With NCCL, each GPU's calls come
+// - Calls per GPU follow the visit order, cyclic: swap_shard_config::order, by default the layer
+//   order (0, 1, ..., L - 1, 0, ...); a training step's is forward then backward (0, ..., L - 1,
+//   L - 1, ..., 0), so the gathers run `ahead` groups ahead in both directions (a group is
+//   `layers_per_sync` consecutive visits, whatever their layers). With NCCL, each GPU's calls come
 //   from its own thread, never inside collectives::group_start/group_end (a grouped all-gather is
 //   enqueued only at group_end, after the buffer's ready event). Every GPU makes the same number of
 //   acquires before the object is destroyed: the gathers they start are collectives, and one no
@@ -67,7 +70,14 @@ struct swap_shard_config {
   std::size_t probe_bytes = std::size_t{32} << 20;
   /// Per-GPU host link rate; 0 = GPU 0's calibrated H2D cap.
   std::uint64_t host_bytes_per_second = 0;
+  /// The visit order, cyclic: a GPU's v-th acquire() takes layer order[v % order.size()]. Empty:
+  /// 0, 1, ..., L - 1. A training step: forward_backward_order(L). Each entry below L.
+  std::vector<std::size_t> order;
 };
+
+/// A training step's visit order over `layers` layers: 0, 1, ..., L - 1, then L - 1, ..., 0 (the
+/// backward pass reads each layer's weights again, in reverse). Never throws but std::bad_alloc.
+std::vector<std::size_t> forward_backward_order(std::size_t layers);
 
 enum class layer_source { peers, host };
 
@@ -92,7 +102,8 @@ class swap_shard {
   /// makes the staging buffers. When it measures the interconnect it issues one grouped probe
   /// all-gather for every rank from the calling thread and waits for it (host-blocking, no lock
   /// held). @throws htp::invalid_argument for no layers, a zero size, sources
-  /// of the wrong length, collectives of another size than the node, ahead or layers_per_sync 0;
+  /// of the wrong length, collectives of another size than the node, ahead or layers_per_sync 0,
+  /// an order entry that names no layer;
   /// what the node throws when the host tier cannot hold the layers; htp::out_of_memory when a
   /// GPU's HBM cannot hold its staging buffers.
   swap_shard(node& n, collectives& c, const std::vector<std::size_t>& layer_bytes,
@@ -111,8 +122,8 @@ class swap_shard {
   /// GPU g's full copy of `layer` (its first layer_bytes bytes), usable on `compute` until release.
   /// Stream order: work queued on `compute` after it runs once the layer's group is gathered.
   /// Thread safety: calls for one GPU from one thread at a time; GPUs may call concurrently.
-  /// @throws htp::invalid_argument for g or layer out of range, a layer out of order on GPU g, or a
-  /// group's later layer on another compute stream than its first; htp::logic_error after
+  /// @throws htp::invalid_argument for g or layer out of range, a layer out of visit order on GPU
+  /// g, or a group's later layer on another compute stream than its first; htp::logic_error after
   /// stop(g), and what the collectives throw (e.g. once aborted).
   device_span acquire(std::size_t g, std::size_t layer, stream_ref compute);
   /// Ends GPU g's use of `layer`: its buffer is reused once `compute` passes the release of the

@@ -43,6 +43,8 @@ struct nccl_api {
   nccl_result (*comm_destroy)(nccl_comm) = nullptr;
   nccl_result (*all_gather)(const void*, void*, std::size_t, int, nccl_comm, void*) = nullptr;
   nccl_result (*all_reduce)(const void*, void*, std::size_t, int, int, nccl_comm, void*) = nullptr;
+  nccl_result (*reduce_scatter)(const void*, void*, std::size_t, int, int, nccl_comm,
+                                void*) = nullptr;
   nccl_result (*group_start)() = nullptr;
   nccl_result (*group_end)() = nullptr;
   const char* (*error_string)(nccl_result) = nullptr;
@@ -86,6 +88,7 @@ const nccl_api& api() {
     sym(r.comm_destroy, "ncclCommDestroy");
     sym(r.all_gather, "ncclAllGather");
     sym(r.all_reduce, "ncclAllReduce");
+    sym(r.reduce_scatter, "ncclReduceScatter");
     sym(r.group_start, "ncclGroupStart");
     sym(r.group_end, "ncclGroupEnd");
     sym(r.error_string, "ncclGetErrorString");
@@ -170,6 +173,15 @@ class nccl_collectives final : public collectives {
     const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
     call(rank, "ncclAllReduce", [&](nccl_comm c) {
       return api().all_reduce(send, recv, count, t, nccl_sum, c, s.native);
+    });
+  }
+  void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                          element_type type, stream_ref s) override {
+    const detail::nvtx_range range("htp reduce_scatter_sum");
+    check_args(rank, send, recv, count, "reduce_scatter_sum");
+    const int t = type == element_type::float32 ? nccl_float32 : nccl_bfloat16;
+    call(rank, "ncclReduceScatter", [&](nccl_comm c) {
+      return api().reduce_scatter(send, recv, count, t, nccl_sum, c, s.native);
     });
   }
   void group_start() override {

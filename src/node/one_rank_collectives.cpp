@@ -31,6 +31,13 @@ class one_rank_collectives final : public collectives {
     if (send != recv)
       dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
   }
+  void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                          element_type type, stream_ref s) override {
+    check(rank, send, recv, count, "reduce_scatter_sum");
+    throw_if_aborted("reduce_scatter_sum");
+    if (send != recv)
+      dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
+  }
   void group_start() override { throw_if_aborted("group_start"); }
   void group_end() override {}
   /// Nothing waits for another rank here: queued copies complete, later calls throw.

@@ -44,22 +44,31 @@ void store_bf16(unsigned char* p, float f) {  // round to nearest even, as the s
 struct rank_call {
   std::uint64_t id = 0;  // this rank's call index
   bool reduce = false;
+  bool scatter = false;  // a reduce whose rank r keeps block r (bytes / world) of the sum
   element_type type = element_type::float32;
   const unsigned char* send = nullptr;
   unsigned char* recv = nullptr;
-  std::size_t bytes = 0;  // per rank
+  std::size_t bytes = 0;  // per rank sent
 
   /// The word the ranks compare to find calls that differ.
-  std::uint64_t kind() const { return reduce ? (type == element_type::float32 ? 2 : 3) : 1; }
+  std::uint64_t kind() const {
+    if (!reduce) return 1;
+    return (scatter ? 4 : 2) + (type == element_type::float32 ? 0 : 1);
+  }
   std::string name() const {
-    return detail::concat(reduce ? "all_reduce_sum" : "all_gather", " #", id);
+    return detail::concat(!reduce   ? "all_gather"
+                          : scatter ? "reduce_scatter_sum"
+                                    : "all_reduce_sum",
+                          " #", id);
   }
 };
 
 std::string kind_name(std::uint64_t kind, std::uint64_t bytes) {
   const char* k = kind == 1   ? "an all_gather"
                   : kind == 2 ? "a float32 all_reduce_sum"
-                              : "a bfloat16 all_reduce_sum";
+                  : kind == 3 ? "a bfloat16 all_reduce_sum"
+                  : kind == 4 ? "a float32 reduce_scatter_sum"
+                              : "a bfloat16 reduce_scatter_sum";
   return detail::concat(k, " of ", bytes, " bytes");
 }
 
@@ -159,7 +168,11 @@ struct rank_world {
       return;
     }
     const std::size_t elem = size_of(c.type);
+    // A reduce-scatter sums every piece (the ranks move in lockstep) and keeps its own block.
+    const std::size_t block = c.bytes / n, mine = c.scatter ? rank * block : 0;
     for (std::size_t i = 0; i < len / elem; ++i) {
+      const std::size_t at = off + i * elem;
+      if (c.scatter && (at < mine || at >= mine + block)) continue;
       float sum = 0.0f;  // in rank order: every rank adds the same numbers in the same order
       for (std::size_t k = 0; k < n; ++k) {
         const unsigned char* v = seg->staging_area(k) + i * elem;
@@ -171,7 +184,7 @@ struct rank_world {
           sum += bf16_value(v);
         }
       }
-      unsigned char* out = c.recv + off + i * elem;
+      unsigned char* out = c.recv + (at - mine);
       if (c.type == element_type::float32) {
         std::memcpy(out, &sum, 4);
       } else {
@@ -220,6 +233,15 @@ class sim_rank_collectives final : public collectives {
     c.type = type;
     c.bytes = count * size_of(type);
     enqueue("all_reduce_sum", rank, send, recv, c, s);
+  }
+  void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                          element_type type, stream_ref s) override {
+    const detail::nvtx_range range("htp reduce_scatter_sum");
+    rank_call c;
+    c.reduce = c.scatter = true;
+    c.type = type;
+    c.bytes = count * size_of(type) * w_->seg->world();
+    enqueue("reduce_scatter_sum", rank, send, recv, c, s);
   }
   void group_start() override { throw_if_aborted("group_start()"); }
   void group_end() override {}

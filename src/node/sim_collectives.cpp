@@ -38,9 +38,38 @@ std::uint16_t float_to_bf16(float f) {  // round to nearest even
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
+/// What a collective does (the ranks' calls must agree on it).
+enum class op_kind { all_gather, all_reduce, reduce_scatter };
+
+const char* name_of(op_kind k) {
+  return k == op_kind::all_gather   ? "all_gather"
+         : k == op_kind::all_reduce ? "all_reduce_sum"
+                                    : "reduce_scatter_sum";
+}
+
+float load_element(const void* base, std::size_t i, element_type t) {
+  if (t == element_type::float32) {
+    float v;
+    std::memcpy(&v, static_cast<const char*>(base) + 4 * i, 4);
+    return v;
+  }
+  std::uint16_t v;
+  std::memcpy(&v, static_cast<const char*>(base) + 2 * i, 2);
+  return bf16_to_float(v);
+}
+
+void store_element(void* base, std::size_t i, element_type t, float f) {
+  if (t == element_type::float32) {
+    std::memcpy(static_cast<char*>(base) + 4 * i, &f, 4);
+  } else {
+    const std::uint16_t v = float_to_bf16(f);
+    std::memcpy(static_cast<char*>(base) + 2 * i, &v, 2);
+  }
+}
+
 struct op {
-  bool reduce = false;
-  std::size_t bytes = 0, count = 0;
+  op_kind kind = op_kind::all_gather;
+  std::size_t bytes = 0, count = 0;  // per rank received (reduce_scatter: each rank sends N x)
   element_type type = element_type::float32;
   std::vector<const void*> send;
   std::vector<void*> recv;
@@ -127,9 +156,9 @@ struct rendezvous {
     }
     const double secs = std::chrono::duration<double>(timeout).count();
     return detail::concat(
-        "rank ", waiter, " waited ", secs, " s at collective ", id, " (an ",
-        o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes, " bytes) for rank(s) ", never,
-        never.empty() || behind.empty() ? "" : ", ", behind, " that did not arrive",
+        "rank ", waiter, " waited ", secs, " s at collective ", id, " (an ", name_of(o.kind),
+        " of ", o.bytes, " bytes) for rank(s) ", never, never.empty() || behind.empty() ? "" : ", ",
+        behind, " that did not arrive",
         never.empty() ? "" : detail::concat(" (never called: ", never, ")"),
         behind.empty()
             ? ""
@@ -140,7 +169,7 @@ struct rendezvous {
   void copy(op& o) const {
     const std::size_t n = ranks;
     if (timing_only) return;
-    if (!o.reduce) {
+    if (o.kind == op_kind::all_gather) {
       for (std::size_t r = 0; r < n; ++r) {
         for (std::size_t k = 0; k < n; ++k) {
           char* dst = static_cast<char*>(o.recv[r]) + k * o.bytes;
@@ -149,39 +178,29 @@ struct rendezvous {
       }
       return;
     }
-    std::vector<float> sum(o.count, 0.0f);
+    // Summed in rank order into a buffer first: every rank gets the same bits, and a result
+    // written in place never feeds a later sum.
+    const bool scatter = o.kind == op_kind::reduce_scatter;
+    const std::size_t total = scatter ? n * o.count : o.count;
+    std::vector<float> sum(total, 0.0f);
     for (std::size_t k = 0; k < n; ++k) {
-      for (std::size_t i = 0; i < o.count; ++i) {
-        if (o.type == element_type::float32) {
-          float v;
-          std::memcpy(&v, static_cast<const char*>(o.send[k]) + 4 * i, 4);
-          sum[i] += v;
-        } else {
-          std::uint16_t v;
-          std::memcpy(&v, static_cast<const char*>(o.send[k]) + 2 * i, 2);
-          sum[i] += bf16_to_float(v);
-        }
-      }
+      for (std::size_t i = 0; i < total; ++i) sum[i] += load_element(o.send[k], i, o.type);
     }
     for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t i = 0; i < o.count; ++i) {
-        if (o.type == element_type::float32) {
-          std::memcpy(static_cast<char*>(o.recv[r]) + 4 * i, &sum[i], 4);
-        } else {
-          const std::uint16_t v = float_to_bf16(sum[i]);
-          std::memcpy(static_cast<char*>(o.recv[r]) + 2 * i, &v, 2);
-        }
-      }
+      const std::size_t first = scatter ? r * o.count : 0;
+      for (std::size_t i = 0; i < o.count; ++i) store_element(o.recv[r], i, o.type, sum[first + i]);
     }
   }
 
   /// The modelled interconnect (the sim's clock, as its copy engine models PCIe): a ring moves
-  /// (N - 1) / N of the data per rank, twice for an all-reduce.
+  /// (N - 1) / N of the data per rank, twice for an all-reduce (a reduce-scatter and an
+  /// all-gather of the result).
   std::chrono::nanoseconds modelled_time(const op& o) const {
     const std::size_t n = ranks;
     if (rate == 0 || n < 2) return std::chrono::nanoseconds(0);
-    const double per_rank =
-        static_cast<double>(o.reduce ? 2 * o.bytes : o.bytes * n) * double(n - 1) / double(n);
+    const double data =
+        static_cast<double>(o.kind == op_kind::all_reduce ? 2 * o.bytes : o.bytes * n);
+    const double per_rank = data * double(n - 1) / double(n);
     return std::chrono::nanoseconds(static_cast<std::int64_t>(per_rank / double(rate) * 1e9));
   }
 };
@@ -204,12 +223,17 @@ class sim_collectives final : public collectives {
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
                   stream_ref s) override {
     const detail::nvtx_range range("htp all_gather");
-    enqueue(rank, "all_gather", send, recv, bytes, bytes, element_type::float32, false, s);
+    enqueue(rank, op_kind::all_gather, send, recv, bytes, bytes, element_type::float32, s);
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
                       element_type type, stream_ref s) override {
     const detail::nvtx_range range("htp all_reduce_sum");
-    enqueue(rank, "all_reduce_sum", send, recv, count * size_of(type), count, type, true, s);
+    enqueue(rank, op_kind::all_reduce, send, recv, count * size_of(type), count, type, s);
+  }
+  void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
+                          element_type type, stream_ref s) override {
+    const detail::nvtx_range range("htp reduce_scatter_sum");
+    enqueue(rank, op_kind::reduce_scatter, send, recv, count * size_of(type), count, type, s);
   }
   void group_start() override {
     std::lock_guard lock(rv_->mu);
@@ -231,8 +255,9 @@ class sim_collectives final : public collectives {
                        "); no collective runs after an abort: make new collectives"));
   }
 
-  void enqueue(std::size_t rank, const char* what, const void* send, void* recv, std::size_t bytes,
-               std::size_t count, element_type type, bool reduce, stream_ref s) {
+  void enqueue(std::size_t rank, op_kind kind, const void* send, void* recv, std::size_t bytes,
+               std::size_t count, element_type type, stream_ref s) {
+    const char* what = name_of(kind);
     HTP_EXPECTS(rank < devs_.size(), invalid_argument, "collectives::", what, ": rank ", rank,
                 " of ", devs_.size());
     HTP_EXPECTS(send != nullptr && recv != nullptr && bytes > 0, invalid_argument,
@@ -245,7 +270,7 @@ class sim_collectives final : public collectives {
       id = rv.calls[rank];
       op& o = rv.ops[id];
       if (o.enqueued == 0) {
-        o.reduce = reduce;
+        o.kind = kind;
         o.bytes = bytes;
         o.count = count;
         o.type = type;
@@ -254,9 +279,9 @@ class sim_collectives final : public collectives {
         o.here.assign(devs_.size(), false);
       } else {
         HTP_EXPECTS(
-            o.reduce == reduce && o.bytes == bytes && o.type == type, invalid_argument,
-            "collectives::", what, "(rank ", rank, "): collective ", id, " is a ",
-            o.reduce ? "all_reduce_sum" : "all_gather", " of ", o.bytes,
+            o.kind == kind && o.bytes == bytes && o.type == type, invalid_argument,
+            "collectives::", what, "(rank ", rank, "): collective ", id, " is a ", name_of(o.kind),
+            " of ", o.bytes,
             " bytes on the other ranks; every rank must make the same calls in the same order");
       }
       o.send[rank] = send;

@@ -12,4 +12,5 @@ target_sources(htp_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/rank_collectives.cpp
 )
 target_link_libraries(htp_objects PRIVATE ${CMAKE_DL_LIBS})
-target_sources(htp_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp)
+target_sources(htp_objects PRIVATE ${CMAKE_CURRENT_LIST_DIR}/swap_shard.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gradient_reducer.cpp)

@@ -14,7 +14,7 @@ namespace htp {
 namespace {
 
 /// One GPU's buffers, streams and events. Visit v (the v-th acquire on this GPU) uses layer
-/// v % layers, in group q = v / layers_per_sync, held in buffer q % ahead at position
+/// order[v % order.size()], in group q = v / layers_per_sync, held in buffer q % ahead at position
 /// v % layers_per_sync.
 struct gpu_state {
   std::unique_ptr<stream> gather;
@@ -45,6 +45,7 @@ struct swap_shard::impl {
   collectives& coll;
   swap_shard_config cfg;
   std::vector<std::size_t> bytes;  // per layer, as given
+  std::vector<std::size_t> order;  // the visit order (cfg.order, or every layer once)
   std::size_t shard = 0;           // bytes per shard (the largest layer / N, rounded up)
   std::vector<node_tensor> layer;  // sharded
   std::vector<layer_source> src;
@@ -66,6 +67,9 @@ struct swap_shard::impl {
   /// Aborts the collectives if the ranks' all-gathers do not match (a rank issued more than
   /// another: its extra gathers would wait forever). Never throws.
   void abort_unmatched_gathers() noexcept;
+
+  /// The layer of visit v.
+  std::size_t layer_at(std::size_t v) const { return order[v % order.size()]; }
 
   /// A gate event of GPU g whose earlier loads have all finished (or a new one).
   gpu_state::gate& free_gate(std::size_t g) {
@@ -94,7 +98,7 @@ struct swap_shard::impl {
     std::uint64_t peers = 0, hosts = 0;
     const std::size_t k = cfg.layers_per_sync;
     for (std::size_t j = 0; j < k; ++j) {
-      const std::size_t l = (q * k + j) % layer.size();
+      const std::size_t l = layer_at(q * k + j);
       char* at = static_cast<char*>(st.buffer[b]) + j * N * shard;
       if (src[l] == layer_source::peers) {
         pager& p = n.gpu(g);
@@ -154,7 +158,16 @@ swap_shard::swap_shard(node& nd, collectives& c, const std::vector<std::size_t>&
   for (std::size_t l = 0; l < layer_bytes.size(); ++l) {
     HTP_EXPECTS(layer_bytes[l] > 0, invalid_argument, "swap_shard: layer ", l, " has 0 bytes");
   }
+  for (std::size_t v = 0; v < config.order.size(); ++v) {
+    HTP_EXPECTS(config.order[v] < layer_bytes.size(), invalid_argument, "swap_shard_config.order[",
+                v, "] is layer ", config.order[v], " of ", layer_bytes.size(),
+                "; every entry must name a layer (or leave order empty)");
+  }
   s.bytes = layer_bytes;
+  s.order = config.order;
+  if (s.order.empty()) {
+    for (std::size_t l = 0; l < layer_bytes.size(); ++l) s.order.push_back(l);
+  }
   const std::size_t largest = *std::max_element(layer_bytes.begin(), layer_bytes.end());
   s.shard = (largest + N - 1) / N;
   s.shard =
@@ -266,6 +279,14 @@ std::uint64_t swap_shard::impl::measure_interconnect() {
 
 swap_shard::~swap_shard() { p_->teardown(); }
 
+std::vector<std::size_t> forward_backward_order(std::size_t layers) {
+  std::vector<std::size_t> v;
+  v.reserve(2 * layers);
+  for (std::size_t l = 0; l < layers; ++l) v.push_back(l);
+  for (std::size_t l = layers; l-- > 0;) v.push_back(l);
+  return v;
+}
+
 void swap_shard::impl::stop(std::size_t g) {
   gpu_state& st = gpus[g];
   st.stopped = true;
@@ -363,12 +384,12 @@ device_span swap_shard::acquire(std::size_t g, std::size_t layer, stream_ref com
   gpu_state& st = s.gpus[g];
   HTP_EXPECTS(!st.stopped, logic_error, "swap_shard::acquire(GPU ", g, ", layer ", layer, "): GPU ",
               g, " was stopped (swap_shard::stop); its staging buffers hold no usable layer");
-  const std::size_t expected = st.next % s.layer.size();
-  HTP_EXPECTS(
-      layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g, ", layer ",
-      layer, "): ",
-      st.holding ? "the previous layer is not released yet"
-                 : "layers come in order; the next one on this GPU is " + std::to_string(expected));
+  const std::size_t expected = s.layer_at(st.next);
+  HTP_EXPECTS(layer == expected && !st.holding, invalid_argument, "swap_shard::acquire(GPU ", g,
+              ", layer ", layer, "): ",
+              st.holding ? "the previous layer is not released yet"
+                         : "layers come in the visit order; the next one on this GPU is " +
+                               std::to_string(expected));
   const std::size_t k = s.cfg.layers_per_sync;
   const std::size_t q = st.next / k, b = q % s.cfg.ahead, j = st.next % k;
   // Keep `ahead` groups in flight: this one and the next, whose buffers are released.
@@ -397,7 +418,7 @@ void swap_shard::release(std::size_t g, std::size_t layer, stream_ref compute) {
   HTP_EXPECTS(g < s.gpus.size(), invalid_argument, "swap_shard::release: GPU ", g, " of ",
               s.gpus.size());
   gpu_state& st = s.gpus[g];
-  HTP_EXPECTS(st.holding && layer == (st.next - 1) % s.layer.size(), invalid_argument,
+  HTP_EXPECTS(st.holding && layer == s.layer_at(st.next - 1), invalid_argument,
               "swap_shard::release(GPU ", g, ", layer ", layer, "): not the layer this GPU holds");
   // A marker, not a synchronisation: the buffer's next gather waits on it once, after the group's
   // last layer (a later record on the same stream covers the earlier ones).
