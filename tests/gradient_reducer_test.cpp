@@ -99,8 +99,8 @@ TEST(gradient_reducer, reduce_scatter_leaves_each_rank_the_sum_of_its_shard) {
       red.reduce_scatter(grad[r].data(), shard[r].data(), count, element_type::float32,
                          *g.compute[r]);
       // A second layer in place: rank r's shard is block r of its own gradient.
-      red.reduce_scatter(grad[r].data(), grad[r].data() + r * count, count,
-                         element_type::float32, *g.compute[r]);
+      red.reduce_scatter(grad[r].data(), grad[r].data() + r * count, count, element_type::float32,
+                         *g.compute[r]);
       red.join(*g.compute[r]);
       g.compute[r]->synchronize();
       m[r] = red.metrics();
@@ -194,10 +194,8 @@ TEST(gradient_reducer, bad_arguments_and_aborted_collectives_are_typed_errors) {
   EXPECT_THROW(gradient_reducer(*g.devs[0], *g.coll, 0, stream_ref{}), invalid_argument);
   gradient_reducer red(*g.devs[0], *g.coll, 0, *g.reduction[0]);
   std::vector<float> x(8);
-  EXPECT_THROW(red.all_reduce(nullptr, 8, element_type::float32, *g.compute[0]),
-               invalid_argument);
-  EXPECT_THROW(red.all_reduce(x.data(), 0, element_type::float32, *g.compute[0]),
-               invalid_argument);
+  EXPECT_THROW(red.all_reduce(nullptr, 8, element_type::float32, *g.compute[0]), invalid_argument);
+  EXPECT_THROW(red.all_reduce(x.data(), 0, element_type::float32, *g.compute[0]), invalid_argument);
   EXPECT_THROW(red.reduce_scatter(x.data(), nullptr, 4, element_type::float32, *g.compute[0]),
                invalid_argument);
   g.coll->abort("a test aborts the run");

@@ -2,8 +2,8 @@
 """Runs htp-stream-bench --train briefly on a tiny config (timing-only sim, two data-parallel GPUs)
 and checks its JSON: every budget ran, the step's schedule holds each weight twice, bytes paged per
 step are at least Belady's on the same sequence and within a sane factor of it, and the fields the
-report reads are present. No timing thresholds. Usage: stream_bench_train_check.py BENCH
-CONFIG_JSON WORKDIR"""
+report reads are present. Then --train --zero2 (check_zero2). No timing thresholds.
+Usage: stream_bench_train_check.py BENCH CONFIG_JSON WORKDIR"""
 import json
 import os
 import subprocess
@@ -78,6 +78,53 @@ for r in rows:
         failures.append(f"{b}: exposed share {red.get('exposed_share')}")
 if "training step (forward then backward" not in run.stdout:
     failures.append("the training table was not printed")
+
+
+def check_zero2():
+    """--train --zero2: both variants ran; htp's double buffering waits once per two visits and
+    the per-layer barrier once per visit; gradients were reduce-scattered; nothing paged (the
+    shards fit)."""
+    z_json = os.path.join(work, "zero2.json")
+    zargs = [bench, "--backend", "sim", "--timing-only", "--config", config, "--train", "--zero2",
+             "--batch", "1", "--seq-len", "64", "--gpus", "2", "--steps", "2", "--warmup", "1",
+             "--sweep", "6", "--slab-mib", "1", "--chunk-mib", "1", "--sim-link-gbps", "8",
+             "--json", z_json]
+    zrun = subprocess.run(zargs, capture_output=True, text=True, timeout=600)
+    print(zrun.stdout)
+    if zrun.returncode != 0:
+        return [f"htp-stream-bench --train --zero2 exited {zrun.returncode}\n{zrun.stderr}"]
+    out = []
+    z = json.load(open(z_json)).get("zero2")
+    if z is None:
+        return ["no 'zero2' section in the JSON"]
+    rows = {r["variant"]: r for r in z.get("rows", [])}
+    if sorted(rows) != ["htp", "per-layer"]:
+        return [f"variants {sorted(rows)}, want htp and per-layer"]
+    for name, r in rows.items():
+        if r.get("skipped"):
+            out.append(f"{name}: skipped: {r.get('reason')}")
+            continue
+        visits = 2 * r["layers"]
+        want_waits = visits / r["layers_per_sync"]
+        if r["sync"]["waits_per_step"] != want_waits:
+            out.append(f"{name}: {r['sync']['waits_per_step']} compute waits per step, want "
+                       f"{want_waits} ({visits} visits, {r['layers_per_sync']} per sync)")
+        if r["layer_source"] != "peers" or r["page_in_bytes_per_step"] != 0:
+            out.append(f"{name}: layers from {r['layer_source']}, "
+                       f"{r['page_in_bytes_per_step']} bytes paged per step; the shards fit")
+        red = r["reduction"]
+        if red["kind"] != "reduce_scatter" or not 0 <= red["exposed_share"] <= 1:
+            out.append(f"{name}: reduction {red}")
+        if abs(red["hidden_ms"] + red["exposed_ms"] - red["ms_per_step"]) > 1e-6:
+            out.append(f"{name}: hidden + exposed != reduction time: {red}")
+        if r["reserved_bytes"] + r["paged_budget_bytes"] > r["hbm_budget_bytes"]:
+            out.append(f"{name}: reserved + paged over the budget")
+    if "ZeRO-2 + swap-and-shard" not in zrun.stdout:
+        out.append("the ZeRO-2 table was not printed")
+    return out
+
+
+failures += check_zero2()
 if failures:
     sys.exit("\n".join(failures))
-print("stream bench --train: OK")
+print("stream bench --train and --train --zero2: OK")

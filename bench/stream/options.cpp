@@ -123,6 +123,11 @@ void add_node_options(CLI::App& app, stream_options& o) {
                  "--train: modelled device FLOP rate in TFLOPS (forward 2 x params x tokens, "
                  "backward twice that)")
       ->capture_default_str();
+  app.add_flag("--zero2", o.zero2,
+               "--train: ZeRO-2 with the double-buffered swapper instead: weights sharded over "
+               "--gpus and gathered ahead in both directions, gradients reduce-scattered, the "
+               "optimizer step on each GPU's shard; htp's two-layer groups against a barrier per "
+               "layer (optimizer state, gradient shards and activations reserved in HBM)");
   app.add_flag("--case-study", o.case_study,
                "the design's worked example: opt-175b in fp16 on 8 GPUs of 40 GB, 256 GB of host "
                "RAM, tensor-parallel "

@@ -54,6 +54,9 @@ struct stream_options {
   int batch = 1, seq_len = 2048;
   /// --train: the modelled device FLOP rate (an H100 SXM's dense bf16 peak).
   double train_tflops = 989;
+  /// --train --zero2: ZeRO-2 with swap-and-shard on --gpus (zero2_runner.hpp) instead of the
+  /// data-parallel pagers.
+  bool zero2 = false;
 };
 
 /// One model of a --models run: its preset and the layers to run (0: the default for the backend).

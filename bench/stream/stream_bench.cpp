@@ -16,6 +16,7 @@
 #include "shared/model_shapes.hpp"
 #include "static_runner.hpp"
 #include "train_runner.hpp"
+#include "zero2_runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -616,6 +617,60 @@ nlohmann::json run_train_budgets(const stream_options& o, run_setup& s, int& exi
           {"budgets", rows}};
 }
 
+/// --train --zero2: both variants at every budget, the table printed; returns the JSON's "zero2"
+/// section. A failed run is kept as skipped and sets `exit_code` to 1.
+nlohmann::json run_zero2_budgets(const stream_options& o, run_setup& s, int& exit_code) {
+  zero2_options zo;
+  zo.train = train_options_of(o);
+  if (zo.train.interconnect_gbps <= 0)  // as the node runs default it: NVLink next to PCIe
+    zo.train.interconnect_gbps = zo.train.link_gbps * 450.0 / 55.0;
+  zo.hbm_gbps = (o.sim_compute_gbps > 0 ? o.sim_compute_gbps : 3350.0 / o.time_scale);
+  const double model_bytes = static_cast<double>(streamed_weight_bytes(s.cfg));
+  if (!o.host_budget.empty())
+    zo.host_budget_bytes = parse_budget(o.host_budget, streamed_weight_bytes(s.cfg));
+  std::vector<zero2_result> results;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::size_t b : s.budgets) {
+    s.cfg.hbm_budget_bytes = b;
+    for (const zero2_variant& v : zero2_variants()) {
+      std::printf("\n%s --train --zero2 (%s): HBM budget %s per GPU, %zu GPU(s)\n",
+                  s.cfg.model.name.c_str(), v.name.c_str(), gib(static_cast<double>(b)).c_str(),
+                  zo.train.gpus);
+      try {
+        results.push_back(run_zero2(s.cfg, zo, v));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "htp-stream-bench: --zero2 %s at %s failed: %s\n", v.name.c_str(),
+                     gib(static_cast<double>(b)).c_str(), e.what());
+        zero2_result r;
+        r.variant = v.name;
+        r.hbm_budget_bytes = b;
+        r.skipped = true;
+        r.skip_reason = e.what();
+        results.push_back(r);
+        exit_code = 1;
+      }
+      rows.push_back(to_json(results.back()));
+      rows.back()["budget_fraction"] = static_cast<double>(b) / model_bytes;
+    }
+  }
+  print_zero2_table(results);
+  return {{"batch", o.batch},
+          {"seq_len", o.seq_len},
+          {"gpus", zo.train.gpus},
+          {"order", "forward 0..L-1, then backward L-1..0 (swap_shard_config::order)"},
+          {"compute", "modelled FLOPs: forward 2 x params x tokens, backward 2 x forward, at "
+                      "train_tflops; optimizer: AdamW on the shard, 28 bytes per parameter at "
+                      "the modelled HBM rate"},
+          {"train_tflops", o.train_tflops},
+          {"hbm_gbps", zo.hbm_gbps * o.time_scale},
+          {"interconnect_gbps", zo.train.interconnect_gbps * o.time_scale},
+          {"reserved", "activations (as --train), gradient shards (bf16), optimizer state (12 "
+                       "bytes per shard parameter), a layer's gradient"},
+          {"variants", "htp: ahead 2, layers_per_sync 2; per-layer: ahead 1, layers_per_sync 1"},
+          {"design_barrier_ms_per_layer", 3.4},
+          {"rows", rows}};
+}
+
 /// One model's run: set up, calibrate, pin the weights once, every budget and granularity. Sets
 /// `json` to the run's JSON (unset when it could not run) and returns the exit code (2: it could
 /// not be set up).
@@ -646,7 +701,8 @@ int run_model(stream_options o, nlohmann::json& json) {
   int exit_code = 0;
   if (o.train) {
     json = run_json(o, s, nlohmann::json::array(), {});
-    json["train"] = run_train_budgets(o, s, exit_code);
+    json[o.zero2 ? "zero2" : "train"] =
+        o.zero2 ? run_zero2_budgets(o, s, exit_code) : run_train_budgets(o, s, exit_code);
     return exit_code;
   }
   const nlohmann::json sweep_json = run_budgets(o, s, weights.get(), last, exit_code);
