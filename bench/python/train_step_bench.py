@@ -64,6 +64,9 @@ def parse_args() -> argparse.Namespace:
     a.add_argument("--steps", type=int, default=None, help="timed steps after one warm-up (default 3; sim 2)")
     a.add_argument("--budgets", default="0.3,0.5", help="htp's HBM budgets, fractions of the layers' bytes")
     a.add_argument("--modes", default="resident,save_on_cpu,htp")
+    a.add_argument("--inject-difference", default="", metavar="MODE",
+                   help="change MODE's first sampled gradient before the comparison (tests that a "
+                        "difference fails the run and the other modes still run)")
     args = a.parse_args()
     try:
         args.budgets = [float(x) for x in args.budgets.split(",")]
@@ -323,6 +326,10 @@ def setup(args):
     args.steps = args.steps or (3 if cuda else 2)
     if cuda:
         torch.cuda.set_device(device)
+        # Equal gradients across modes need the same kernels: deterministic ones where torch has
+        # them (a warning where not), without the NaN fills of fresh memory on the timed path.
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
     store = tempfile.NamedTemporaryFile(prefix="htp-train-step-", delete=False)
     store.close()
     os.unlink(store.name)  # the file store makes it; it must not exist yet
@@ -369,6 +376,9 @@ def run_mode(result, args, mode, fraction, run, want):
     t0 = time.perf_counter()
     try:
         row, first = run()
+        if mode == args.inject_difference:
+            name = next(iter(first[1]))
+            first[1][name] = first[1][name] + 1
         want = want or first
         row.update(compare(first, want))
     except Exception as e:  # the mode's row says why; the other modes still run
@@ -386,8 +396,6 @@ def main() -> int:
     args = parse_args()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS deterministic across streams
     import_stack()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = False  # no NaN fills on the timed path
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     t_setup = time.perf_counter()
