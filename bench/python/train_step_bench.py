@@ -31,7 +31,8 @@ copy ~4 s, htp 30% and 50% ~8 s each (~10 GB paged and ~7 GB of gradients to pag
 per step): ~50 s. --layers 32 roughly doubles the size-bound parts (~85 s). gpu-check runs it as the
 `train` set's train-step step, outside the session plan (docs/gpu.md says why).
 --device sim (or auto without a GPU): htp's sim backend, a tiny Llama on the CPU, the reduction on
-gloo inside each hook (counted, not timed: "reduction" says why), so CI can run it.
+gloo inside each hook (counted, not timed: "reduction" says why; htp's paged weights from the
+same gradient hooks as on cuda), so CI can run it.
 Writes the JSON to --out FILE and a table to stdout. Exit 1 when a mode fails or its gradients
 differ from the resident model's; 77 (SKIP) without torch/transformers, or without a GPU under
 --device cuda.
@@ -130,7 +131,7 @@ class Reducer:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.spans: list = []          # (start, end, serial) events of this step's reductions
         self.backward_end = None
-        self.count = self.bytes = 0    # this step's reductions
+        self.count = self.bytes = self.serial = 0    # this step's reductions
 
     def attach(self, params, serial=()) -> None:
         """Hooks on `params` (the model's Parameters): a reduction of each .grad once it has
@@ -147,6 +148,7 @@ class Reducer:
 
     def launch(self, t, serial: bool = False):
         self.count += 1
+        self.serial += serial
         self.bytes += t.numel() * t.element_size()
         if not self.cuda:
             dist.all_reduce(t)
@@ -170,20 +172,20 @@ class Reducer:
 
     def end_step(self) -> dict:
         """This step's reduction (after a device synchronize), and a fresh start for the next."""
-        row = dict(reductions=self.count, bytes=self.bytes)
+        row = dict(reductions=self.count, bytes=self.bytes, serial=self.serial)
         if self.cuda:
             total = sum(s.elapsed_time(e) for s, e, _ in self.spans)
             serial = sum(s.elapsed_time(e) for s, e, is_serial in self.spans if is_serial)
             tail = max(0.0, self.backward_end.elapsed_time(self.spans[-1][1])) if self.spans else 0.0
-            row.update(serial=sum(1 for *_, s in self.spans if s), total_ms=total,
-                       exposed_ms=serial + tail)
-        self.spans, self.count, self.bytes = [], 0, 0
+            row.update(total_ms=total, exposed_ms=serial + tail)
+        self.spans, self.count, self.bytes, self.serial = [], 0, 0, 0
         return row
 
 
 def reduction_summary(steps: list[dict], cuda: bool) -> dict:
     out = dict(backend="nccl" if cuda else "gloo", world_size=1,
-               reductions_per_step=steps[-1]["reductions"], bytes_per_step=steps[-1]["bytes"])
+               reductions_per_step=steps[-1]["reductions"], bytes_per_step=steps[-1]["bytes"],
+               serial_reductions=steps[-1]["serial"])
     if not cuda:
         out.update(exposed_ms=None, total_ms=None, hidden_share=None,
                    reason="sim: the gradients are CPU tensors, reduced on gloo inside each hook "
@@ -191,7 +193,7 @@ def reduction_summary(steps: list[dict], cuda: bool) -> dict:
         return out
     exposed = statistics.median(s["exposed_ms"] for s in steps)
     total = statistics.median(s["total_ms"] for s in steps)
-    out.update(exposed_ms=exposed, total_ms=total, serial_reductions=steps[-1]["serial"],
+    out.update(exposed_ms=exposed, total_ms=total,
                hidden_share=(1 - exposed / total) if total > 0 else None)
     return out
 
@@ -271,19 +273,19 @@ def run_resident(model, ctx, save_on_cpu: bool) -> dict:
 
 def run_htp(host, ctx, fraction: float) -> dict:
     """htp.torch.offload(training=True) at `fraction` of the layers' bytes, with
-    offload_activations; the reduction hooks of the paged Parameters go first on cuda (htp's hook
-    that copies each gradient to the host comes after them)."""
+    offload_activations. The paged Parameters' reductions run from gradient hooks registered
+    before the offload, so on cuda they come before htp's hook that copies each gradient to the
+    host (on sim, the same hooks, with nothing after them)."""
     device, cuda = ctx["device"], ctx["device"].type == "cuda"
     kept = {id(p) for name, m in host.named_modules() if name in hf.KEEP for p in m.parameters()}
     paged = [p for p in host.parameters() if id(p) not in kept]
     reducer = Reducer(device)
-    if cuda:
-        reducer.attach(paged, serial={id(p) for p in paged})
+    reducer.attach(paged, serial={id(p) for p in paged})
     budget = max(int(ctx["layer_bytes"] * fraction), 64 << 10)
     handle = ht.offload(host, hbm_budget=budget, keep=hf.KEEP, device=ctx["dev"], eviction="belady",
                         training=True)
     try:
-        reducer.attach([p for p in host.parameters() if id(p) in kept or not cuda])
+        reducer.attach([p for p in host.parameters() if id(p) in kept])
         acts = ht.offload_activations(handle)
 
         def after_warmup():
