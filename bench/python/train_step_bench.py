@@ -132,6 +132,7 @@ class Reducer:
         self.spans: list = []          # (start, end, serial) events of this step's reductions
         self.backward_end = None
         self.count = self.bytes = self.serial = 0    # this step's reductions
+        self.handles: list = []
 
     def attach(self, params, serial=()) -> None:
         """Hooks on `params` (the model's Parameters): a reduction of each .grad once it has
@@ -139,9 +140,15 @@ class Reducer:
         registered after this one (htp's copy to the host), and the compute stream waits."""
         for p in params:
             if id(p) in serial:
-                p.register_hook(lambda g: self.launch(g, serial=True))
+                self.handles.append(p.register_hook(lambda g: self.launch(g, serial=True)))
             else:
-                p.register_post_accumulate_grad_hook(self._accumulated)
+                self.handles.append(p.register_post_accumulate_grad_hook(self._accumulated))
+
+    def detach(self) -> None:
+        """Removes the hooks (the next mode's reducer reduces the same Parameters)."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
     def _accumulated(self, p) -> None:
         self.launch(p.grad)
@@ -260,8 +267,11 @@ def run_resident(model, ctx, save_on_cpu: bool) -> dict:
         return counters[-1]
     reducer = Reducer(ctx["device"])
     reducer.attach(model.parameters())
-    times, reductions, first = run_steps(model, ctx["batch"], ctx["device"], reducer, ctx["steps"],
-                                         context, lambda: counters.clear(), ctx["names"])
+    try:
+        times, reductions, first = run_steps(model, ctx["batch"], ctx["device"], reducer,
+                                             ctx["steps"], context, counters.clear, ctx["names"])
+    finally:
+        reducer.detach()
     row = row_of("save_on_cpu" if save_on_cpu else "resident", times, reductions,
                  ctx["device"].type == "cuda")
     n = len(times)
@@ -295,6 +305,7 @@ def run_htp(host, ctx, fraction: float) -> dict:
                                              lambda: acts, after_warmup, ctx["names"])
         m, n = handle.metrics(), len(times)
     finally:
+        reducer.detach()
         handle.remove()
     row = row_of("htp", times, reductions, cuda)
     row.update(budget_fraction=fraction, budget_bytes=budget,
@@ -377,6 +388,8 @@ def run_mode(result, args, mode, fraction, run, want):
     """One mode's row (its error, if it raised), checked against the resident gradients."""
     t0 = time.perf_counter()
     try:
+        if want is None and mode != "resident":
+            raise RuntimeError("the resident mode failed: no gradients to compare with")
         row, first = run()
         if mode == args.inject_difference:
             name = next(iter(first[1]))
