@@ -12,6 +12,9 @@
 #   static    the 8B-shaped decode under CUDA graphs at 30%: resident, htp static raw and
 #             compressed, htp dynamic, static under torch.compile(mode="reduce-overhead"), in
 #             tokens/s with every token checked against resident: not in the session plan
+#   train     one training step of the 8B shape (16 layers): resident, save_on_cpu, htp at 30% and
+#             50%; step time, bytes paged, exposed gradient reduction, gradients checked against
+#             resident: not in the session plan (the plan has no slack for its ~50 s)
 # `--set core,python` runs both in one command. Each set has a limit in seconds; its steps' budgets
 # must add up to no more, and the session plan below (a machine start, the headline, core and python,
 # a rerun of the headline) must fit the 15 minutes of a GPU session: any breach is a FAIL.
@@ -53,7 +56,7 @@ sets=${HTP_GPU_CHECK_SET:-headline}
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --dry-run) dry=1; shift ;;
-    --set) sets=${2:?--set needs headline, core, python, extra or static}; shift 2 ;;
+    --set) sets=${2:?--set needs headline, core, python, extra, static or train}; shift 2 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -104,6 +107,10 @@ hf-static            175    220     import (~12 s), 16 GB built on the GPU (~5 s
                                     resident (~2 s), static (pinned copy ~7 s, ~4 s), static-compress (encode on
                                     16 cores ~20 s, ~4 s), dynamic (~15 s), resident-compiled (~5 s cached
                                     kernels), compiled (inductor ~90 s) (static set only)
+train-step            50     65     import (~12 s, deterministic mode ~2 s), 16 of 32 8B layers built on the GPU (~3 s),
+                                    NCCL (~2 s); 1+3 steps of 512 tokens each: resident (~2 s), save_on_cpu (11.5 GB
+                                    pinned, ~23 GB over the link a step, ~5 s), pinned host copy (~4 s), htp 30% and
+                                    50% (~10 GB paged, ~7 GB of gradients to the host a step, ~8 s each) (train set only)
 '
 declare -A estimate=() budget=()
 while IFS= read -r line; do  # continuation lines start with blanks
@@ -117,8 +124,9 @@ declare -A set_steps=(
   [python]="facts wheel python-tests"
   [extra]="facts wheel hf-offload"
   [static]="facts wheel hf-static"
+  [train]="facts wheel train-step"
 )
-declare -A set_limit=([headline]=200 [core]=210 [python]=47 [extra]=330 [static]=240)
+declare -A set_limit=([headline]=200 [core]=210 [python]=47 [extra]=330 [static]=240 [train]=80)
 # Steps that may SKIP on a machine with a GPU: compute-sanitizer absent, or refusing the device
 # (gVisor: "Device not supported"). Any other step that skips there, or exits 77, FAILS.
 optional=" memcheck "
@@ -132,7 +140,7 @@ headline_call_max=300  # the headline is one call of at most 300 s on a fresh ma
 order=()
 total=0
 for s in ${sets//,/ }; do
-  [[ -n ${set_steps[$s]:-} ]] || { echo "gpu-check: --set $s: no such set (headline, core, python, extra, static)" >&2; exit 2; }
+  [[ -n ${set_steps[$s]:-} ]] || { echo "gpu-check: --set $s: no such set (headline, core, python, extra, static, train)" >&2; exit 2; }
   total=$((total + ${set_limit[$s]}))
   for x in ${set_steps[$s]}; do [[ " ${order[*]} " == *" $x "* ]] || order+=("$x"); done
 done
@@ -317,7 +325,7 @@ dry_check() {
 declare -A product=(
   [bandwidth]=bandwidth.json [page-latency]=page-latency.json [codec]=codec.json
   [hf-headline]=hf-headline/hf-offload.json [hf-offload]=hf-offload/hf-offload.json
-  [hf-static]=hf-static/hf-static.json
+  [hf-static]=hf-static/hf-static.json [train-step]=train-step.json
   [transfer]=transfer.json [stream-decode]=stream.json [stream-prefill]=stream-prefill.json
   [stream-node]=stream-node.json [integrity]=integrity.json [torch-baseline]=torch-baseline.json
   [slab]=slab.json [python-tests]=python-tests.xml
@@ -519,11 +527,15 @@ if in_set memcheck; then
   fi
 fi
 
-# ---- the python set: the wheel's cuda tests; the extra set: the whole Hugging Face comparison ------
+# ---- the python set: the wheel's cuda tests; extra, static, train: outside the session plan --------
 run_step python-tests "$work/python.log" py scripts/gpu_python.py test --site "$py_site" \
   --junit "$work/python-tests.xml" --gpus "$gpus"
 run_step hf-offload "$work/python.log" py bench/python/hf_offload_bench.py --out "$work/hf-offload"
 run_step hf-static "$work/python.log" py bench/python/hf_static_bench.py --out "$work/hf-static"
+# One training step of the 8B shape, resident, save_on_cpu and htp at 30% and 50% (docs/python.md);
+# --device cuda: no GPU for torch and htp is an exit 77, a FAIL here, never a silent run on sim.
+run_step train-step "$work/python.log" py bench/python/train_step_bench.py --device cuda \
+  --budgets 0.3,0.5 --out "$work/train-step.json"
 
 # ---- every step has its line -------------------------------------------------------------------------
 for s in "${order[@]}"; do

@@ -30,7 +30,7 @@ echo "== gpu-check dry run, on the tree gpu-build.sh would carry =="
 # or over 8 files would return.
 assemble_gpu_tree build build/gpu-tree
 build_gpu_wheel build RelWithDebInfo build/gpu-tree/wheels
-for set in headline core python static; do
+for set in headline core python static train; do
   HTP_GPU_CHECK_BUILD=build/gpu-tree bash "$root/scripts/gpu-check.sh" --dry-run --set $set build/gpu-check-dry-run-$set \
     >build/gpu-check-dry-run-$set.log 2>&1 ||
     { cat build/gpu-check-dry-run-$set.log; echo "gpu-check dry run ($set set) FAILED"; exit 1; }
