@@ -188,6 +188,27 @@ TEST(prometheus, a_nodes_exposition_labels_each_gpu_and_escapes_link_names) {
             42);
 }
 
+TEST(prometheus, a_gradient_reducers_exposition_splits_its_seconds_and_takes_labels) {
+  gradient_reduction_metrics m;
+  m.all_reduces = 3;
+  m.reduce_scatters = 5;
+  m.bytes = 1024;
+  m.steps = 2;
+  m.reduction_ms = 10;
+  m.exposed_ms = 2.5;
+  m.hidden_ms = 7.5;
+  const parsed_exposition e = parse(to_prometheus(m, "gpu=\"1\""));
+  EXPECT_EQ(value_of(e, "htp_gradient_reductions_total", R"(gpu="1",kind="reduce_scatter")"), 5);
+  EXPECT_EQ(value_of(e, "htp_gradient_reductions_total", R"(gpu="1",kind="all_reduce")"), 3);
+  EXPECT_EQ(value_of(e, "htp_gradient_reduction_bytes_total", R"(gpu="1")"), 1024);
+  EXPECT_EQ(value_of(e, "htp_gradient_reduction_seconds_total", R"(gpu="1",part="exposed")"),
+            0.0025);
+  EXPECT_EQ(value_of(e, "htp_gradient_reduction_seconds_total", R"(gpu="1",part="hidden")"),
+            0.0075);
+  EXPECT_EQ(e.type.at("htp_gradient_reduction_seconds_total"), "counter");
+  EXPECT_EQ(value_of(parse(to_prometheus(m)), "htp_gradient_reduction_steps_total"), 2);
+}
+
 TEST(reset_metrics, counters_start_afresh_and_the_exposition_follows) {
   auto dev = small_sim_device();
   pager p(*dev, small_pager_config(8));

@@ -27,15 +27,15 @@ using clock_type = std::chrono::steady_clock;
 
 /// The run's sizes, per GPU unless said otherwise.
 struct zero2_sizes {
-  std::size_t layer_bytes = 0;    // one layer's weights (every layer has the same shape)
-  std::size_t shard_bytes = 0;    // a layer's shard (padded as swap_shard pads it)
-  std::size_t grad_count = 0;     // bf16 elements of a layer's gradient shard
-  std::size_t activations = 0;    // reserved as --train reserves them
-  std::size_t grad_shards = 0;    // every layer's gradient shard
-  std::size_t optimizer = 0;      // fp32 master weights and two moments of the shard
-  std::size_t grad_buffer = 0;    // a layer's full gradient (the reduce-scatter's send)
-  std::size_t staging = 0;        // swap_shard's buffers
-  double shard_params = 0;        // parameters in a GPU's shard of the model
+  std::size_t layer_bytes = 0;  // one layer's weights (every layer has the same shape)
+  std::size_t shard_bytes = 0;  // a layer's shard (padded as swap_shard pads it)
+  std::size_t grad_count = 0;   // bf16 elements of a layer's gradient shard
+  std::size_t activations = 0;  // reserved as --train reserves them
+  std::size_t grad_shards = 0;  // every layer's gradient shard
+  std::size_t optimizer = 0;    // fp32 master weights and two moments of the shard
+  std::size_t grad_buffer = 0;  // a layer's full gradient (the reduce-scatter's send)
+  std::size_t staging = 0;      // swap_shard's buffers
+  double shard_params = 0;      // parameters in a GPU's shard of the model
 };
 
 zero2_sizes sizes_of(const bench_config& cfg, const zero2_options& o, const zero2_variant& v) {
@@ -50,8 +50,8 @@ zero2_sizes sizes_of(const bench_config& cfg, const zero2_options& o, const zero
                   static_cast<std::size_t>(o.train.seq_len) *
                   static_cast<std::size_t>(cfg.model.hidden) * bpe * L;
   s.grad_shards = L * s.grad_count * 2;
-  s.shard_params = static_cast<double>(L) * static_cast<double>(s.layer_bytes / bpe) /
-                   static_cast<double>(N);
+  s.shard_params =
+      static_cast<double>(L) * static_cast<double>(s.layer_bytes / bpe) / static_cast<double>(N);
   s.optimizer = static_cast<std::size_t>(s.shard_params * 12.0);
   s.grad_buffer = N * s.grad_count * 2;
   s.staging = v.ahead * v.layers_per_sync * N * s.shard_bytes;
@@ -94,8 +94,8 @@ struct zero2_gpu {
   device& dev;
   stream& cs;
   gradient_reducer& red;
-  char* grad;    // a layer's full gradient
-  char* shards;  // every layer's gradient shard
+  char* grad;                            // a layer's full gradient
+  char* shards;                          // every layer's gradient shard
   std::vector<event_ref> before, after;  // per visit: around swap_shard::acquire on compute
 };
 
@@ -182,7 +182,7 @@ void run_gpu(zero2_run& r, std::size_t g) {
     };
     try {
       gradient_reducer red(dev, *r.coll, g, r.nd->gpu(g).engine().reduction_stream());
-      zero2_gpu x{dev, cs, red, static_cast<char*>(grad.ptr), static_cast<char*>(shards.ptr),
+      zero2_gpu x{dev,    cs,   red, static_cast<char*>(grad.ptr), static_cast<char*>(shards.ptr),
                   before, after};
       try {
         run_steps(r, x, g);
@@ -226,8 +226,7 @@ void make_node(zero2_run& r, std::size_t paged_budget) {
   const std::size_t need =
       (static_cast<std::size_t>(r.cfg.layers) * N * r.sz.shard_bytes + slab - 1) / slab * slab +
       4 * slab;
-  nc.host_budget_bytes =
-      r.o.host_budget_bytes > 0 ? r.o.host_budget_bytes / slab * slab : need;
+  nc.host_budget_bytes = r.o.host_budget_bytes > 0 ? r.o.host_budget_bytes / slab * slab : need;
   nc.host_slab_bytes = slab;
   nc.host_page_bytes = r.cfg.page_bytes;
   nc.gpu.hbm_budget_bytes = paged_budget;
@@ -237,7 +236,8 @@ void make_node(zero2_run& r, std::size_t paged_budget) {
   nc.gpu.h2d.link_bytes_per_second = r.cfg.link_peak_bytes_per_second;
   nc.gpu.d2h.link_bytes_per_second = r.cfg.link_peak_bytes_per_second;
   r.nd = std::make_unique<node>(ptrs, nc);
-  r.coll = make_sim_collectives(ptrs, static_cast<std::uint64_t>(r.o.train.interconnect_gbps * 1e9));
+  r.coll =
+      make_sim_collectives(ptrs, static_cast<std::uint64_t>(r.o.train.interconnect_gbps * 1e9));
 }
 
 /// The GPUs' figures combined into `res` (undilated): each timed step's slowest GPU, the means over
@@ -269,8 +269,9 @@ void combine(const zero2_run& r, zero2_result& res) {
   res.reduction_hidden_ms = res.reduction_ms - res.reduction_exposed_ms;
   res.exposed_share = red > 0 ? exposed / red : 0;
   const swap_shard_metrics sm = r.ss->metrics();
-  res.waits_per_step = static_cast<double>(sm.compute_waits) /
-                       static_cast<double>(N * static_cast<std::size_t>(r.cfg.warmup_steps + r.cfg.steps));
+  res.waits_per_step =
+      static_cast<double>(sm.compute_waits) /
+      static_cast<double>(N * static_cast<std::size_t>(r.cfg.warmup_steps + r.cfg.steps));
   res.layer_source = sm.layers_from_host > 0 ? "host" : "peers";
   res.compute_ms = static_cast<double>(3 * L) * static_cast<double>(r.layer_fwd_ns) / 1e6 / scale;
   res.optimizer_ms = static_cast<double>(r.optimizer_ns) / 1e6 / scale;
@@ -323,7 +324,8 @@ zero2_result run_zero2(const bench_config& cfg, const zero2_options& o, const ze
   sc.order = r.order;
   sc.interconnect_bytes_per_second = static_cast<std::uint64_t>(o.train.interconnect_gbps * 1e9);
   sc.host_bytes_per_second = cfg.link_peak_bytes_per_second;
-  r.ss = std::make_unique<swap_shard>(*r.nd, *r.coll, std::vector<std::size_t>(res.layers, sz.layer_bytes),
+  r.ss = std::make_unique<swap_shard>(*r.nd, *r.coll,
+                                      std::vector<std::size_t>(res.layers, sz.layer_bytes),
                                       std::vector<const void*>{}, sc);
   const std::size_t N = o.train.gpus;
   r.step_ms.resize(N);
@@ -381,8 +383,8 @@ nlohmann::json to_json(const zero2_result& r) {
 void print_zero2_table(const std::vector<zero2_result>& results) {
   std::printf("\n  ZeRO-2 + swap-and-shard (forward then backward, gathers ahead both ways), "
               "timing-only sim\n  %-10s %9s %10s %10s %10s %8s %7s %10s %10s %9s\n",
-              "variant", "budget", "step p50", "compute", "bound", "step/bd", "waits",
-              "sync/2lyr", "reduce", "exposed");
+              "variant", "budget", "step p50", "compute", "bound", "step/bd", "waits", "sync/2lyr",
+              "reduce", "exposed");
   for (const auto& r : results) {
     if (r.skipped) {
       std::printf("  %-10s %7.2fGB skipped: %s\n", r.variant.c_str(),

@@ -28,7 +28,7 @@
 namespace htp::bench {
 
 struct zero2_options {
-  train_options train;              ///< batch, sequence, FLOP rate, GPUs, links, time scale
+  train_options train;                ///< batch, sequence, FLOP rate, GPUs, links, time scale
   std::size_t host_budget_bytes = 0;  ///< the node's host tier; 0: what the shards need
   double hbm_gbps = 3350;             ///< modelled HBM rate of the optimizer step (dilated)
 };
@@ -54,15 +54,15 @@ struct zero2_result {
   std::size_t ahead = 0, layers_per_sync = 0;
   std::vector<double> step_ms;  ///< per timed step: the slowest GPU's
   summary_ms step;
-  double compute_ms = 0;      ///< forward + backward, modelled
-  double optimizer_ms = 0;    ///< the AdamW step on the shard, modelled
-  double gather_ms = 0;       ///< the all-gathers' modelled interconnect time per step
-  double bound_ms = 0;        ///< max(compute, gathers, host paging) + optimizer
+  double compute_ms = 0;    ///< forward + backward, modelled
+  double optimizer_ms = 0;  ///< the AdamW step on the shard, modelled
+  double gather_ms = 0;     ///< the all-gathers' modelled interconnect time per step
+  double bound_ms = 0;      ///< max(compute, gathers, host paging) + optimizer
   double step_over_bound = 0;
-  double waits_per_step = 0;            ///< compute-stream waits for gathers (one per group)
-  double sync_ms_per_step = 0;          ///< the compute stream's time at those waits
-  double sync_ms_per_two_layers = 0;    ///< of it, per two layer visits
-  double page_in_bytes_per_step = 0;    ///< the GPU's own shards paged in from host
+  double waits_per_step = 0;          ///< compute-stream waits for gathers (one per group)
+  double sync_ms_per_step = 0;        ///< the compute stream's time at those waits
+  double sync_ms_per_two_layers = 0;  ///< of it, per two layer visits
+  double page_in_bytes_per_step = 0;  ///< the GPU's own shards paged in from host
   double reduction_ms = 0, reduction_hidden_ms = 0, reduction_exposed_ms = 0, exposed_share = 0;
   double hbm_peak_pct = 0;
 };

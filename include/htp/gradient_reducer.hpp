@@ -39,9 +39,7 @@ struct gradient_reduction_metrics {
   double exposed_ms = 0;              ///< the measured steps' wait past compute for reductions
   double hidden_ms = 0;               ///< reduction_ms - exposed_ms (never below 0)
   /// exposed_ms / reduction_ms (0 with no reduction time). Never throws.
-  double exposed_share() const noexcept {
-    return reduction_ms > 0 ? exposed_ms / reduction_ms : 0;
-  }
+  double exposed_share() const noexcept { return reduction_ms > 0 ? exposed_ms / reduction_ms : 0; }
 };
 
 class gradient_reducer {

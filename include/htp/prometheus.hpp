@@ -12,9 +12,11 @@
 //  - one histogram: htp_fault_wait_seconds (buckets fault_wait_summary::bucket_bounds_ms, _sum,
 //    _count), the page-fault wait of metrics.hpp.
 // A node's exposition labels each GPU's pager families with gpu="k" and adds the node's own
-// (host tier, shared links {link=..., direction=...}).
+// (host tier, shared links {link=..., direction=...}). A gradient reducer's has its reductions
+// {kind="all_reduce|reduce_scatter"}, bytes, steps and seconds {part="total|hidden|exposed"}.
 #pragma once
 
+#include <htp/gradient_reducer.hpp>
 #include <htp/metrics.hpp>
 #include <htp/node.hpp>
 
@@ -35,5 +37,10 @@ std::string to_prometheus(const pager_metrics& m);
 /// node's host tier and shared-link families. Thread-safe (a pure function).
 /// Never throws.
 std::string to_prometheus(const node_metrics& m);
+
+/// A gradient reducer's figures as one exposition (htp_gradient_* families); `labels` is put
+/// inside every sample's braces, e.g. gpu="0" (empty: none; the caller escapes its values).
+/// Thread-safe (a pure function). Never throws but std::bad_alloc.
+std::string to_prometheus(const gradient_reduction_metrics& m, const std::string& labels = "");
 
 }  // namespace htp

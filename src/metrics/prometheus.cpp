@@ -222,6 +222,30 @@ std::string to_prometheus(const pager_metrics& m) {
   return e.take();
 }
 
+std::string to_prometheus(const gradient_reduction_metrics& m, const std::string& labels) {
+  exposition e;
+  e.family("htp_gradient_reductions_total", "counter",
+           "Gradient reductions queued on the reduction stream, by kind.");
+  e.sample("htp_gradient_reductions_total", join(labels, "kind=\"all_reduce\""), u(m.all_reduces));
+  e.sample("htp_gradient_reductions_total", join(labels, "kind=\"reduce_scatter\""),
+           u(m.reduce_scatters));
+  e.family("htp_gradient_reduction_bytes_total", "counter",
+           "Gradient bytes handed to the collectives (send side).");
+  e.sample("htp_gradient_reduction_bytes_total", labels, u(m.bytes));
+  e.family("htp_gradient_reduction_steps_total", "counter",
+           "Joined steps whose reduction timing is in the seconds below.");
+  e.sample("htp_gradient_reduction_steps_total", labels, u(m.steps));
+  e.family("htp_gradient_reduction_seconds_total", "counter",
+           "Reduction time on the reduction stream: total, hidden under compute, exposed.");
+  e.sample("htp_gradient_reduction_seconds_total", join(labels, "part=\"total\""),
+           m.reduction_ms / 1e3);
+  e.sample("htp_gradient_reduction_seconds_total", join(labels, "part=\"hidden\""),
+           m.hidden_ms / 1e3);
+  e.sample("htp_gradient_reduction_seconds_total", join(labels, "part=\"exposed\""),
+           m.exposed_ms / 1e3);
+  return e.take();
+}
+
 std::string to_prometheus(const node_metrics& m) {
   exposition e;
   std::vector<const pager_metrics*> pagers;

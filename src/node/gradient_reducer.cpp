@@ -24,7 +24,9 @@ struct step_events {
   bool counted = true;  // false once reset_metrics() dropped it from the figures
 };
 
-double ms_of(std::chrono::nanoseconds ns) { return std::chrono::duration<double, std::milli>(ns).count(); }
+double ms_of(std::chrono::nanoseconds ns) {
+  return std::chrono::duration<double, std::milli>(ns).count();
+}
 
 }  // namespace
 
@@ -79,10 +81,12 @@ struct gradient_reducer::impl {
     while (!queued.empty()) {
       step_events& s = queued.front();
       const auto exposed = dev.elapsed(s.compute_end, s.reductions.back().second);
-      if (!exposed) return;  // the last reduction (in stream order: all of them) or compute not done
+      if (!exposed)
+        return;  // the last reduction (in stream order: all of them) or compute not done
       if (s.counted) {
         double red = 0;
-        for (const auto& [b, e] : s.reductions) red += ms_of(dev.elapsed(b, e).value_or(std::chrono::nanoseconds(0)));
+        for (const auto& [b, e] : s.reductions)
+          red += ms_of(dev.elapsed(b, e).value_or(std::chrono::nanoseconds(0)));
         const double exp = std::min(red, std::max(0.0, ms_of(*exposed)));
         m.reduction_ms += red;
         m.exposed_ms += exp;
@@ -130,8 +134,7 @@ void gradient_reducer::all_reduce(void* grad, std::size_t count, element_type ty
   impl& s = *p_;
   HTP_EXPECTS(grad != nullptr && count > 0, invalid_argument,
               "gradient_reducer::all_reduce: a null gradient or a count of 0");
-  s.reduce(compute,
-           [&] { s.coll.all_reduce_sum(s.rank, grad, grad, count, type, s.rs); });
+  s.reduce(compute, [&] { s.coll.all_reduce_sum(s.rank, grad, grad, count, type, s.rs); });
   ++s.m.all_reduces;
   s.m.bytes += count * size_of(type);
 }
@@ -142,8 +145,7 @@ void gradient_reducer::reduce_scatter(const void* grad, void* shard, std::size_t
   impl& s = *p_;
   HTP_EXPECTS(grad != nullptr && shard != nullptr && count > 0, invalid_argument,
               "gradient_reducer::reduce_scatter: a null gradient or shard, or a count of 0");
-  s.reduce(compute,
-           [&] { s.coll.reduce_scatter_sum(s.rank, grad, shard, count, type, s.rs); });
+  s.reduce(compute, [&] { s.coll.reduce_scatter_sum(s.rank, grad, shard, count, type, s.rs); });
   ++s.m.reduce_scatters;
   s.m.bytes += count * size_of(type) * s.coll.size();
 }
