@@ -75,12 +75,14 @@ namespace {
 double budget_ms_of(const policy_result& r) { return r.latency_budget_ms; }
 }  // namespace
 
+nlohmann::json to_json(const summary_ms& s) {
+  return {{"p50", s.p50}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}};
+}
+
 nlohmann::json to_json(const policy_result& r, double speedup) {
   using nlohmann::json;
   if (r.skipped) return json{{"name", r.name}, {"skipped", true}, {"reason", r.skip_reason}};
-  const auto ms = [](const summary_ms& s) {
-    return json{{"p50", s.p50}, {"p99", s.p99}, {"max", s.max}, {"mean", s.mean}};
-  };
+  const auto ms = [](const summary_ms& s) { return to_json(s); };
   json j{
       {"name", r.name},
       {"hbm_budget_bytes", r.hbm_budget_bytes},

@@ -22,6 +22,9 @@ void print_table(const std::vector<policy_result>& results, const std::string& b
 /// One policy's results as JSON (step_ms, fault_ms, counters, the pager's metrics).
 nlohmann::json to_json(const policy_result& r, double speedup);
 
+/// A summary as {"p50", "p99", "max", "mean"} (ms).
+nlohmann::json to_json(const summary_ms& s);
+
 /// Speed-up of `r` over the policy named `baseline` (p50 step time ratio; 0 if unknown).
 double speedup_over(const std::vector<policy_result>& results, const policy_result& r,
                     const std::string& baseline);

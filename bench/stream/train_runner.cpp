@@ -2,6 +2,7 @@
 #include "train_runner.hpp"
 
 #include "common/bench_device.hpp"
+#include "report.hpp"
 #include "shared/belady_min.hpp"
 #include "shared/htp_layout.hpp"
 
@@ -367,8 +368,7 @@ nlohmann::json to_json(const train_result& r, double budget_fraction) {
   j["activation_bytes"] = r.activation_bytes;
   j["paged_budget_bytes"] = r.paged_budget_bytes;
   j["steps_ms"] = r.step_ms;
-  j["step_ms"] = {
-      {"p50", r.step.p50}, {"p99", r.step.p99}, {"max", r.step.max}, {"mean", r.step.mean}};
+  j["step_ms"] = to_json(r.step);
   j["compute_ms_per_step"] = r.compute_ms;
   j["bytes_per_step"] = r.bytes_per_step;
   j["belady_bytes_per_step"] = r.belady_bytes_per_step;

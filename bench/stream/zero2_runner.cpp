@@ -2,6 +2,7 @@
 #include "zero2_runner.hpp"
 
 #include "common/bench_device.hpp"
+#include "report.hpp"
 
 #include <htp/collectives.hpp>
 #include <htp/detail/check.hpp>
@@ -359,8 +360,7 @@ nlohmann::json to_json(const zero2_result& r) {
   j["paged_budget_bytes"] = r.paged_budget_bytes;
   j["layer_source"] = r.layer_source;
   j["steps_ms"] = r.step_ms;
-  j["step_ms"] = {
-      {"p50", r.step.p50}, {"p99", r.step.p99}, {"max", r.step.max}, {"mean", r.step.mean}};
+  j["step_ms"] = to_json(r.step);
   j["compute_ms_per_step"] = r.compute_ms;
   j["optimizer_ms_per_step"] = r.optimizer_ms;
   j["gather_ms_per_step"] = r.gather_ms;
