@@ -1,12 +1,16 @@
-// Activations in the pager (tensor_kind::activation, pager::release_last_use), on the sim backend:
-// a fresh acquire copies nothing in, the kernels' bytes survive an eviction round trip, the last
-// use frees HBM at once and dead content is never written back, the errors are typed and change
-// nothing, and a training-like loop (forward writes activations, backward reads them once) keeps
-// every checksum right and writes activations back only when the budget cannot hold them.
+// Activations in the pager (tensor_kind::activation, pager::release_last_use, pager::discard), on
+// the sim backend: a fresh acquire copies nothing in, the kernels' bytes survive an eviction round
+// trip, the last use (or a discard) frees HBM at once and dead content is never written back, a
+// discard during a write-back leaves nothing live, the errors are typed and change nothing, and a
+// training-like loop (forward writes activations, backward reads them once) keeps every checksum
+// right and writes activations back only when the budget cannot hold them.
 #include "pager_fixture.hpp"
 #include "throws_naming.hpp"
 
+#include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace htp::test {
@@ -194,8 +198,168 @@ TEST_F(pager_activation_test, errors_are_typed_and_change_nothing) {
   EXPECT_EQ(p.metrics().registered_tensors, 2u);
 }
 
+TEST_F(pager_activation_test, discard_frees_a_resident_activations_hbm_and_writes_nothing_back) {
+  auto c = small_pager_config(4);
+  c.checked = true;  // invariants checked at every transition; freed HBM poisoned
+  pager p(*dev, c);
+  const std::size_t bytes = 100'003;
+  const auto a = p.register_tensor("a0", bytes, tensor_kind::activation);
+  write(p, a, 31);
+  p.synchronize();
+  EXPECT_GT(p.metrics().hbm.used_bytes, 0u);
+  p.discard(a);
+  // Freed at the call (fenced by the release event), no synchronize needed.
+  EXPECT_EQ(p.metrics().hbm.used_bytes, 0u);
+  tensor_info i = p.info(a);
+  EXPECT_EQ(i.where, residency::host);
+  EXPECT_TRUE(i.dead);
+  EXPECT_FALSE(i.dirty);
+  EXPECT_EQ(p.metrics().activation_discards, 1u);
+  EXPECT_EQ(p.metrics().activation_dead_releases, 0u);
+  p.discard(a);  // dead already: nothing to discard, not counted
+  EXPECT_EQ(p.metrics().activation_discards, 1u);
+  // Pressure afterwards: weights cycle through HBM; the dead activation is never written back.
+  for (int k = 0; k < 6; ++k) {
+    const auto w = payload(bytes, 400 + k);
+    const auto h = p.register_tensor("w", bytes, tensor_kind::weight, w.data());
+    EXPECT_EQ(device_checksum(p, *dev, h, compute, slot), checksum(w.data(), w.size()));
+    p.unregister_tensor(h);
+  }
+  p.synchronize();
+  auto m = p.metrics();
+  EXPECT_EQ(m.write_back_bytes, 0u);
+  EXPECT_EQ(m.evictions, 0u);
+  // Its next acquire is fresh: no page-in; the new content is the kernels'.
+  const std::uint64_t page_ins = m.page_in_bytes;
+  write(p, a, 32);
+  EXPECT_EQ(read_last_use(p, a), pattern_sum(bytes, 32));
+  p.synchronize();
+  m = p.metrics();
+  EXPECT_EQ(m.page_in_bytes, page_ins);
+  EXPECT_EQ(m.activation_fresh_acquires, 2u);
+}
+
+TEST_F(pager_activation_test, discard_of_an_evicted_activation_makes_its_next_acquire_fresh) {
+  auto c = small_pager_config(4);
+  c.checked = true;
+  pager p(*dev, c);
+  const std::size_t bytes = 100'003;
+  const auto a = p.register_tensor("a0", bytes, tensor_kind::activation);
+  write(p, a, 41);
+  p.evict(a);  // live: written back to its host extent
+  p.synchronize();
+  EXPECT_EQ(p.info(a).where, residency::host);
+  EXPECT_FALSE(p.info(a).dead);
+  EXPECT_EQ(p.metrics().activation_write_back_bytes, bytes);
+  p.discard(a);
+  EXPECT_TRUE(p.info(a).dead);
+  EXPECT_EQ(p.info(a).where, residency::host);
+  EXPECT_EQ(p.metrics().activation_discards, 1u);
+  // Fresh: nothing crosses the link for it.
+  write(p, a, 42);
+  p.synchronize();
+  auto m = p.metrics();
+  EXPECT_EQ(m.page_ins, 0u);
+  EXPECT_EQ(m.page_in_bytes, 0u);
+  EXPECT_EQ(m.activation_fresh_acquires, 2u);
+  // The round trip of the new content still holds: written back, paged in, the same bytes.
+  p.evict(a);
+  p.synchronize();
+  EXPECT_EQ(p.metrics().activation_write_back_bytes, 2 * bytes);
+  EXPECT_EQ(read_last_use(p, a), pattern_sum(bytes, 42));
+  p.synchronize();
+  m = p.metrics();
+  EXPECT_EQ(m.page_in_bytes, bytes);
+  EXPECT_EQ(m.activation_dead_releases, 1u);
+}
+
+TEST_F(pager_activation_test, discard_is_refused_while_pinned_and_for_other_kinds) {
+  pager p(*dev, small_pager_config(8));
+  const auto w = p.register_tensor("w", 4096, tensor_kind::weight);
+  const auto kv = p.register_tensor("kv", 4096, tensor_kind::mutable_state);
+  const auto a = p.register_tensor("a", 4096, tensor_kind::activation);
+  EXPECT_TRUE(throws_naming([&] { p.discard(w); }, {"discard('w')", "a weight", "activation"}));
+  EXPECT_TRUE(throws_naming([&] { p.discard(kv); }, {"discard('kv')", "activation"}));
+  // Pinned (a kernel writing it): refused, and it stays pinned, live and dirty afterwards.
+  const device_span s = p.acquire(a, compute);
+  dev->fill_pattern_async(s.data, s.bytes, 51, compute);
+  EXPECT_TRUE(throws_naming([&] { p.discard(a); }, {"discard('a')", "acquired 1 time",
+                                                    "release it first", "release_last_use"}));
+  EXPECT_EQ(p.info(a).pins, 1);
+  EXPECT_TRUE(p.info(a).dead);  // not yet written: no release(dirty) so far
+  p.release(a, compute, /*dirty=*/true);
+  (void)p.acquire(a, compute);
+  EXPECT_TRUE(throws_naming([&] { p.discard(a); }, {"discard('a')", "acquired 1 time"}));
+  tensor_info i = p.info(a);
+  EXPECT_EQ(i.pins, 1);
+  EXPECT_FALSE(i.dead);
+  EXPECT_TRUE(i.dirty);
+  EXPECT_EQ(i.where, residency::resident);
+  p.release(a, compute);
+  EXPECT_EQ(device_checksum(p, *dev, a, compute, slot), pattern_sum(4096, 51));
+  EXPECT_EQ(p.metrics().activation_discards, 0u);
+  // A stale handle.
+  p.unregister_tensor(a);
+  EXPECT_TRUE(throws_naming([&] { p.discard(a); }, {"stale"}));
+}
+
+TEST_F(pager_activation_test, discard_during_a_write_back_leaves_nothing_live) {
+  auto c = small_pager_config(4);  // two 2-page tensors fill it
+  c.checked = true;
+  pager p(*dev, c);
+  const std::size_t bytes = 100'003;
+  const auto a = p.register_tensor("a0", bytes, tensor_kind::activation);
+  const auto w0 = payload(bytes, 300);
+  const auto w1 = payload(bytes, 301);
+  const auto h0 = p.register_tensor("w0", bytes, tensor_kind::weight, w0.data());
+  const auto h1 = p.register_tensor("w1", bytes, tensor_kind::weight, w1.data());
+  (void)p.acquire(h0, compute, /*wait=*/true);  // held: a is the only tensor w1 can displace
+  checksum_slot other_slot(*dev);
+  stream other(*dev);
+  std::future<std::uint64_t> faulted;  // declared before the gate: the gate opens first
+  gate g;
+  // a's writer is held behind the gate, so its write-back (ordered after the release) stays in
+  // flight until the gate opens.
+  const device_span s = p.acquire(a, compute);
+  g.hold(*dev, compute);
+  dev->fill_pattern_async(s.data, s.bytes, 61, compute);
+  p.release(a, compute, /*dirty=*/true);
+  // w1's fault can only make room by writing a back, and waits for that write-back.
+  faulted = std::async(std::launch::async,
+                       [&] { return device_checksum(p, *dev, h1, other, other_slot); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (p.info(a).where != residency::writing_back && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_EQ(p.info(a).where, residency::writing_back);
+  p.discard(a);
+  tensor_info i = p.info(a);
+  EXPECT_TRUE(i.dead);
+  EXPECT_FALSE(i.dirty);
+  EXPECT_TRUE(i.copy_in_flight);  // the write-back goes on; its completion keeps nothing
+  EXPECT_EQ(p.metrics().activation_discards, 1u);
+  g.open();
+  ASSERT_EQ(faulted.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(faulted.get(), checksum(w1.data(), w1.size()));
+  p.synchronize();
+  i = p.info(a);
+  EXPECT_TRUE(i.dead);
+  EXPECT_EQ(i.where, residency::host);
+  EXPECT_FALSE(i.copy_in_flight);
+  p.release(h0, compute);
+  // Dead, not live on the host: the next acquire is fresh (no page-in of the written-back bytes).
+  const auto before = p.metrics();
+  write(p, a, 62);
+  EXPECT_EQ(read_last_use(p, a), pattern_sum(bytes, 62));
+  p.synchronize();
+  const auto m = p.metrics();
+  EXPECT_EQ(m.page_in_bytes, before.page_in_bytes);
+  EXPECT_EQ(m.activation_fresh_acquires, before.activation_fresh_acquires + 1);
+}
+
 /// One training step per call: forward W0..Wn-1 writing A0..An-1, backward Wn-1..W0 reading
-/// An-1..A0 at their last use. Returns the bytes of activations written back during the step.
+/// An-1..A0 at their last use (release_last_use; with `discard_after_read`, a plain release and
+/// then discard, as a holder that drops the saved tensor after reading it). Returns the bytes of
+/// activations written back during the step.
 struct training_loop {
   pager& p;
   device& dev;
@@ -204,6 +368,7 @@ struct training_loop {
   std::vector<tensor_handle> ws, as;
   std::vector<std::uint64_t> w_sums;
   std::size_t a_bytes = 0;
+  bool discard_after_read = false;
 
   training_loop(pager& pg, device& d, stream& s, checksum_slot& sl, int layers, std::size_t w_bytes,
                 std::size_t act_bytes)
@@ -241,7 +406,12 @@ struct training_loop {
     EXPECT_EQ(sum_now(), w_sums[i]) << "W" << i << " in backward of step " << step;
     const device_span a = p.acquire(as[i], compute);
     dev.checksum_async(a.data, a.bytes, slot.value, compute);
-    p.release_last_use(as[i], compute);
+    if (discard_after_read) {
+      p.release(as[i], compute);
+      p.discard(as[i]);
+    } else {
+      p.release_last_use(as[i], compute);
+    }
     const auto expected = payload(a_bytes, seed_of(step, i));
     EXPECT_EQ(sum_now(), checksum(expected.data(), expected.size()))
         << "A" << i << " in backward of step " << step;
@@ -291,6 +461,33 @@ TEST_F(pager_activation_test, training_steps_write_activations_back_only_when_th
       EXPECT_EQ(m.activation_fresh_acquires, 4u * layers);
       EXPECT_EQ(m.write_back_bytes, m.activation_write_back_bytes);  // weights never
     }
+  }
+}
+
+TEST_F(pager_activation_test, training_steps_that_discard_after_reading_keep_every_checksum) {
+  constexpr int layers = 4;
+  constexpr std::size_t w_bytes = 100'003;
+  constexpr std::size_t a_bytes = 60'000;
+  for (const std::size_t slabs : {std::size_t{8}, std::size_t{5}}) {
+    SCOPED_TRACE(slabs);
+    auto c = small_pager_config(slabs);
+    c.checked = true;
+    pager p(*dev, c);
+    training_loop t(p, *dev, compute, slot, layers, w_bytes, a_bytes);
+    t.discard_after_read = true;
+    for (int s = 0; s < 4; ++s) {
+      const std::uint64_t written = t.step(s);
+      if (slabs == 8) {
+        EXPECT_EQ(written, 0u) << "step " << s;  // room for every activation
+      } else {
+        EXPECT_GT(written, 0u) << "step " << s;  // evicted live: round trips
+      }
+    }
+    const auto m = p.metrics();
+    EXPECT_EQ(m.activation_fresh_acquires, 4u * layers);
+    EXPECT_EQ(m.activation_discards, 4u * layers);
+    EXPECT_EQ(m.activation_dead_releases, 0u);
+    EXPECT_EQ(m.write_back_bytes, m.activation_write_back_bytes);
   }
 }
 

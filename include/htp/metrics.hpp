@@ -104,6 +104,9 @@ enum class counter_kind { level, count, count_ns };
     "Acquires of a dead activation: HBM allocated, nothing copied in (not a fault).")            \
   X(activation_dead_releases, count,                                                             \
     "release_last_use calls: activations whose content died, their HBM freed unwritten.")        \
+  X(activation_discards, count,                                                                  \
+    "discard calls that killed a live activation's content without a use: its HBM freed "        \
+    "unwritten, its host copy stale.")                                                           \
   X(activation_write_back_bytes, count,                                                          \
     "Of write_back_bytes, those of live activations evicted before their last use.")
 

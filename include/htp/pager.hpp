@@ -48,8 +48,8 @@ enum class tensor_kind {
   /// its last use (docs/pager.md, "Activations"). Registered dead (no source); an acquire of a
   /// dead one allocates HBM and copies nothing in (its bytes are undefined until the kernels write
   /// them); release(dirty = true) makes it live; eviction writes a live one back to its host
-  /// extent (reserved at registration, written only then); release_last_use makes it dead again,
-  /// freeing its HBM with no write-back.
+  /// extent (reserved at registration, written only then); release_last_use (or discard, for an
+  /// unpinned one) makes it dead again, freeing its HBM with no write-back.
   activation,
 };
 
@@ -213,7 +213,7 @@ struct tensor_info {
   bool device_resident =
       false;  ///< registered with register_resident: in HBM for life, no host copy.
   /// An activation whose content is dead: registered and not yet written, or past
-  /// release_last_use. Its next acquire is fresh (no page-in); its host copy is stale.
+  /// release_last_use or discard. Its next acquire is fresh (no page-in); its host copy is stale.
   bool dead = false;
 };
 
@@ -388,6 +388,25 @@ class pager {
   /// then. htp::corrupt_data, htp::io_error or htp::cuda_error as release does when its page-in
   /// failed after the acquire returned (the release took effect).
   void release_last_use(tensor_handle h, stream_ref compute);
+  /// Marks the content of an activation that no acquire holds dead, without a use: what
+  /// release_last_use does at a last use, for a saved tensor that will not be read again (its
+  /// graph was dropped, or its holder let it go after reading it). Its HBM extent, if it is
+  /// resident, goes back to the pager now; it is never written back, its host copy is stale from
+  /// now on, and its next acquire is fresh (no page-in; see tensor_kind::activation). A copy in
+  /// flight for it is let finish and the extent freed when it ends: a write-back (an eviction in
+  /// progress: its completion leaves nothing live, and the bytes it wrote are stale), a page-in
+  /// started by a prefetch, a compaction move. A dead activation: nothing to discard (not counted),
+  /// though HBM it still holds idle (acquired and released with no write) is freed as well.
+  /// Counted in pager_metrics::activation_discards. Thread-safe, like release.
+  /// Stream order: discard takes no stream, and needs none. Only an unpinned tensor is accepted,
+  /// so every kernel that used it was ordered before an event that its releases recorded on their
+  /// streams; the extent is freed fenced by those events, as release_last_use frees it: nothing
+  /// is copied into it, and no acquire's kernels use it, before each of those streams passes its
+  /// last release. The host never waits.
+  /// @throws htp::invalid_argument for a stale handle, a tensor that is not an activation, or one
+  /// that is acquired (release it first, or end its last acquire with release_last_use): nothing
+  /// changes then.
+  void discard(tensor_handle h);
 
   /// acquire() for a list of handles in one call (a sequence's KV blocks, a layer's weights), with
   /// one lock and the same guarantees: on return every span (in the order of `hs`) is usable on

@@ -496,6 +496,11 @@ class Pager:
         Releases the last acquire of an activation at its last use (the backward pass read it): its content dies and its HBM is freed once `stream` passes this point, with no write-back. The next acquire is fresh (nothing copied in). Raises InvalidArgumentError for another kind, or while other acquires still hold it.
         """
 
+    def discard(self, tensor: Tensor) -> None:
+        """
+        Marks the content of an activation that no acquire holds dead, without a use (its saved tensor was dropped): its HBM is freed now (a copy in flight is let finish first), it is never written back, and its next acquire is fresh. Needs no stream: the memory is reused only after the streams pass its last releases. A dead one: nothing to do. Raises InvalidArgumentError for another kind, or while it is acquired (release it first, or use release_last_use).
+        """
+
     def acquired(self, tensors: Tensor | Sequence[Tensor], stream: object = None, dirty: bool = False) -> Acquired:
         """
         `with pager.acquired(ts) as views:` acquire on entry, release on exit (also on error). `dirty` is checked before the acquire (weights cannot be dirty), so the exit's release cannot fail on it and leave the tensors pinned.

@@ -23,10 +23,13 @@ acquiring, so the next page-in brings the new bytes. An optimizer step pre-hook 
 pager's copies first (a page-in must not read a host copy the step is writing).
 
 Activations. :func:`offload_activations` is a ``saved_tensors_hooks`` context: each saved
-activation is copied into a mutable pager tensor (a slot, reused by position from step to step, so
-the schedule the first step records holds from then on) and released dirty; the pager keeps it in
-HBM while there is room and writes it back only when it evicts it. Backward acquires the slot,
-copies the bytes out (the saved layout kept) and releases it.
+activation is copied into a pager tensor of kind ``'activation'`` (a slot, reused by position from
+step to step, so the schedule the first step records holds from then on), acquired fresh (nothing
+paged in) and released dirty; the pager keeps it in HBM while there is room and writes it back
+only when it evicts it while live. Backward acquires the slot (paged in if it was evicted,
+prefetched in backward order), copies the bytes out (the saved layout kept) and releases it. When
+autograd drops the saved tensor the slot is discarded (``Pager.discard``): its HBM is free at
+once and its dead bytes are never written back.
 """
 from __future__ import annotations
 
@@ -378,8 +381,16 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
 
 
 class ActivationStore:
-    """A pager's activation slots: mutable pager tensors whose host copies are buffers of this
-    store (pinned on cuda), reused by position from step to step."""
+    """A pager's activation slots: pager tensors of kind ``'activation'``, reused by position from
+    step to step. Each slot's host extent is a buffer of this store (pinned on cuda) lent to the
+    pager, which writes it only when it evicts the slot while its content is live.
+
+    A slot's life per saved tensor: pack acquires it (fresh: its content is dead, so nothing is
+    paged in), copies the saved bytes in and releases it dirty (live); unpack acquires it (paged
+    in if it was evicted, prefetched in backward order by the recorded schedule), copies the bytes
+    out and releases it (not its last use: with ``retain_graph=True`` a saved tensor is unpacked
+    again); when autograd drops the saved tensor, the slot is discarded (``Pager.discard``): its
+    HBM is free at once, it is never written back, and the slot is free for the next pack."""
 
     def __init__(self, pager: Pager, execution_device: torch.device,
                  state: TrainingState | None, min_bytes: int) -> None:
@@ -393,14 +404,20 @@ class ActivationStore:
         self._by_seq: dict[int, "weakref.ref[_Packed]"] = {}
         self._lock = threading.Lock()
         self.packed_bytes = 0       # bytes put into slots
-        self.host_write_bytes = 0   # of those, bytes written into slots' host copies (to the host)
         self.kept_bytes = 0         # saved bytes left with autograd (too small, not dense, params)
         self._closed = False
 
+    @property
+    def host_write_bytes(self) -> int:
+        """Bytes of saved activations written to host memory: the pager's
+        ``activation_write_back_bytes`` (slots evicted while live; part of its
+        ``write_back_bytes``), since the pager's last ``reset_metrics``."""
+        return self.pager.metrics()["activation_write_back_bytes"]
+
     def reset_counters(self) -> None:
-        """Starts packed_bytes, host_write_bytes and kept_bytes afresh (with the pager's
-        reset_metrics, e.g. after the first step)."""
-        self.packed_bytes = self.host_write_bytes = self.kept_bytes = 0
+        """Starts packed_bytes and kept_bytes afresh (with the pager's reset_metrics, which starts
+        host_write_bytes afresh, e.g. after the first step)."""
+        self.packed_bytes = self.kept_bytes = 0
 
     def _take(self, nbytes: int) -> _Slot:
         slots = self._slots
@@ -415,7 +432,8 @@ class ActivationStore:
                 return s
         pin = self.execution_device.type == "cuda"
         host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
-        t = self.pager.register(f"htp.activation.{len(slots)}", host, kind="mutable", copy=False)
+        t = self.pager.register(f"htp.activation.{len(slots)}", host, kind="activation",
+                                copy=False)
         slots.append(_Slot(t, host, nbytes))
         self._cursor = len(slots)
         return slots[-1]
@@ -434,20 +452,20 @@ class ActivationStore:
             self._live += 1
             seq = self._seq
             self._seq += 1
-        info = self.pager.info(slot.tensor)
-        if info["where"] == "host" and not info["copy_in_flight"]:
-            # Not in HBM: the bytes go straight into the slot's host copy (what a page-in would
-            # overwrite; a pager call that pages it in can only come after this one).
-            with torch.no_grad():
-                slot.host.copy_(_bytes_of(t))
-            self.host_write_bytes += nbytes
-        else:  # in HBM (the last step's slot, still there): written there, no link bytes
+        try:
+            # Fresh: the slot's content is dead (discarded when its last saved tensor was
+            # dropped), so the acquire pages nothing in; the bytes are written in HBM.
             view = torch.from_dlpack(self.pager.acquire(slot.tensor))
             try:
                 with torch.no_grad():
                     view.copy_(_bytes_of(t))
-            finally:
-                self.pager.release(slot.tensor, dirty=True)
+            except BaseException:
+                self.pager.release(slot.tensor)  # not written: its content stays dead
+                raise
+            self.pager.release(slot.tensor, dirty=True)
+        except BaseException:
+            self._release_slot(slot)
+            raise
         if self.state is not None:
             self.state.record([slot.tensor])
         self.packed_bytes += nbytes
@@ -465,12 +483,21 @@ class ActivationStore:
             with torch.no_grad():
                 _bytes_of(out).copy_(view)
         finally:
-            self.pager.release(p.slot.tensor)
+            self.pager.release(p.slot.tensor)  # not its last use: it may be unpacked again
         if self.state is not None:
             self.state.record([p.slot.tensor])
         return out
 
     def _free(self, slot: _Slot) -> None:
+        """Autograd dropped the saved tensor in `slot`: its content dies now (HBM freed, never
+        written back), then the slot is free (after the discard, so no pack takes it before)."""
+        try:
+            if slot.live:
+                self.pager.discard(slot.tensor)
+        finally:
+            self._release_slot(slot)
+
+    def _release_slot(self, slot: _Slot) -> None:
         with self._lock:
             if slot.live:
                 slot.live = False
@@ -478,9 +505,14 @@ class ActivationStore:
                 self._by_seq.pop(slot.seq, None)
                 if self._live == 0:
                     self._cursor = 0
+            orphan = self._closed and slot in self._slots  # close() kept it while it was live
+            if orphan:
+                self._slots.remove(slot)
+        if orphan:
+            self.pager.unregister(slot.tensor)
 
     def close(self) -> None:
-        """Unregisters the free slots (live ones stay until their graph is gone)."""
+        """Unregisters the free slots; live ones are unregistered when autograd drops them."""
         self._closed = True
         keep = []
         for s in self._slots:
@@ -493,14 +525,17 @@ class ActivationStore:
 
 class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     """``with htp.torch.offload_activations(handle):`` around a forward: every activation autograd
-    saves (outside the paged weights, which ``training=True`` handles) goes into a mutable pager
-    tensor of ``handle``'s pager, which keeps it in HBM while there is room, writes it back when
-    it needs the room and brings it back for backward, prefetched in backward order (the schedule
-    the first step records). ``pager``: the :class:`htp.torch.Offload` handle of a model offloaded
-    with ``training=True`` (or its pager); a bare :class:`htp.Pager` works too, without the
-    schedule (make it once and enter it each step so its slots are reused). Tensors under ``min_bytes``, over a quarter of the HBM budget, not dense, or that
-    are parameters stay with autograd. Store statistics: ``.store.packed_bytes``,
-    ``.store.kept_bytes``."""
+    saves (outside the paged weights, which ``training=True`` handles) goes into an activation
+    tensor of ``handle``'s pager (``kind='activation'``), which keeps it in HBM while there is
+    room, writes it back when it needs the room and brings it back for backward, prefetched in
+    backward order (the schedule the first step records); once autograd drops the saved tensor
+    its content is discarded (HBM freed, never written back). ``pager``: the
+    :class:`htp.torch.Offload` handle of a model offloaded with ``training=True`` (or its pager); a
+    bare :class:`htp.Pager` works too, without the schedule (make it once and enter it each step so
+    its slots are reused). Tensors under
+    ``min_bytes``, over a quarter of the HBM budget, not dense, or that are parameters stay with
+    autograd. Store statistics: ``.store.packed_bytes``, ``.store.kept_bytes``,
+    ``.store.host_write_bytes`` (the pager's ``activation_write_back_bytes``)."""
 
     def __init__(self, pager: Any, min_bytes: int = 512) -> None:
         handle = pager if hasattr(pager, "_train") else None

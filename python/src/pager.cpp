@@ -508,6 +508,15 @@ void bind_pager_access(nb::class_<pager_state>& cls) {
            "it): its content dies and its HBM is freed once `stream` passes this point, with no "
            "write-back. The next acquire is fresh (nothing copied in). Raises "
            "InvalidArgumentError for another kind, or while other acquires still hold it.")
+      .def(
+          "discard", [](pager_state& s, const py_tensor& t) { s.pager->discard(t.handle); },
+          gil_free(), nb::arg("tensor"),
+          "Marks the content of an activation that no acquire holds dead, without a use (its "
+          "saved tensor was dropped): its HBM is freed now (a copy in flight is let finish "
+          "first), it is never written back, and its next acquire is fresh. Needs no stream: the "
+          "memory is reused only after the streams pass its last releases. A dead one: nothing "
+          "to do. Raises InvalidArgumentError for another kind, or while it is acquired (release "
+          "it first, or use release_last_use).")
       .def("acquired", &acquired, nb::arg("tensors"), nb::arg("stream").none() = nb::none(),
            nb::arg("dirty") = false,
            nb::sig("def acquired(self, tensors: Tensor | collections.abc.Sequence[Tensor], stream: "

@@ -74,6 +74,8 @@ class pager_observer {
   virtual void last_release(const tensor_record&) {}
   /// An activation's last use was released (release_last_use): its content is dead.
   virtual void last_use(const tensor_record&) {}
+  /// An unpinned activation's live content was discarded (pager::discard): it is dead.
+  virtual void discarded(const tensor_record&) {}
   /// A dead activation gave up its HBM with no write-back (drop_dead).
   virtual void dead_dropped(const tensor_record&) {}
 
@@ -141,6 +143,7 @@ class observer_list final : public pager_observer {
   void first_pin(const tensor_record& t) override { each(&pager_observer::first_pin, t); }
   void last_release(const tensor_record& t) override { each(&pager_observer::last_release, t); }
   void last_use(const tensor_record& t) override { each(&pager_observer::last_use, t); }
+  void discarded(const tensor_record& t) override { each(&pager_observer::discarded, t); }
   void dead_dropped(const tensor_record& t) override { each(&pager_observer::dead_dropped, t); }
   void detached_load_finished(transfer_ticket k, bool ok, bool fault, clock::time_point started,
                               std::chrono::nanoseconds latency, std::size_t bytes,

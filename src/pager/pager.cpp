@@ -261,6 +261,26 @@ void pager::release_last_use(tensor_handle h, stream_ref compute) {
   impl_->release_n(&h, 1, compute, /*dirty=*/false, /*last_use=*/true);
 }
 
+void pager::discard(tensor_handle h) {
+  auto& p = *impl_;
+  std::lock_guard lock(p.mutex);
+  p.reap();  // a copy that finished is accounted first: the state below is current
+  const std::uint32_t slot = p.slot_of(h);
+  const tensor_record& t = p.tensors[slot];
+  HTP_EXPECTS(t.kind == tensor_kind::activation, invalid_argument, "discard('", t.name,
+              "'): it is ", t.kind == tensor_kind::weight ? "a weight" : "mutable_state",
+              ", whose content lives as long as it is registered; only an activation's content can "
+              "be discarded. Register saved tensors as tensor_kind::activation, or use evict() or "
+              "unregister_tensor()");
+  HTP_EXPECTS(t.pins == 0, invalid_argument, "discard('", t.name, "'): it is acquired ", t.pins,
+              " time(s), so kernels may still use it; release it first, or end its last acquire "
+              "with release_last_use (which orders the content's death on the stream)");
+  if (!t.dead) p.tensors.discard(slot);
+  // Freed now, fenced by its release events; with a copy in flight, when that copy completes.
+  p.room.discard_dead(slot);
+  p.sample_occupancy();
+}
+
 void pager::evict(tensor_handle h) {
   auto& p = *impl_;
   std::unique_lock lock(p.mutex);

@@ -217,6 +217,8 @@ void pager_stats::last_use(const tensor_record& t) {
   last_release(t);
 }
 
+void pager_stats::discarded(const tensor_record&) { ++counters_.activation_discards; }
+
 void pager_stats::compute_span(const std::string& name, clock::time_point begin,
                                clock::time_point end) {
   if (trace_)

@@ -46,6 +46,7 @@ class pager_stats final : public pager_observer {
   void move_started(const tensor_record& t) override;
   void last_release(const tensor_record& t) override;
   void last_use(const tensor_record& t) override;
+  void discarded(const tensor_record& t) override;
   void detached_load_finished(transfer_ticket ticket, bool ok, bool fault,
                               clock::time_point started, std::chrono::nanoseconds latency,
                               std::size_t bytes, const std::string& name) override;

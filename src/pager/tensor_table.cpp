@@ -325,6 +325,20 @@ bool tensor_table::can_drop_dead(std::uint32_t slot) const {
   return t.dead && can_evict(slot);
 }
 
+void tensor_table::discard(std::uint32_t slot) {
+  tensor_record& t = at(slot);
+  HTP_ASSERT(
+      t.kind == tensor_kind::activation && !t.dead && t.pins == 0 && !t.degraded && !t.load_failed,
+      "discarding the activation '", t.name, "'");
+  // An eviction writing it back: the write-back goes on (the engine has it), but its completion
+  // must not take a dead tensor to host as if its content were kept there.
+  if (t.where == residency::writing_back) t.where = residency::resident;
+  t.dirty = false;  // dead content is never written back
+  t.dead = true;
+  observe_.discarded(t);
+  done(slot);
+}
+
 freed_hbm tensor_table::drop_dead(std::uint32_t slot) {
   tensor_record& t = at(slot);
   HTP_ASSERT(can_drop_dead(slot) && !t.dirty, "dropping the dead activation '", t.name, "'");

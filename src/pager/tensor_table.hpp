@@ -18,9 +18,9 @@
 //
 // An activation (tensor_kind::activation) also carries `dead`: its content is not yet written or
 // past its last use. host --begin_fresh--> resident (a dead one: HBM allocated, nothing copied);
-// release(dirty) makes it live; release_last_use makes it dead again, and drop_dead takes a dead,
-// idle one back to host with no write-back. A dead tensor is never loaded nor written back, and
-// is the first victim (keyed as never used again).
+// release(dirty) makes it live; release_last_use (or discard, unpinned) makes it dead again, and
+// drop_dead takes a dead, idle one back to host with no write-back. A dead tensor is never loaded
+// nor written back, and is the first victim (keyed as never used again).
 //
 // with moves (begin_move / finish_move) inside `resident`, and pins (pin, pin_degraded, unpin,
 // release) orthogonal to the states. Not thread-safe: the pager's mutex guards it.
@@ -229,6 +229,11 @@ class tensor_table {
   freed_hbm drop_dead(std::uint32_t slot);
   /// Whether `slot` is a dead activation holding HBM it may give up now (drop_dead).
   bool can_drop_dead(std::uint32_t slot) const;
+  /// pager::discard of an unpinned, live activation: its content dies without a use (clean, the
+  /// host copy stale). One writing back goes back to resident with the write-back still pending
+  /// (as cancel_write_back leaves it; its completion frees nothing), so that only the room maker's
+  /// discard_dead frees the extent: now when no copy is in flight, else when the copy completes.
+  void discard(std::uint32_t slot);
 
   // ---- pins and releases -----------------------------------------------------------------------
   /// One more acquire of a tensor that holds HBM (resident, loading or writing back).
