@@ -383,15 +383,27 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _check_units_fit(raw_units, budget: int) -> None:
+def _check_units_fit(raw_units, budget: int, training: bool = False) -> None:
     """Every unit is acquired whole, so each must fit the budget with room to spare for the
-    allocator's rounding and the next unit's prefetch; say which one does not, and what to do."""
+    allocator's rounding and the next unit's prefetch; say which one does not, and what to do.
+    Training: backward holds two units at once (the one running and the one before it,
+    htp._training), so the two largest together must fit."""
+    sizes = []
     for name, _, own in raw_units:
         need = sum(p.numel() * p.element_size() for _, p in own)
+        sizes.append((need, name))
         if need > budget * 3 // 4:
             raise InvalidArgumentError(
                 f"offload: module {name!r} needs {need} bytes at once, over 3/4 of hbm_budget "
                 f"({budget}); raise hbm_budget or name it in keep= to hold it resident")
+    if training and len(sizes) > 1:
+        (a, name_a), (b, name_b) = sorted(sizes, key=lambda s: s[0], reverse=True)[:2]
+        if a + b > budget * 3 // 4:
+            raise InvalidArgumentError(
+                f"offload(training=True): backward holds two modules' weights at once (the one "
+                f"running and the one before it); {name_a!r} and {name_b!r} need {a + b} bytes "
+                f"together, over 3/4 of hbm_budget ({budget}); raise hbm_budget to at least "
+                f"{(a + b) * 4 // 3 + 1} or name one of them in keep= to hold it resident")
 
 
 _COMPRESSIBLE = (torch.bfloat16, torch.float16, torch.float32)
@@ -510,7 +522,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
         raise InvalidArgumentError("offload: the model has no parameters outside `keep` to page")
     unique = {id(p): p for _, _, own in raw_units for _, p in own}
     budget = parse_bytes(hbm_budget, "hbm_budget")
-    _check_units_fit(raw_units, budget)
+    _check_units_fit(raw_units, budget, training)
     if weights is None:
         _check_no_meta(raw_units, kept)
     if weights is not None or tier is not None:
