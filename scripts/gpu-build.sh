@@ -47,8 +47,8 @@ fi
 # budgets, the holds_stream names) must pass before it is carried.
 rm -rf "$full/gpu-dry-run"
 mkdir -p "$full/gpu-dry-run"
-for s in headline core python static; do
+for s in headline core python static train; do
   HTP_GPU_CHECK_BUILD=$out bash scripts/gpu-check.sh --dry-run --set "$s" "$full/gpu-dry-run/$s" >"$full/gpu-dry-run/$s.log" 2>&1 ||
     { grep -E '^(FAIL|TIMEOUT)' "$full/gpu-dry-run/$s.log"; echo "gpu-build: the $s set's dry run fails on $out (see $full/gpu-dry-run/$s.log)" >&2; exit 1; }
 done
-echo "gpu-build: $out passes the dry run of the headline, core, python and static sets"
+echo "gpu-build: $out passes the dry run of the headline, core, python, static and train sets"
