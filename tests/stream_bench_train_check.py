@@ -2,7 +2,8 @@
 """Runs htp-stream-bench --train briefly on a tiny config (timing-only sim, two data-parallel GPUs)
 and checks its JSON: every budget ran, the step's schedule holds each weight twice, bytes paged per
 step are at least Belady's on the same sequence and within a sane factor of it, and the fields the
-report reads are present. Then --train --zero2 (check_zero2). No timing thresholds.
+report reads are present. Then --train --zero2 (check_zero2) and --page-activations
+(check_paged_activations). No timing thresholds.
 Usage: stream_bench_train_check.py BENCH CONFIG_JSON WORKDIR"""
 import json
 import os
@@ -124,7 +125,49 @@ def check_zero2():
     return out
 
 
+def check_paged_activations():
+    """--train --page-activations at a budget the activations alone overflow: the reserved run is
+    skipped, the paged one runs; every activation is used twice per step (written, then read and
+    dead); live activations that do not fit are written back, each at most once per step; no
+    Belady figure (it prices reads only)."""
+    common = [bench, "--backend", "sim", "--timing-only", "--config", config, "--train",
+              "--batch", "16", "--seq-len", "1024", "--steps", "2", "--warmup", "1",
+              "--sweep", "0.5", "--slab-mib", "1", "--chunk-mib", "1", "--sim-link-gbps", "8"]
+    out, rows = [], {}
+    for mode in ["reserved", "paged"]:
+        path = os.path.join(work, f"acts-{mode}.json")
+        extra = ["--page-activations"] if mode == "paged" else []
+        p = subprocess.run(common + extra + ["--json", path], capture_output=True, text=True,
+                           timeout=600)
+        if p.returncode != 0:
+            return [f"--train ({mode} activations) exited {p.returncode}\n{p.stderr}"]
+        t = json.load(open(path))["train"]
+        rows[mode] = (t, t["budgets"][0])
+    t, reserved = rows["reserved"]
+    if not reserved.get("skipped"):
+        out.append("reserved activations fit a budget they should overflow; pick a larger batch")
+    t, r = rows["paged"]
+    if r.get("skipped"):
+        return out + [f"paged activations: skipped: {r.get('reason')}"]
+    per_layer, layers = t["activation_bytes_per_layer"], j["model"]["layers_run"]
+    s = r["schedule"]
+    if r["activations"] != "paged" or s["activation_uses"] != 2 * layers:
+        out.append(f"paged: {r['activations']}, {s['activation_uses']} activation uses per step")
+    if s["length"] != 2 * s["weights"] + s["activation_uses"]:
+        out.append(f"paged: a schedule of {s['length']} for {s['weights']} weights")
+    if r["belady_bytes_per_step"] is not None:
+        out.append("paged: a Belady figure for a sequence with writes in it")
+    wb = r["write_back_bytes_per_step"]
+    if not 0 < wb <= layers * per_layer:
+        out.append(f"paged: {wb} bytes written back per step; want some (the activations do not "
+                   f"fit) and at most each activation once ({layers * per_layer})")
+    if r["hbm_budget_bytes"] >= layers * per_layer:
+        out.append("paged: the budget holds every activation; the check needs one it does not")
+    return out
+
+
 failures += check_zero2()
+failures += check_paged_activations()
 if failures:
     sys.exit("\n".join(failures))
-print("stream bench --train and --train --zero2: OK")
+print("stream bench --train, --train --zero2 and --page-activations: OK")

@@ -123,6 +123,10 @@ void add_node_options(CLI::App& app, stream_options& o) {
                  "--train: modelled device FLOP rate in TFLOPS (forward 2 x params x tokens, "
                  "backward twice that)")
       ->capture_default_str();
+  app.add_flag("--page-activations", o.page_activations,
+               "--train: page each layer's activation with the weights (tensor_kind::activation: "
+               "written fresh in its forward pass, dead after its backward) instead of reserving "
+               "them out of the budget");
   app.add_flag("--zero2", o.zero2,
                "--train: ZeRO-2 with the double-buffered swapper instead: weights sharded over "
                "--gpus and gathered ahead in both directions, gradients reduce-scattered, the "

@@ -57,6 +57,9 @@ struct stream_options {
   /// --train --zero2: ZeRO-2 with swap-and-shard on --gpus (zero2_runner.hpp) instead of the
   /// data-parallel pagers.
   bool zero2 = false;
+  /// --train --page-activations: each layer's activation paged with the weights
+  /// (tensor_kind::activation) instead of reserved out of the budget.
+  bool page_activations = false;
 };
 
 /// One model of a --models run: its preset and the layers to run (0: the default for the backend).

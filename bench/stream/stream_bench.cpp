@@ -561,6 +561,7 @@ train_options train_options_of(const stream_options& o) {
   to.latency_us = o.device.sim_latency_us;
   to.interconnect_gbps = o.interconnect_gbps;
   to.time_scale = o.time_scale;
+  to.page_activations = o.page_activations;
   return to;
 }
 
@@ -605,7 +606,8 @@ nlohmann::json run_train_budgets(const stream_options& o, run_setup& s, int& exi
           {"compute", "modelled FLOPs: forward 2 x params x tokens, backward 2 x forward, at "
                       "train_tflops (attention scores and the optimizer not modelled)"},
           {"train_tflops", o.train_tflops},
-          {"activations", "resident, reserved"},
+          {"activations", o.page_activations ? "paged (tensor_kind::activation, one per layer)"
+                                             : "resident, reserved"},
           {"activation_bytes_per_layer", per_layer},
           {"gradients", "a layer's buffer outside the budget, all-reduced (bf16 elements of the "
                         "layer's weight bytes) on each GPU's reduction stream after its backward"},

@@ -2,6 +2,7 @@
 #include "train_runner.hpp"
 
 #include "common/bench_device.hpp"
+#include "gradient_slots.hpp"
 #include "report.hpp"
 #include "shared/belady_min.hpp"
 #include "shared/htp_layout.hpp"
@@ -16,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -24,15 +26,22 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// One use of a weight in the step: the tensor (layer-major index) and its modelled compute.
+/// One use in the step: a weight (layer-major index, its modelled compute) or a layer's activation
+/// (index weights + layer, held from its layer's first use to its last).
 struct step_use {
   std::size_t tensor;
   std::int64_t compute_ns;
+  bool activation = false;
+  bool backward = false;
+  bool layer_begin = false, layer_end = false;  // the first and last use of the layer's pass
 };
 
 /// The step's sequence: forward over every layer's weights in order, then backward in reverse,
-/// each weight used twice; forward FLOPs 2 x params x tokens, backward twice that.
-std::vector<step_use> step_sequence(const bench_config& cfg, const train_options& o) {
+/// each weight used twice; forward FLOPs 2 x params x tokens, backward twice that. With
+/// `activations`, each layer's pass starts with its activation (index `weights` + layer): written
+/// in the forward pass, read in the backward pass (where its last use ends it).
+std::vector<step_use> step_sequence(const bench_config& cfg, const train_options& o,
+                                    bool activations) {
   const auto shapes = layer_tensors(cfg.model);
   const double tokens = static_cast<double>(o.batch) * static_cast<double>(o.seq_len);
   const auto fwd_ns = [&](std::size_t i) {
@@ -40,13 +49,19 @@ std::vector<step_use> step_sequence(const bench_config& cfg, const train_options
     return static_cast<std::int64_t>(2.0 * params * tokens / o.flops_per_second * 1e9);
   };
   std::vector<step_use> seq;
-  const std::size_t n = shapes.size();
-  for (std::size_t l = 0; l < static_cast<std::size_t>(cfg.layers); ++l) {
-    for (std::size_t i = 0; i < n; ++i) seq.push_back({l * n + i, fwd_ns(i)});
-  }
-  for (std::size_t l = static_cast<std::size_t>(cfg.layers); l-- > 0;) {
-    for (std::size_t i = n; i-- > 0;) seq.push_back({l * n + i, 2 * fwd_ns(i)});
-  }
+  const std::size_t n = shapes.size(), L = static_cast<std::size_t>(cfg.layers);
+  const auto pass = [&](std::size_t l, bool backward) {
+    const std::size_t first = seq.size();
+    if (activations) seq.push_back({L * n + l, 0, true, backward});
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = backward ? n - 1 - k : k;
+      seq.push_back({l * n + i, (backward ? 2 : 1) * fwd_ns(i), false, backward});
+    }
+    seq[first].layer_begin = true;
+    seq.back().layer_end = true;
+  };
+  for (std::size_t l = 0; l < L; ++l) pass(l, false);
+  for (std::size_t l = L; l-- > 0;) pass(l, true);
   return seq;
 }
 
@@ -56,8 +71,9 @@ struct train_run {
   const bench_config& cfg;
   const train_options& o;
   const std::vector<step_use>& seq;
-  const std::vector<std::uint64_t>& tensor_bytes;  // layer-major
+  const std::vector<std::uint64_t>& tensor_bytes;  // the weights, layer-major
   std::size_t paged_budget;
+  std::size_t activation_bytes;  // per layer, when the activations are paged (0: reserved)
   std::vector<std::unique_ptr<device>> devs;
   std::unique_ptr<collectives> coll;
   std::vector<std::vector<double>> step_ms;           // [gpu][step], warm-up included
@@ -98,15 +114,16 @@ void run_module(device& dev, std::int64_t ns, stream_ref s) {
       [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
 }
 
-/// One GPU's pager, streams, gradient buffer and reducer for the run.
+/// One GPU's pager, streams, gradient buffers and reducer for the run.
 struct gpu_state {
   device& dev;
   pager& p;
   stream& cs;
-  void* grad;
-  std::size_t grad_count;  // bf16 elements of the largest layer's gradient
-  std::vector<tensor_handle> hs;
-  gradient_reducer& red;  // on the pager's reduction stream
+  gradient_slots& grads;
+  std::size_t grad_count;         // bf16 elements of the largest layer's gradient
+  std::vector<tensor_handle> hs;  // the weights, then the activations
+  gradient_reducer& red;          // on the pager's reduction stream
+  void* grad = nullptr;           // the buffer the current layer's backward writes
 };
 
 /// After layer `l`'s backward: its gradient all-reduced on the reduction stream once the compute
@@ -117,21 +134,28 @@ void reduce_layer(train_run& r, gpu_state& g, std::size_t l) {
   for (std::size_t i = 0; i < n; ++i) bytes += r.tensor_bytes[l * n + i];
   const std::size_t count = std::min<std::size_t>(g.grad_count, (bytes + 1) / 2);
   g.red.all_reduce(g.grad, count, element_type::bfloat16, g.cs);
+  g.grads.reduced(g.p.engine().reduction_stream());
 }
 
 /// One training step of GPU `rank`, queued and waited for: forward and backward over the schedule,
 /// each layer's gradient reduced after its backward, the step's end joined with the reductions'.
 void run_step(train_run& r, gpu_state& g) {
   const std::size_t n = r.tensor_bytes.size() / static_cast<std::size_t>(r.cfg.layers);
-  const std::size_t half = r.seq.size() / 2;
-  for (std::size_t k = 0; k < r.seq.size(); ++k) {
-    const step_use& u = r.seq[k];
+  std::optional<tensor_handle> act;  // the layer's activation, held through its pass
+  for (const step_use& u : r.seq) {
+    if (u.layer_begin && u.backward) g.grad = g.grads.next(g.cs);
     (void)g.p.acquire(g.hs[u.tensor], g.cs);
-    run_module(g.dev, u.compute_ns, g.cs);
-    g.p.release(g.hs[u.tensor], g.cs);
-    const bool layer_end =
-        k >= half && (k + 1 == r.seq.size() || r.seq[k + 1].tensor / n != u.tensor / n);
-    if (layer_end) reduce_layer(r, g, u.tensor / n);
+    if (u.activation) {
+      act = g.hs[u.tensor];  // written (forward) or read (backward) by the layer's kernels
+    } else {
+      run_module(g.dev, u.compute_ns, g.cs);
+      g.p.release(g.hs[u.tensor], g.cs);
+    }
+    if (!u.layer_end) continue;
+    if (act && u.backward) g.p.release_last_use(*act, g.cs);  // dead: never written back
+    if (act && !u.backward) g.p.release(*act, g.cs, /*dirty=*/true);
+    act.reset();
+    if (u.backward) reduce_layer(r, g, u.tensor / n);
   }
   // The optimizer step (not modelled) waits for every reduction: so does the step's end.
   g.red.join(g.cs);
@@ -171,6 +195,9 @@ void run_gpu(train_run& r, std::size_t rank) {
       layer += r.tensor_bytes[t];
       if ((t + 1) % n == 0) largest_layer = std::max(largest_layer, std::exchange(layer, 0));
     }
+    const std::size_t L = static_cast<std::size_t>(r.cfg.layers);
+    if (r.activation_bytes > 0)
+      rounded += L * htp_tensor_bytes(r.activation_bytes, r.cfg.page_bytes);
     pager p(dev, train_pager_config(r.cfg, r.paged_budget, rounded));
     stream cs(dev);
     const auto shapes = layer_tensors(r.cfg.model);
@@ -179,26 +206,24 @@ void run_gpu(train_run& r, std::size_t rank) {
       hs.push_back(p.register_tensor("L" + std::to_string(t / n) + "." + shapes[t % n].name,
                                      r.tensor_bytes[t], tensor_kind::weight, nullptr));
     }
+    for (std::size_t l = 0; r.activation_bytes > 0 && l < L; ++l) {
+      hs.push_back(p.register_tensor("L" + std::to_string(l) + ".activation", r.activation_bytes,
+                                     tensor_kind::activation));
+    }
     std::vector<tensor_handle> sched;
     for (const auto& u : r.seq) sched.push_back(hs[u.tensor]);
     p.set_schedule(sched, /*cyclic=*/true);
-    void* grad = dev.allocate(memory_kind::device, largest_layer);
+    gradient_slots grads(dev, largest_layer);
+    gradient_reducer red(dev, *r.coll, rank, p.engine().reduction_stream());
+    gpu_state g{dev, p, cs, grads, largest_layer / 2, hs, red};
     try {
-      gradient_reducer red(dev, *r.coll, rank, p.engine().reduction_stream());
-      gpu_state g{dev, p, cs, grad, largest_layer / 2, hs, red};
-      try {
-        run_gpu_steps(r, g, rank);
-      } catch (...) {
-        r.coll->abort("a GPU of the training run failed");  // the reducer's wait then ends
-        cs.synchronize();
-        p.synchronize();
-        throw;
-      }
+      run_gpu_steps(r, g, rank);
     } catch (...) {
-      dev.deallocate(memory_kind::device, grad, largest_layer);
+      r.coll->abort("a GPU of the training run failed");  // the reducer's wait then ends
+      cs.synchronize();
+      p.synchronize();
       throw;
     }
-    dev.deallocate(memory_kind::device, grad, largest_layer);
   } catch (...) {
     r.err[rank] = std::current_exception();
     r.coll->abort("a GPU of the training run failed");
@@ -214,7 +239,7 @@ double belady_per_step(const train_run& r, std::uint64_t capacity) {
   for (const auto b : r.tensor_bytes) footprint.push_back(htp_tensor_bytes(b, r.cfg.page_bytes));
   std::vector<std::size_t> trace;
   for (int c = 0; c < 4; ++c) {
-    for (const auto& u : r.seq) trace.push_back(u.tensor);
+    for (const auto& u : r.seq) trace.push_back(u.tensor);  // weights only (reserved activations)
   }
   return static_cast<double>(
              belady_trace_bytes(footprint, r.tensor_bytes, trace, capacity, 2 * r.seq.size())) /
@@ -244,6 +269,7 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
     const pager_metrics& m = r.metrics[g];
     const double per = 1.0 / static_cast<double>(steps * N);
     res.bytes_per_step += static_cast<double>(m.page_in_bytes) * per;
+    res.write_back_bytes_per_step += static_cast<double>(m.write_back_bytes) * per;
     res.faults_per_step += static_cast<double>(m.faults) * per;
     res.late_prefetches_per_step += static_cast<double>(m.late_prefetches) * per;
     res.prefetch_timely_share += m.prefetch_timely_share / static_cast<double>(N);
@@ -263,7 +289,9 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
   res.compute_ms = compute_ns / 1e6 / scale;
   // The peak was calibrated on the dilated sim: undilated, it is `scale` times faster.
   const double link = link_bytes_per_second * scale;
-  res.link_ms = link > 0 ? res.bytes_per_step / link * 1e3 : 0;
+  // H2D and D2H are the link's two directions: each must fit.
+  res.link_ms =
+      link > 0 ? std::max(res.bytes_per_step, res.write_back_bytes_per_step) / link * 1e3 : 0;
   res.bound_ms = std::max(res.compute_ms, res.link_ms);
   res.belady_bound_ms =
       std::max(res.compute_ms, link > 0 ? res.belady_bytes_per_step / link * 1e3 : 0);
@@ -273,7 +301,13 @@ void combine(train_run& r, train_result& res, double link_bytes_per_second) {
 /// How often each weight appears in the step's sequence: (distinct weights, fewest, most).
 void count_uses(const std::vector<step_use>& seq, std::size_t tensors, train_result& res) {
   std::vector<std::size_t> uses(tensors, 0);
-  for (const auto& u : seq) ++uses[u.tensor];
+  for (const auto& u : seq) {
+    if (u.activation) {
+      ++res.activation_uses;
+    } else {
+      ++uses[u.tensor];
+    }
+  }
   res.schedule_length = seq.size();
   res.schedule_weights = static_cast<std::size_t>(
       std::count_if(uses.begin(), uses.end(), [](std::size_t x) { return x > 0; }));
@@ -306,18 +340,25 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
   train_result res;
   res.gpus = o.gpus;
   res.hbm_budget_bytes = cfg.hbm_budget_bytes;
-  res.activation_bytes = static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(o.seq_len) *
-                         static_cast<std::size_t>(cfg.model.hidden) * bytes_per_element(cfg.type) *
-                         static_cast<std::size_t>(cfg.layers);
-  const std::size_t need = largest_layer_bytes(cfg) + 2 * cfg.slab_bytes;
-  if (cfg.hbm_budget_bytes < res.activation_bytes + need) {
+  const std::size_t per_layer =
+      static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(o.seq_len) *
+      static_cast<std::size_t>(cfg.model.hidden) * bytes_per_element(cfg.type);
+  res.activation_bytes = per_layer * static_cast<std::size_t>(cfg.layers);
+  res.activations_paged = o.page_activations;
+  // Paged, the activations share the pager's budget: it must hold a layer's weights and its
+  // activation at once; reserved, they are taken out of the budget first.
+  const std::size_t reserved = o.page_activations ? 0 : res.activation_bytes;
+  const std::size_t need =
+      largest_layer_bytes(cfg) + 2 * cfg.slab_bytes + (o.page_activations ? per_layer : 0);
+  if (cfg.hbm_budget_bytes < reserved + need) {
     res.skipped = true;
-    res.skip_reason = "the activations leave less than a layer and two slabs to the weights";
+    res.skip_reason = o.page_activations
+                          ? "less than a layer, its activation and two slabs"
+                          : "the activations leave less than a layer and two slabs to the weights";
     return res;
   }
-  res.paged_budget_bytes =
-      (cfg.hbm_budget_bytes - res.activation_bytes) / cfg.page_bytes * cfg.page_bytes;
-  const std::vector<step_use> seq = step_sequence(cfg, o);
+  res.paged_budget_bytes = (cfg.hbm_budget_bytes - reserved) / cfg.page_bytes * cfg.page_bytes;
+  const std::vector<step_use> seq = step_sequence(cfg, o, o.page_activations);
   std::vector<std::uint64_t> tensor_bytes;
   for (int l = 0; l < cfg.layers; ++l) {
     for (const auto& t : layer_tensors(cfg.model))
@@ -329,6 +370,7 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
               seq,
               tensor_bytes,
               res.paged_budget_bytes,
+              o.page_activations ? per_layer : 0,
               make_train_devices(cfg, o),
               nullptr,
               {},
@@ -349,7 +391,9 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
   for (std::size_t g = 0; g < o.gpus; ++g) threads.emplace_back([&r, g] { run_gpu(r, g); });
   for (auto& t : threads) t.join();
   if (r.first_failed < o.gpus) std::rethrow_exception(r.err[r.first_failed]);
-  res.belady_bytes_per_step = belady_per_step(r, res.paged_budget_bytes);
+  // Belady's rule prices reads only; with activations written and dying in the budget it is no
+  // bound on the weights' bytes, so it is computed for reserved activations alone.
+  if (!o.page_activations) res.belady_bytes_per_step = belady_per_step(r, res.paged_budget_bytes);
   // The bound's link is the bench's: the copy peak calibrated once for the run (the modelled rate
   // less the per-copy latency, as the step's copies meet it).
   combine(r, res, static_cast<double>(cfg.link_peak_bytes_per_second));
@@ -366,23 +410,28 @@ nlohmann::json to_json(const train_result& r, double budget_fraction) {
     return j;
   }
   j["activation_bytes"] = r.activation_bytes;
+  j["activations"] = r.activations_paged ? "paged" : "reserved";
   j["paged_budget_bytes"] = r.paged_budget_bytes;
   j["steps_ms"] = r.step_ms;
   j["step_ms"] = to_json(r.step);
   j["compute_ms_per_step"] = r.compute_ms;
   j["bytes_per_step"] = r.bytes_per_step;
-  j["belady_bytes_per_step"] = r.belady_bytes_per_step;
-  j["bytes_over_belady"] =
-      r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0;
+  j["write_back_bytes_per_step"] = r.write_back_bytes_per_step;
+  if (r.activations_paged) {  // Belady's rule prices reads only: no bound with writes in it
+    j["belady_bytes_per_step"] = nullptr;
+    j["bytes_over_belady"] = nullptr;
+  } else {
+    j["belady_bytes_per_step"] = r.belady_bytes_per_step;
+    j["bytes_over_belady"] =
+        r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0;
+  }
   j["link_ms_per_step"] = r.link_ms;
   j["bound_ms"] = r.bound_ms;
   j["belady_bound_ms"] = r.belady_bound_ms;
   j["step_over_bound"] = r.step_over_bound;
-  j["schedule"] = {{"length", r.schedule_length},
-                   {"weights", r.schedule_weights},
-                   {"uses_per_weight_min", r.uses_min},
-                   {"uses_per_weight_max", r.uses_max},
-                   {"cyclic", true}};
+  j["schedule"] = {{"length", r.schedule_length},          {"weights", r.schedule_weights},
+                   {"uses_per_weight_min", r.uses_min},    {"uses_per_weight_max", r.uses_max},
+                   {"activation_uses", r.activation_uses}, {"cyclic", true}};
   j["faults_per_step"] = r.faults_per_step;
   j["late_prefetches_per_step"] = r.late_prefetches_per_step;
   j["prefetch_timely_share"] = r.prefetch_timely_share;
@@ -398,20 +447,27 @@ nlohmann::json to_json(const train_result& r, double budget_fraction) {
 
 void print_train_table(const std::vector<train_result>& results) {
   std::printf("\n  training step (forward then backward, each weight twice), timing-only sim\n"
-              "  %10s %10s %10s %10s %8s %10s %10s %8s %9s %8s\n",
-              "budget", "step p50", "compute", "bound", "step/bd", "GB/step", "Belady GB",
-              "x Belady", "reduce", "exposed");
+              "  %10s %5s %10s %10s %10s %8s %9s %9s %10s %8s %9s %8s\n",
+              "budget", "acts", "step p50", "compute", "bound", "step/bd", "GB in", "GB out",
+              "Belady GB", "x Belady", "reduce", "exposed");
   for (const auto& r : results) {
     if (r.skipped) {
       std::printf("  %8.2fGB skipped: %s\n", static_cast<double>(r.hbm_budget_bytes) / 1e9,
                   r.skip_reason.c_str());
       continue;
     }
-    std::printf("  %8.2fGB %8.2fms %8.2fms %8.2fms %8.3f %10.3f %10.3f %8.3f %7.2fms %7.1f%%\n",
-                static_cast<double>(r.hbm_budget_bytes) / 1e9, r.step.p50, r.compute_ms, r.bound_ms,
-                r.step_over_bound, r.bytes_per_step / 1e9, r.belady_bytes_per_step / 1e9,
-                r.belady_bytes_per_step > 0 ? r.bytes_per_step / r.belady_bytes_per_step : 0,
-                r.reduction_ms, 100 * r.exposed_share);
+    char belady[2][16] = {"-", "-"};  // paged activations: no Belady bound
+    if (!r.activations_paged && r.belady_bytes_per_step > 0) {
+      std::snprintf(belady[0], sizeof belady[0], "%.3f", r.belady_bytes_per_step / 1e9);
+      std::snprintf(belady[1], sizeof belady[1], "%.3f",
+                    r.bytes_per_step / r.belady_bytes_per_step);
+    }
+    std::printf(
+        "  %8.2fGB %5s %8.2fms %8.2fms %8.2fms %8.3f %9.3f %9.3f %10s %8s %7.2fms %7.1f%%\n",
+        static_cast<double>(r.hbm_budget_bytes) / 1e9, r.activations_paged ? "paged" : "held",
+        r.step.p50, r.compute_ms, r.bound_ms, r.step_over_bound, r.bytes_per_step / 1e9,
+        r.write_back_bytes_per_step / 1e9, belady[0], belady[1], r.reduction_ms,
+        100 * r.exposed_share);
   }
 }
 

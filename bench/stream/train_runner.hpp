@@ -3,9 +3,13 @@
 // acquired twice, declared to the pager as its cyclic schedule so prefetch and Belady eviction see
 // the whole step. Compute per module is modelled from FLOPs (forward 2 x params x tokens, backward
 // twice that). With N GPUs (data parallel), each layer's gradient is all-reduced on the GPU's
-// reduction stream as soon as its backward ends, overlapping the next layer's backward; the step
-// ends when the last reduction has. Activations are not paged: they stay in HBM, reserved out of
-// the budget (batch x seq_len x hidden x bytes per layer, the checkpointed layer inputs).
+// reduction stream (htp::gradient_reducer) as soon as its backward ends, overlapping the next
+// layer's backward, from two gradient buffers used in turn (gradient_slots.hpp); the step ends
+// when the last reduction has. Activations (batch x seq_len x hidden x bytes per layer, the
+// checkpointed layer inputs) are either reserved out of the budget and stay in HBM, or, with
+// page_activations, paged: one tensor_kind::activation per layer, in the schedule, written in its
+// layer's forward pass (a fresh acquire, released dirty), read in its backward pass and dead at
+// its last use (release_last_use: never written back).
 #pragma once
 
 #include "runner.hpp"
@@ -27,6 +31,7 @@ struct train_options {
   double link_gbps = 4, latency_us = 5;  ///< each sim device's modelled host link (dilated)
   double interconnect_gbps = 0;          ///< sim collectives' modelled rate (dilated); 0: free
   double time_scale = 1;                 ///< sim time dilation: times are divided by it again
+  bool page_activations = false;         ///< activations paged with the weights, not reserved
 };
 
 /// One budget's training run: its step times, bytes paged against Belady's on the same sequence,
@@ -35,21 +40,24 @@ struct train_result {
   bool skipped = false;
   std::string skip_reason;
   std::size_t hbm_budget_bytes = 0;    ///< per GPU, as asked
-  std::size_t activation_bytes = 0;    ///< reserved out of it (not paged)
+  std::size_t activation_bytes = 0;    ///< every layer's activation together
+  bool activations_paged = false;      ///< in the pager's budget (else reserved out of it)
   std::size_t paged_budget_bytes = 0;  ///< what the pager gets: the rest, in whole pages
   std::size_t gpus = 1;
   std::vector<double> step_ms;  ///< per timed step: the slowest GPU's
   summary_ms step;
-  double compute_ms = 0;                   ///< modelled compute per step (forward + backward)
-  double bytes_per_step = 0;               ///< paged in per timed step, mean over GPUs
-  double belady_bytes_per_step = 0;        ///< Belady's rule on the step's sequence, same capacity
-  double link_ms = 0;                      ///< bytes_per_step / the calibrated link peak
-  double bound_ms = 0;                     ///< max(compute, bytes_per_step / link)
-  double belady_bound_ms = 0;              ///< max(compute, belady_bytes_per_step / link)
-  double step_over_bound = 0;              ///< step p50 / bound_ms
+  double compute_ms = 0;                 ///< modelled compute per step (forward + backward)
+  double bytes_per_step = 0;             ///< paged in per timed step, mean over GPUs
+  double write_back_bytes_per_step = 0;  ///< written back (live activations evicted)
+  double belady_bytes_per_step = 0;      ///< Belady's rule on the step's sequence, same capacity
+  double link_ms = 0;          ///< the busier direction's bytes per step / the calibrated link peak
+  double bound_ms = 0;         ///< max(compute, link_ms)
+  double belady_bound_ms = 0;  ///< max(compute, belady_bytes_per_step / link)
+  double step_over_bound = 0;  ///< step p50 / bound_ms
   std::size_t schedule_length = 0;         ///< acquires per step
   std::size_t schedule_weights = 0;        ///< distinct weights in it
   std::size_t uses_min = 0, uses_max = 0;  ///< acquires of each weight per step
+  std::size_t activation_uses = 0;         ///< activation acquires per step (2 per layer, paged)
   double faults_per_step = 0, late_prefetches_per_step = 0, prefetch_timely_share = 1;
   double reduction_ms = 0;          ///< per step: the all-reduces' time on the reduction stream
   double reduction_hidden_ms = 0;   ///< of it, under compute

@@ -2,6 +2,7 @@
 #include "zero2_runner.hpp"
 
 #include "common/bench_device.hpp"
+#include "gradient_slots.hpp"
 #include "report.hpp"
 
 #include <htp/collectives.hpp>
@@ -34,7 +35,7 @@ struct zero2_sizes {
   std::size_t activations = 0;  // reserved as --train reserves them
   std::size_t grad_shards = 0;  // every layer's gradient shard
   std::size_t optimizer = 0;    // fp32 master weights and two moments of the shard
-  std::size_t grad_buffer = 0;  // a layer's full gradient (the reduce-scatter's send)
+  std::size_t grad_buffer = 0;  // a layer's full gradient (the reduce-scatter's send); 2 held
   std::size_t staging = 0;      // swap_shard's buffers
   double shard_params = 0;      // parameters in a GPU's shard of the model
 };
@@ -95,7 +96,7 @@ struct zero2_gpu {
   device& dev;
   stream& cs;
   gradient_reducer& red;
-  char* grad;                            // a layer's full gradient
+  gradient_slots& grads;                 // a layer's full gradient, two used in turn
   char* shards;                          // every layer's gradient shard
   std::vector<event_ref> before, after;  // per visit: around swap_shard::acquire on compute
 };
@@ -111,11 +112,13 @@ void run_step(zero2_run& r, zero2_gpu& x, std::size_t g) {
     x.dev.record(x.before[v], x.cs);
     (void)r.ss->acquire(g, l, x.cs);
     x.dev.record(x.after[v], x.cs);
+    void* grad = backward ? x.grads.next(x.cs) : nullptr;  // free once its last reduction is
     busy(x.dev, backward ? 2 * r.layer_fwd_ns : r.layer_fwd_ns, x.cs);
     r.ss->release(g, l, x.cs);
     if (backward) {
-      x.red.reduce_scatter(x.grad, x.shards + l * r.sz.grad_count * 2, r.sz.grad_count,
+      x.red.reduce_scatter(grad, x.shards + l * r.sz.grad_count * 2, r.sz.grad_count,
                            element_type::bfloat16, x.cs);
+      x.grads.reduced(r.nd->gpu(g).engine().reduction_stream());
     }
   }
   x.red.join(x.cs);
@@ -171,7 +174,8 @@ void run_gpu(zero2_run& r, std::size_t g) {
   try {
     device& dev = *r.devs[g];
     stream cs(dev);
-    const device_block grad(dev, r.sz.grad_buffer), shards(dev, r.sz.grad_shards);
+    gradient_slots grads(dev, r.sz.grad_buffer);
+    const device_block shards(dev, r.sz.grad_shards);
     std::vector<event_ref> before, after;
     for (std::size_t v = 0; v < r.order.size(); ++v) {
       before.push_back(dev.create_timed_event());
@@ -183,8 +187,7 @@ void run_gpu(zero2_run& r, std::size_t g) {
     };
     try {
       gradient_reducer red(dev, *r.coll, g, r.nd->gpu(g).engine().reduction_stream());
-      zero2_gpu x{dev,    cs,   red, static_cast<char*>(grad.ptr), static_cast<char*>(shards.ptr),
-                  before, after};
+      zero2_gpu x{dev, cs, red, grads, static_cast<char*>(shards.ptr), before, after};
       try {
         run_steps(r, x, g);
       } catch (...) {
@@ -300,7 +303,7 @@ zero2_result run_zero2(const bench_config& cfg, const zero2_options& o, const ze
   res.hbm_budget_bytes = cfg.hbm_budget_bytes;
   res.ahead = v.ahead;
   res.layers_per_sync = v.layers_per_sync;
-  res.reserved_bytes = sz.activations + sz.grad_shards + sz.optimizer + sz.grad_buffer;
+  res.reserved_bytes = sz.activations + sz.grad_shards + sz.optimizer + 2 * sz.grad_buffer;
   if (cfg.hbm_budget_bytes < res.reserved_bytes + sz.staging + 2 * cfg.slab_bytes) {
     res.skipped = true;
     res.skip_reason = detail::concat(

@@ -13,7 +13,8 @@
 // layer: each layer gathered only once the one before is done with the buffer, a barrier per layer,
 // as a synchronous gather per layer does). HBM per GPU holds, out of the budget: the activations
 // (as --train reserves them), the gradient shards, the optimizer state and a layer's gradient; the
-// pager gets the rest for the weight shards and the staging buffers.
+// pager gets the rest for the weight shards and the staging buffers. A layer's gradient is
+// written into one of two buffers used in turn (gradient_slots.hpp).
 #pragma once
 
 #include "runner.hpp"
@@ -48,7 +49,7 @@ struct zero2_result {
   std::string skip_reason;
   std::size_t gpus = 0, layers = 0;
   std::size_t hbm_budget_bytes = 0;
-  std::size_t reserved_bytes = 0;  ///< activations + gradient shards + optimizer state + a gradient
+  std::size_t reserved_bytes = 0;  ///< activations, gradient shards, optimizer state, 2 gradients
   std::size_t paged_budget_bytes = 0;
   std::string layer_source;  ///< "peers" or "host": where swap_shard gathers the layers from
   std::size_t ahead = 0, layers_per_sync = 0;
