@@ -383,27 +383,15 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _check_units_fit(raw_units, budget: int, training: bool = False) -> None:
+def _check_units_fit(raw_units, budget: int) -> None:
     """Every unit is acquired whole, so each must fit the budget with room to spare for the
-    allocator's rounding and the next unit's prefetch; say which one does not, and what to do.
-    Training: backward holds two units at once (the one running and the one before it,
-    htp._training), so the two largest together must fit."""
-    sizes = []
+    allocator's rounding and the next unit's prefetch; say which one does not, and what to do."""
     for name, _, own in raw_units:
         need = sum(p.numel() * p.element_size() for _, p in own)
-        sizes.append((need, name))
         if need > budget * 3 // 4:
             raise InvalidArgumentError(
                 f"offload: module {name!r} needs {need} bytes at once, over 3/4 of hbm_budget "
                 f"({budget}); raise hbm_budget or name it in keep= to hold it resident")
-    if training and len(sizes) > 1:
-        (a, name_a), (b, name_b) = sorted(sizes, key=lambda s: s[0], reverse=True)[:2]
-        if a + b > budget * 3 // 4:
-            raise InvalidArgumentError(
-                f"offload(training=True): backward holds two modules' weights at once (the one "
-                f"running and the one before it); {name_a!r} and {name_b!r} need {a + b} bytes "
-                f"together, over 3/4 of hbm_budget ({budget}); raise hbm_budget to at least "
-                f"{(a + b) * 4 // 3 + 1} or name one of them in keep= to hold it resident")
 
 
 _COMPRESSIBLE = (torch.bfloat16, torch.float16, torch.float32)
@@ -414,6 +402,7 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
     """Registers each unit's parameters once (tied ones too). ``source``: a function giving a
     parameter's bytes elsewhere (a mapped file, a shared tier), registered with copy=False."""
     registered: dict[int, Tensor] = {}
+    host_of: dict[int, torch.Tensor] = {}  # copy=False: a Parameter's host copy, tied ones once
     units = []
     for name, module, own in raw_units:
         unit = _Unit(name, module, [])
@@ -428,7 +417,9 @@ def _register_units(pager: Pager, raw_units, copy: bool, hosts: dict[str, torch.
                 registered[id(p)] = pager.register(
                     full, src, copy=copy, compress=compress and src.dtype in _COMPRESSIBLE)
                 if not copy:
-                    hosts[full] = src
+                    host_of[id(p)] = src
+            if id(p) in host_of:  # under every name of a tied Parameter (lm_head and the embedding)
+                hosts[full] = host_of[id(p)]
             t = registered[id(p)]
             unit.params.append(_Param(full, pname, p, t))
             if t not in unit.tensors:
@@ -522,7 +513,7 @@ def offload(model: torch.nn.Module, hbm_budget: int | str, keep: Iterable[str] =
         raise InvalidArgumentError("offload: the model has no parameters outside `keep` to page")
     unique = {id(p): p for _, _, own in raw_units for _, p in own}
     budget = parse_bytes(hbm_budget, "hbm_budget")
-    _check_units_fit(raw_units, budget, training)
+    _check_units_fit(raw_units, budget)
     if weights is None:
         _check_no_meta(raw_units, kept)
     if weights is not None or tier is not None:
