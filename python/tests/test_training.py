@@ -64,18 +64,23 @@ class CountingSaveOnCpu(torch.autograd.graph.save_on_cpu):
         self.pack_hook, self.unpack_hook = counted_pack, counted_unpack
 
 
-def train(model, steps, context=lambda: None, after_first=lambda: None):
-    """`steps` AdamW steps on one batch: each step's loss and gradients, and the parameters."""
-    ids = batch()
+def train(model, steps, context=lambda: None, after_first=lambda: None, forward=None):
+    """`steps` AdamW steps on one batch: each step's loss and gradients, and the parameters.
+    `forward(model)` runs the model on its batch (default: a causal LM on batch())."""
+    if forward is None:
+        ids = batch()
+
+        def forward(m):
+            return m(ids, labels=ids)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     trace = []
     for step in range(steps):
         ctx = context()
         if ctx is None:
-            out = model(ids, labels=ids)
+            out = forward(model)
         else:
             with ctx:
-                out = model(ids, labels=ids)
+                out = forward(model)
         out.loss.backward()
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
                  if p.grad is not None}
