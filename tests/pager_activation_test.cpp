@@ -7,6 +7,7 @@
 #include "pager_fixture.hpp"
 #include "throws_naming.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
@@ -301,6 +302,43 @@ TEST_F(pager_activation_test, discard_is_refused_while_pinned_and_for_other_kind
   // A stale handle.
   p.unregister_tensor(a);
   EXPECT_TRUE(throws_naming([&] { p.discard(a); }, {"stale"}));
+}
+
+// acquire(wait = true) of a fresh activation returns only once the kernels still using its new
+// extent are done: a host writer (a sim caller's CPU tensors) writes it at once. Here the extent
+// is the one a's last use freed, while a kernel reading a is held behind a gate.
+TEST_F(pager_activation_test, a_fresh_acquire_with_wait_returns_after_its_extents_last_users) {
+  pager p(*dev, small_pager_config(4));  // two 2-page tensors fill it
+  const std::size_t bytes = 100'003;
+  const auto a = p.register_tensor("a0", bytes, tensor_kind::activation);
+  const auto b = p.register_tensor("a1", bytes, tensor_kind::activation);
+  const auto w0 = payload(bytes, 400);
+  const auto h0 = p.register_tensor("w0", bytes, tensor_kind::weight, w0.data());
+  (void)p.acquire(h0, compute, /*wait=*/true);  // held: b's room can only be a's extent
+  write(p, a, 41);
+  p.synchronize();
+  std::atomic<bool> kernel_done{false};
+  std::future<bool> acquired;  // declared before the gate: the gate opens first
+  gate g;
+  (void)p.acquire(a, compute);
+  g.hold(*dev, compute);  // "a kernel reading a", still running
+  dev->launch_host_func([&kernel_done] { kernel_done = true; }, compute);
+  p.release_last_use(a, compute);  // a's extent is free, fenced by this release
+  stream other(*dev);
+  acquired = std::async(std::launch::async, [&] {
+    (void)p.acquire(b, other, /*wait=*/true);
+    return kernel_done.load();  // the host may write b now: a's reader must be done
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (p.info(b).where == residency::host && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_NE(p.info(b).where, residency::host) << "b's fresh acquire took its room";
+  g.open();
+  ASSERT_EQ(acquired.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(acquired.get()) << "acquire(wait = true) returned while a's reader still ran";
+  p.release(b, other, /*dirty=*/true);
+  p.release(h0, compute);
+  p.synchronize();
 }
 
 TEST_F(pager_activation_test, discard_during_a_write_back_leaves_nothing_live) {

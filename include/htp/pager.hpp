@@ -353,7 +353,9 @@ class pager {
 
   /// Makes the tensor available on `compute` and pins it. If it is not in HBM this is a page fault:
   /// the copy goes at fault priority and `compute` waits for it on the GPU. With wait = true the
-  /// host also blocks until the bytes have arrived. A tensor may be acquired several times (on
+  /// host also blocks until the bytes have arrived and everything `compute` was made to wait for
+  /// has passed (other streams' writes to a mutable tensor; for a fresh activation, the kernels
+  /// still using its new extent), so host code may read and write the memory at once. A tensor may be acquired several times (on
   /// several streams); each acquire needs its release.
   /// @throws htp::invalid_argument for a stale handle; htp::logic_error when `compute` is
   /// capturing a CUDA graph (device::begin_capture: a graph cannot replay what a dynamic acquire

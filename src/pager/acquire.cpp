@@ -206,6 +206,10 @@ void pager::impl::acquire_n(const tensor_handle* hs, std::size_t n, stream_ref c
     prefetch.record_after(marks, compute, true);
     if (wait) {
       blocked_from = std::chrono::steady_clock::now();
+      // The host uses the memory next (a sim caller's CPU tensors, a host-side check): what the
+      // stream was told to wait for must have passed, not only the page-ins: other streams'
+      // writes, and for a fresh activation the kernels still using its new extent.
+      for (event_ref e : writes) dev.synchronize(e);
       for (at = 0; at < n; ++at) {
         if (pending[at]) tiers.engine->wait(pending[at]);
       }
