@@ -9,8 +9,8 @@ Llama-3.1-8B-shaped model in bf16 with random weights, four ways, side by side i
 
 Per mode: one warm-up step, then --steps timed steps; loss = cross-entropy on random labels (the
 model's own `labels=` loss); no optimizer step. Reports the step time (CUDA-synchronised wall time,
-p50), the bytes paged per step (htp: the pager's page_in_bytes + write_back_bytes + the activation
-slots written straight to the host; save_on_cpu: every saved tensor's bytes to the host and back;
+p50), the bytes paged per step (htp: the pager's page_in_bytes + write_back_bytes, the activation
+slots' write-backs included; save_on_cpu: every saved tensor's bytes to the host and back;
 resident: 0), the gradients' bytes copied to the host (htp on cuda copies each paged gradient to its
 host copy), and the reduction: every parameter's gradient all-reduced (torch.distributed NCCL, world
 size 1) on a stream of its own as it is ready (register_post_accumulate_grad_hook). exposed = from
@@ -309,11 +309,11 @@ def run_htp(host, ctx, fraction: float) -> dict:
         handle.remove()
     row = row_of("htp", times, reductions, cuda)
     row.update(budget_fraction=fraction, budget_bytes=budget,
-               bytes_paged_per_step=(m["page_in_bytes"] + m["write_back_bytes"]
-                                     + acts.store.host_write_bytes) / n,
+               # activation write-backs are part of write_back_bytes (the slots are the pager's)
+               bytes_paged_per_step=(m["page_in_bytes"] + m["write_back_bytes"]) / n,
                page_in_bytes_per_step=m["page_in_bytes"] / n,
                write_back_bytes_per_step=m["write_back_bytes"] / n,
-               activation_host_write_bytes_per_step=acts.store.host_write_bytes / n,
+               activation_host_write_bytes_per_step=m["activation_write_back_bytes"] / n,
                activation_packed_bytes_per_step=acts.store.packed_bytes / n,
                grad_to_host_bytes_per_step=(sum(p.numel() * p.element_size() for p in paged)
                                             if cuda else 0),
