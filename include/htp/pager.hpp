@@ -355,8 +355,8 @@ class pager {
   /// the copy goes at fault priority and `compute` waits for it on the GPU. With wait = true the
   /// host also blocks until the bytes have arrived and everything `compute` was made to wait for
   /// has passed (other streams' writes to a mutable tensor; for a fresh activation, the kernels
-  /// still using its new extent), so host code may read and write the memory at once. A tensor may be acquired several times (on
-  /// several streams); each acquire needs its release.
+  /// still using its new extent), so host code may read and write the memory at once. A tensor may
+  /// be acquired several times (on several streams); each acquire needs its release.
   /// @throws htp::invalid_argument for a stale handle; htp::logic_error when `compute` is
   /// capturing a CUDA graph (device::begin_capture: a graph cannot replay what a dynamic acquire
   /// decides; capture a static plan, static_step.hpp); htp::out_of_memory when the ladder is
