@@ -14,6 +14,18 @@
 
 namespace htp::bench {
 
+/// Device memory freed at scope exit (after the streams using it were drained).
+struct device_buffer {
+  device& dev;
+  std::size_t bytes;
+  void* ptr;
+  device_buffer(device& d, std::size_t n)
+      : dev(d), bytes(n), ptr(d.allocate(memory_kind::device, n)) {}
+  ~device_buffer() { dev.deallocate(memory_kind::device, ptr, bytes); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+};
+
 /// The backend a benchmark asks for and, on sim, the device it models.
 struct device_options {
   std::string backend = "auto";  ///< "auto" (cuda when a GPU is visible, else sim), "cuda" or "sim"

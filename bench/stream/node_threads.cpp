@@ -1,6 +1,8 @@
 // htp-stream-bench --gpus N: each GPU's thread. See node_threads.hpp.
 #include "node_threads.hpp"
 
+#include "common/bench_device.hpp"
+
 #include <htp/detail/check.hpp>
 
 #include <algorithm>
@@ -174,18 +176,6 @@ void run_gpu_steps(gpu_threads& r, std::size_t g, layer_compute& compute, stream
   // frees that follow (the activations, the compute's buffers and handle) synchronise the device.
   if (r.ss) r.ss->stop(g);
 }
-
-/// Device memory freed at scope exit (after the streams using it were drained).
-struct device_buffer {
-  device& dev;
-  std::size_t bytes;
-  void* ptr;
-  device_buffer(device& d, std::size_t n)
-      : dev(d), bytes(n), ptr(d.allocate(memory_kind::device, n)) {}
-  ~device_buffer() { dev.deallocate(memory_kind::device, ptr, bytes); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-};
 
 }  // namespace
 

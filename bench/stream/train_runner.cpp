@@ -108,12 +108,6 @@ pager_config train_pager_config(const bench_config& cfg, std::size_t budget,
   return pc;
 }
 
-/// The modelled compute of one module on `s`: the stream is busy for `ns`.
-void run_module(device& dev, std::int64_t ns, stream_ref s) {
-  dev.launch_host_func(
-      [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
-}
-
 /// One GPU's pager, streams, gradient buffers and reducer for the run.
 struct gpu_state {
   device& dev;
@@ -148,7 +142,7 @@ void run_step(train_run& r, gpu_state& g) {
     if (u.activation) {
       act = g.hs[u.tensor];  // written (forward) or read (backward) by the layer's kernels
     } else {
-      run_module(g.dev, u.compute_ns, g.cs);
+      run_modelled(g.dev, u.compute_ns, g.cs);
       g.p.release(g.hs[u.tensor], g.cs);
     }
     if (!u.layer_end) continue;
@@ -315,12 +309,19 @@ void count_uses(const std::vector<step_use>& seq, std::size_t tensors, train_res
   res.uses_max = *std::max_element(uses.begin(), uses.end());
 }
 
-/// The node's sim devices: timing-only, each with room for the budget and a layer's gradient.
+}  // namespace
+
+void run_modelled(device& dev, std::int64_t ns, stream_ref s) {
+  dev.launch_host_func(
+      [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
+}
+
 std::vector<std::unique_ptr<device>> make_train_devices(const bench_config& cfg,
-                                                        const train_options& o) {
+                                                        const train_options& o,
+                                                        std::size_t extra_bytes) {
   device_options d;
   d.backend = "sim";
-  d.sim_memory_bytes = cfg.hbm_budget_bytes + largest_layer_bytes(cfg) + (std::size_t{1} << 30);
+  d.sim_memory_bytes = cfg.hbm_budget_bytes + extra_bytes + (std::size_t{1} << 30);
   d.sim_link_gbps = o.link_gbps;
   d.sim_latency_us = o.latency_us;
   d.sim_timing_only = true;
@@ -331,8 +332,6 @@ std::vector<std::unique_ptr<device>> make_train_devices(const bench_config& cfg,
   }
   return devs;
 }
-
-}  // namespace
 
 train_result run_train(const bench_config& cfg, const train_options& o) {
   HTP_EXPECTS(o.gpus >= 1 && o.batch >= 1 && o.seq_len >= 1, invalid_argument,
@@ -371,7 +370,7 @@ train_result run_train(const bench_config& cfg, const train_options& o) {
               tensor_bytes,
               res.paged_budget_bytes,
               o.page_activations ? per_layer : 0,
-              make_train_devices(cfg, o),
+              make_train_devices(cfg, o, largest_layer_bytes(cfg)),
               nullptr,
               {},
               {},

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,16 @@ struct train_result {
   double exposed_share = 0;         ///< exposed / reduction time (0 when no reduction time)
   double hbm_peak_pct = 0;
 };
+
+/// The modelled compute of `ns` on `s` (sim): the stream is busy for that long (a host function
+/// sleeping on the stream's thread). Stream-ordered on `s`.
+void run_modelled(device& dev, std::int64_t ns, stream_ref s);
+
+/// The run's `o.gpus` timing-only sim devices, each with `o`'s modelled link and room for
+/// cfg.hbm_budget_bytes + `extra_bytes` + 1 GiB.
+std::vector<std::unique_ptr<device>> make_train_devices(const bench_config& cfg,
+                                                        const train_options& o,
+                                                        std::size_t extra_bytes);
 
 /// Runs cfg's model (cfg.layers, cfg.hbm_budget_bytes per GPU) through warm-up and timed training
 /// steps on `o.gpus` fresh timing-only sim devices, one thread each, cfg.link_peak_bytes_per_second

@@ -85,12 +85,6 @@ struct zero2_run {
       : cfg(c), o(opt), sz(s) {}
 };
 
-/// The modelled compute of `ns` on `s`: the stream is busy for that long.
-void busy(device& dev, std::int64_t ns, stream_ref s) {
-  dev.launch_host_func(
-      [ns] { std::this_thread::sleep_until(clock_type::now() + std::chrono::nanoseconds(ns)); }, s);
-}
-
 /// One GPU's streams, buffers and timing events for the run.
 struct zero2_gpu {
   device& dev;
@@ -113,7 +107,7 @@ void run_step(zero2_run& r, zero2_gpu& x, std::size_t g) {
     (void)r.ss->acquire(g, l, x.cs);
     x.dev.record(x.after[v], x.cs);
     void* grad = backward ? x.grads.next(x.cs) : nullptr;  // free once its last reduction is
-    busy(x.dev, backward ? 2 * r.layer_fwd_ns : r.layer_fwd_ns, x.cs);
+    run_modelled(x.dev, backward ? 2 * r.layer_fwd_ns : r.layer_fwd_ns, x.cs);
     r.ss->release(g, l, x.cs);
     if (backward) {
       x.red.reduce_scatter(grad, x.shards + l * r.sz.grad_count * 2, r.sz.grad_count,
@@ -122,7 +116,7 @@ void run_step(zero2_run& r, zero2_gpu& x, std::size_t g) {
     }
   }
   x.red.join(x.cs);
-  busy(x.dev, r.optimizer_ns, x.cs);
+  run_modelled(x.dev, r.optimizer_ns, x.cs);
   x.cs.synchronize();
 }
 
@@ -156,18 +150,6 @@ void run_steps(zero2_run& r, zero2_gpu& x, std::size_t g) {
   r.metrics[g] = p.metrics();
 }
 
-/// Device memory freed at scope exit (after the streams using it were drained).
-struct device_block {
-  device& dev;
-  std::size_t bytes;
-  void* ptr;
-  device_block(device& d, std::size_t n)
-      : dev(d), bytes(n), ptr(d.allocate(memory_kind::device, n)) {}
-  ~device_block() { dev.deallocate(memory_kind::device, ptr, bytes); }
-  device_block(const device_block&) = delete;
-  device_block& operator=(const device_block&) = delete;
-};
-
 /// GPU g's thread. A failure aborts the collectives (no GPU waits for this one), stops GPU g's
 /// gathers and drains its compute stream before anything of it is freed; it is kept in r.err.
 void run_gpu(zero2_run& r, std::size_t g) {
@@ -175,7 +157,7 @@ void run_gpu(zero2_run& r, std::size_t g) {
     device& dev = *r.devs[g];
     stream cs(dev);
     gradient_slots grads(dev, r.sz.grad_buffer);
-    const device_block shards(dev, r.sz.grad_shards);
+    const device_buffer shards(dev, r.sz.grad_shards);
     std::vector<event_ref> before, after;
     for (std::size_t v = 0; v < r.order.size(); ++v) {
       before.push_back(dev.create_timed_event());
@@ -214,18 +196,9 @@ void run_gpu(zero2_run& r, std::size_t g) {
 /// (or the one given), each GPU's pager with what the reservations leave.
 void make_node(zero2_run& r, std::size_t paged_budget) {
   const std::size_t N = r.o.train.gpus, slab = r.cfg.slab_bytes;
-  device_options d;
-  d.backend = "sim";
-  d.sim_memory_bytes = r.cfg.hbm_budget_bytes + (std::size_t{1} << 30);
-  d.sim_link_gbps = r.o.train.link_gbps;
-  d.sim_latency_us = r.o.train.latency_us;
-  d.sim_timing_only = true;
+  r.devs = make_train_devices(r.cfg, r.o.train, 0);
   std::vector<device*> ptrs;
-  for (std::size_t g = 0; g < N; ++g) {
-    d.ordinal = static_cast<int>(g);
-    r.devs.push_back(make_bench_device(d));
-    ptrs.push_back(r.devs.back().get());
-  }
+  for (const auto& d : r.devs) ptrs.push_back(d.get());
   node_config nc;
   const std::size_t need =
       (static_cast<std::size_t>(r.cfg.layers) * N * r.sz.shard_bytes + slab - 1) / slab * slab +

@@ -1,6 +1,6 @@
-// Collectives of one rank, on any backend: an all-gather or all-reduce over one GPU is a copy
-// (or nothing, in place), queued on the caller's stream. So code written for N GPUs (tensor
-// parallelism, swap-and-shard) runs unchanged on one GPU without NCCL.
+// Collectives of one rank, on any backend: an all-gather, all-reduce or reduce-scatter over one
+// GPU is a copy (or nothing, in place), queued on the caller's stream. So code written for N GPUs
+// (tensor parallelism, swap-and-shard) runs unchanged on one GPU without NCCL.
 #include <htp/collectives.hpp>
 
 #include <htp/detail/check.hpp>
@@ -20,23 +20,15 @@ class one_rank_collectives final : public collectives {
 
   void all_gather(std::size_t rank, const void* send, void* recv, std::size_t bytes,
                   stream_ref s) override {
-    check(rank, send, recv, bytes, "all_gather");
-    throw_if_aborted("all_gather");
-    if (send != recv) dev_.copy_async(recv, send, bytes, copy_direction::device_to_device, s);
+    copy(rank, send, recv, bytes, bytes, "all_gather", s);
   }
   void all_reduce_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
                       element_type type, stream_ref s) override {
-    check(rank, send, recv, count, "all_reduce_sum");
-    throw_if_aborted("all_reduce_sum");
-    if (send != recv)
-      dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
+    copy(rank, send, recv, count, count * size_of(type), "all_reduce_sum", s);
   }
   void reduce_scatter_sum(std::size_t rank, const void* send, void* recv, std::size_t count,
                           element_type type, stream_ref s) override {
-    check(rank, send, recv, count, "reduce_scatter_sum");
-    throw_if_aborted("reduce_scatter_sum");
-    if (send != recv)
-      dev_.copy_async(recv, send, count * size_of(type), copy_direction::device_to_device, s);
+    copy(rank, send, recv, count, count * size_of(type), "reduce_scatter_sum", s);
   }
   void group_start() override { throw_if_aborted("group_start"); }
   void group_end() override {}
@@ -53,6 +45,14 @@ class one_rank_collectives final : public collectives {
   bool aborted() const noexcept override { return aborted_; }
 
  private:
+  /// Every collective of one rank: `bytes` from send to recv (nothing in place), after the checks
+  /// (`n`: the call's size, bytes or elements).
+  void copy(std::size_t rank, const void* send, void* recv, std::size_t n, std::size_t bytes,
+            const char* what, stream_ref s) {
+    check(rank, send, recv, n, what);
+    throw_if_aborted(what);
+    if (send != recv) dev_.copy_async(recv, send, bytes, copy_direction::device_to_device, s);
+  }
   void throw_if_aborted(const char* what) const {
     if (!aborted_) return;
     std::lock_guard lock(mu_);
