@@ -411,6 +411,7 @@ TEST(nccl_rank, a_new_rank_communicator_checks_its_arguments_first) {
 
 #else
 #include "deadline.hpp"
+#include "sim_gpus.hpp"
 
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
@@ -428,22 +429,6 @@ TEST(nccl_rank, a_new_rank_communicator_checks_its_arguments_first) {
 
 namespace htp::test {
 namespace {
-
-struct sim_gpus {
-  std::vector<std::unique_ptr<device>> devs;
-  std::vector<device*> ptrs;
-  std::vector<std::unique_ptr<stream>> streams;
-  explicit sim_gpus(std::size_t n) {
-    for (std::size_t g = 0; g < n; ++g) {
-      sim_config c;
-      c.device_memory_bytes = 8 << 20;
-      c.ordinal = static_cast<int>(g);
-      devs.push_back(make_sim_device(c));
-      ptrs.push_back(devs.back().get());
-      streams.push_back(std::make_unique<stream>(*devs.back()));
-    }
-  }
-};
 
 TEST(collectives, sim_all_gather_puts_every_ranks_bytes_in_rank_order_on_every_rank) {
   sim_gpus g(4);

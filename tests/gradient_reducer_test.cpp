@@ -2,6 +2,7 @@
 // shards (reduce-scatter) are right, join() orders compute after them, and the figures split the
 // reduction time into hidden and exposed.
 #include "deadline.hpp"
+#include "sim_gpus.hpp"
 
 #include <htp/collectives.hpp>
 #include <htp/error.hpp>
@@ -22,22 +23,14 @@ namespace {
 
 using test::wait_until;
 
-/// N sim GPUs, each with a compute and a reduction stream, and sim collectives over them.
-struct gpus {
-  std::vector<std::unique_ptr<device>> devs;
-  std::vector<device*> ptrs;
-  std::vector<std::unique_ptr<stream>> compute, reduction;
+/// N sim GPUs, each with a compute stream (sim_gpus's) and a reduction stream, and sim
+/// collectives over them.
+struct gpus : test::sim_gpus {
+  std::vector<std::unique_ptr<stream>>& compute = streams;
+  std::vector<std::unique_ptr<stream>> reduction;
   std::unique_ptr<collectives> coll;
-  explicit gpus(std::size_t n, std::uint64_t interconnect = 0) {
-    for (std::size_t g = 0; g < n; ++g) {
-      sim_config c;
-      c.device_memory_bytes = 8 << 20;
-      c.ordinal = static_cast<int>(g);
-      devs.push_back(make_sim_device(c));
-      ptrs.push_back(devs.back().get());
-      compute.push_back(std::make_unique<stream>(*devs.back()));
-      reduction.push_back(std::make_unique<stream>(*devs.back()));
-    }
+  explicit gpus(std::size_t n, std::uint64_t interconnect = 0) : sim_gpus(n) {
+    for (const auto& d : devs) reduction.push_back(std::make_unique<stream>(*d));
     coll = make_sim_collectives(ptrs, interconnect);
   }
 };

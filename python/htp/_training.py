@@ -532,10 +532,10 @@ class offload_activations(torch.autograd.graph.saved_tensors_hooks):
     its content is discarded (HBM freed, never written back). ``pager``: the
     :class:`htp.torch.Offload` handle of a model offloaded with ``training=True`` (or its pager); a
     bare :class:`htp.Pager` works too, without the schedule (make it once and enter it each step so
-    its slots are reused). Tensors under
-    ``min_bytes``, over a quarter of the HBM budget, not dense, or that are parameters stay with
-    autograd. Store statistics: ``.store.packed_bytes``, ``.store.kept_bytes``,
-    ``.store.host_write_bytes`` (the pager's ``activation_write_back_bytes``)."""
+    its slots are reused). Tensors under ``min_bytes``, over a quarter of the HBM budget, not
+    dense, or that are parameters stay with autograd. Store statistics: ``.store.packed_bytes``,
+    ``.store.kept_bytes``, ``.store.host_write_bytes`` (the pager's
+    ``activation_write_back_bytes``)."""
 
     def __init__(self, pager: Any, min_bytes: int = 512) -> None:
         handle = pager if hasattr(pager, "_train") else None
